@@ -1,0 +1,76 @@
+"""robot-lab: teams of LLM robots as distributed worker processes on Redis.
+
+The public API is exported lazily (PEP 562) so that ``import robot_lab`` and
+``robot-lab --help`` stay fast: litellm, rq and fastembed load only when first used.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # errors
+    "RobotLabError": "robot_lab.errors",
+    "Error": "robot_lab.errors",
+    "ConfigurationError": "robot_lab.errors",
+    "DependencyError": "robot_lab.errors",
+    "InferenceError": "robot_lab.errors",
+    "ToolLoopError": "robot_lab.errors",
+    "ToolNotFoundError": "robot_lab.errors",
+    "MCPError": "robot_lab.errors",
+    "ToolError": "robot_lab.errors",
+    "BusError": "robot_lab.errors",
+    "BudgetExceeded": "robot_lab.errors",
+    "AwaitTimeout": "robot_lab.errors",
+    "DelegationTimeout": "robot_lab.errors",
+    "SchemaError": "robot_lab.errors",
+    "SandboxError": "robot_lab.errors",
+    # wire types
+    "RobotMessage": "robot_lab.schemas",
+    "RobotResult": "robot_lab.schemas",
+    "RobotSpec": "robot_lab.schemas",
+    "RunEvent": "robot_lab.schemas",
+    "MemoryChange": "robot_lab.schemas",
+    "TextMessage": "robot_lab.schemas",
+    "ToolCallMessage": "robot_lab.schemas",
+    "ToolResultMessage": "robot_lab.schemas",
+    "ToolCall": "robot_lab.schemas",
+    # settings and plumbing
+    "Settings": "robot_lab.settings",
+    "get_settings": "robot_lab.settings",
+    "configure": "robot_lab.settings",
+    "reload_settings": "robot_lab.settings",
+    "get_redis": "robot_lab.connection",
+    "Keys": "robot_lab.keys",
+    "configure_logging": "robot_lab.logging",
+    # runtime
+    "Robot": "robot_lab.runtime.robot",
+    "build": "robot_lab.runtime.robot",
+    "Tool": "robot_lab.runtime.tools",
+    "tool": "robot_lab.runtime.tools",
+    "RunConfig": "robot_lab.runtime.run_config",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'robot_lab' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .errors import *  # noqa: F401,F403
+    from .schemas import RobotMessage, RobotResult, RobotSpec  # noqa: F401

@@ -1,0 +1,119 @@
+"""The robot_lab error hierarchy, kept name-for-name so ported code reads the same.
+
+Every error the project raises on purpose derives from :class:`RobotLabError`, so a caller
+can catch the whole family with one ``except`` and still tell the kinds apart.
+"""
+
+from __future__ import annotations
+
+
+class RobotLabError(Exception):
+    """Base of every error robot-lab raises on purpose."""
+
+
+# robot_lab calls its base ``RobotLab::Error``; keep the alias for ported code.
+Error = RobotLabError
+
+
+class ConfigurationError(RobotLabError):
+    """A definition, setting, template or file is wrong; fix the input, retrying won't help."""
+
+
+class DependencyError(ConfigurationError):
+    """An optional dependency (extra) is missing."""
+
+
+class InferenceError(RobotLabError):
+    """The model call failed or produced an unusable answer; retryable by default."""
+
+
+class ToolLoopError(InferenceError):
+    """``max_tool_rounds`` circuit breaker tripped; never retryable."""
+
+
+class ToolNotFoundError(RobotLabError):
+    """A tool name was asked for that the robot does not have."""
+
+
+class _RetryableFlagMixin:
+    retryable: bool | None
+
+    def _set_retryable(self, retryable: bool | None) -> None:
+        self.retryable = retryable
+
+
+class MCPError(RobotLabError, _RetryableFlagMixin):
+    """An MCP server could not be reached or answered with an error."""
+
+    def __init__(self, message: str = "", *, retryable: bool | None = None) -> None:
+        super().__init__(message)
+        self._set_retryable(retryable)
+
+
+class ToolError(RobotLabError, _RetryableFlagMixin):
+    """Raised by a tool to report a failure to the model (returned as text, not raised)."""
+
+    def __init__(self, message: str = "", *, retryable: bool | None = None) -> None:
+        super().__init__(message)
+        self._set_retryable(retryable)
+
+
+class BusError(RobotLabError):
+    """Bus misuse: unknown channel (robot), bad envelope, closed poller."""
+
+
+class BudgetExceeded(RobotLabError):
+    """Refused *before* a call because the budget is already spent (not an InferenceError)."""
+
+
+class AwaitTimeout(RobotLabError):
+    """A blocking wait (memory read, bus request) ran out of time."""
+
+
+class DelegationTimeout(RobotLabError):
+    """A delegated run did not finish in time."""
+
+
+class SchemaError(RobotLabError):
+    """Wire data failed validation; ``path`` is msgspec's JSON path (e.g. ``$.id``)."""
+
+    def __init__(self, message: str, *, path: str | None = None, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.kind = kind
+
+
+class SandboxError(RobotLabError):
+    """A skill script could not be confined as the settings demand."""
+
+
+def retryable(error: BaseException | None) -> bool:
+    """robot_lab's ``Errors.retryable?``: which failures deserve another attempt."""
+    if error is None or isinstance(error, ToolLoopError):
+        return False
+    if isinstance(error, (MCPError, ToolError)):
+        return bool(error.retryable)
+    return isinstance(error, InferenceError)
+
+
+RETRYABLE_CLASSES: tuple[type[RobotLabError], ...] = (InferenceError,)
+
+__all__ = [
+    "RETRYABLE_CLASSES",
+    "AwaitTimeout",
+    "BudgetExceeded",
+    "BusError",
+    "ConfigurationError",
+    "DelegationTimeout",
+    "DependencyError",
+    "Error",
+    "InferenceError",
+    "MCPError",
+    "RobotLabError",
+    "SandboxError",
+    "SchemaError",
+    "ToolError",
+    "ToolLoopError",
+    "ToolNotFoundError",
+    "retryable",
+]

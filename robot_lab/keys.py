@@ -1,0 +1,84 @@
+"""The Redis key layout, in one place so docs/architecture.md and the code agree.
+
+Names users see are plain (``robot_lab:bus:billing``). With ``cluster=True`` the robot or
+run part is wrapped in a hash tag (``robot_lab:bus:{billing}``) so every key of one robot
+or one run lands in one cluster slot and multi-key Lua scripts stay legal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str = "robot_lab"
+    cluster: bool = False
+
+    def _tag(self, part: str) -> str:
+        return f"{{{part}}}" if self.cluster else part
+
+    # --- bus ---------------------------------------------------------------------------
+    def inbox(self, robot: str) -> str:
+        return f"{self.prefix}:bus:{self._tag(robot)}"
+
+    def dlq(self, robot: str) -> str:
+        return f"{self.inbox(robot)}:dlq"
+
+    def outbox(self, robot: str) -> str:
+        return f"{self.inbox(robot)}:outbox"
+
+    def replied(self, robot: str) -> str:
+        """Hash: handled message id -> recorded reply envelope (idempotent redelivery)."""
+        return f"{self.inbox(robot)}:replied"
+
+    def conversation_lock(self, robot: str, conversation_id: str) -> str:
+        return f"{self.inbox(robot)}:conv:{conversation_id}"
+
+    def registry(self) -> str:
+        """Set of robot names with a registered inbox (robot_lab's channel registry)."""
+        return f"{self.prefix}:robots"
+
+    def reply_inbox(self, name: str) -> str:
+        """Stream a requester waits on for its replies."""
+        return f"{self.prefix}:bus:{self._tag(name)}"
+
+    # --- robots / registry --------------------------------------------------------------
+    def robot_spec(self, robot: str) -> str:
+        return f"{self.prefix}:robot:{self._tag(robot)}:spec"
+
+    def network_spec(self, network: str) -> str:
+        return f"{self.prefix}:network:{network}:spec"
+
+    # --- memory -------------------------------------------------------------------------
+    def memory(self, scope: str) -> str:
+        return f"{self.prefix}:mem:{self._tag(scope)}"
+
+    def memory_version(self, scope: str) -> str:
+        return f"{self.memory(scope)}:version"
+
+    def memory_changes(self, scope: str) -> str:
+        return f"{self.memory(scope)}:changes"
+
+    def memory_channel(self, scope: str) -> str:
+        return f"{self.memory(scope)}:notify"
+
+    # --- runs ---------------------------------------------------------------------------
+    def run(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{self._tag(run_id)}"
+
+    def run_events(self, run_id: str) -> str:
+        return f"{self.run(run_id)}:events"
+
+    def runs_index(self) -> str:
+        return f"{self.prefix}:runs"
+
+    # --- budgets ------------------------------------------------------------------------
+    def budget(self, scope: str) -> str:
+        return f"{self.prefix}:budget:{self._tag(scope)}"
+
+
+def default_keys() -> Keys:
+    from .settings import get_settings
+
+    return Keys(prefix=get_settings().key_prefix)

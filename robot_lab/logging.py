@@ -1,0 +1,111 @@
+"""structlog set up once: JSON lines for workers and pipes, a readable console on a TTY.
+
+Context (robot, run_id, task, message_id) rides in contextvars, so every line logged while
+a message or task is handled carries it without passing loggers around. Values that look
+like secrets are masked by a processor, whatever the caller logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import structlog
+
+_configured = False
+_SECRET_KEY_RE = re.compile(r"(api[_-]?key|secret|token|password|authorization)", re.I)
+# Key shapes of the common providers; masked wherever they appear in a value.
+_SECRET_VALUE_RE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|sk-ant-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,})")
+_declared_secrets: set[str] = set()
+_NOT_SECRET_KEYS = {"input_tokens", "output_tokens", "total_tokens", "token_budget", "tokens"}
+
+
+def declare_secret(value: str | None) -> None:
+    """Mask this exact value in every later log line (skill secrets, API keys)."""
+    if value and len(value) >= 4:
+        _declared_secrets.add(value)
+
+
+def _mask(value: Any) -> Any:
+    if isinstance(value, str):
+        for secret in _declared_secrets:
+            if secret in value:
+                value = value.replace(secret, "***")
+        return _SECRET_VALUE_RE.sub("***", value)
+    if isinstance(value, dict):
+        return {k: _mask_pair(k, v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_mask(v) for v in value)
+    return value
+
+
+def _mask_pair(key: Any, value: Any) -> Any:
+    if isinstance(key, str) and key not in _NOT_SECRET_KEYS and _SECRET_KEY_RE.search(key):
+        return "***" if value else value
+    return _mask(value)
+
+
+def redact_secrets(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    return {k: _mask_pair(k, v) for k, v in event_dict.items()}
+
+
+def _env_api_keys() -> None:
+    for name, value in os.environ.items():
+        if name.endswith(("_API_KEY", "_TOKEN", "_SECRET")):
+            declare_secret(value)
+
+
+def configure_logging(level: str | None = None, fmt: str | None = None, *, force: bool = False) -> None:
+    """Configure structlog and stdlib logging once per process."""
+    global _configured
+    if _configured and not force:
+        return
+    from .settings import get_settings
+
+    settings = get_settings()
+    level = (level or settings.log_level).upper()
+    fmt = fmt or settings.log_format
+    if fmt == "auto":
+        fmt = "console" if sys.stderr.isatty() else "json"
+    _env_api_keys()
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info,
+            redact_secrets,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level, logging.INFO)),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    _configured = True
+
+
+def get_logger(name: str | None = None, **initial: Any) -> Any:
+    configure_logging()
+    logger = structlog.get_logger(name)
+    return logger.bind(**initial) if initial else logger
+
+
+@contextmanager
+def log_context(**values: Any) -> Iterator[None]:
+    """Bind robot/run_id/task/message_id for the duration of a block (contextvars)."""
+    clean = {k: v for k, v in values.items() if v is not None}
+    tokens = structlog.contextvars.bind_contextvars(**clean)
+    try:
+        yield
+    finally:
+        structlog.contextvars.reset_contextvars(**tokens)

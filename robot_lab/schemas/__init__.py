@@ -1,0 +1,56 @@
+"""msgspec wire types and their JSON codec; the contract between processes and languages."""
+
+from .codec import (
+    SCHEMA_TYPES,
+    convert,
+    decode,
+    decode_message,
+    encode,
+    encode_message,
+    json_schema,
+    schema_text,
+)
+from .ids import new_id, uuid7
+from .messages import (
+    ENVELOPE_VERSION,
+    RUN_EVENT_NAMES,
+    MemoryChange,
+    Message,
+    RobotMessage,
+    RobotResult,
+    RobotSpec,
+    RunConfigData,
+    RunEvent,
+    TextMessage,
+    ToolCall,
+    ToolCallMessage,
+    ToolResultMessage,
+    utcnow,
+)
+
+__all__ = [
+    "ENVELOPE_VERSION",
+    "RUN_EVENT_NAMES",
+    "SCHEMA_TYPES",
+    "MemoryChange",
+    "Message",
+    "RobotMessage",
+    "RobotResult",
+    "RobotSpec",
+    "RunConfigData",
+    "RunEvent",
+    "TextMessage",
+    "ToolCall",
+    "ToolCallMessage",
+    "ToolResultMessage",
+    "convert",
+    "decode",
+    "decode_message",
+    "encode",
+    "encode_message",
+    "json_schema",
+    "new_id",
+    "schema_text",
+    "utcnow",
+    "uuid7",
+]

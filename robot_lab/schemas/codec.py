@@ -1,0 +1,153 @@
+"""JSON encode/decode for the wire types, with one error type for bad input.
+
+msgspec reports where validation failed as a JSON path (``$.headers.traceparent``); we keep
+that path on :class:`SchemaError` so a dead-letter entry or a CLI message can name the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from importlib import resources
+from typing import Any, TypeVar
+
+import msgspec
+
+from ..errors import SchemaError
+from .messages import (
+    MemoryChange,
+    RobotMessage,
+    RobotResult,
+    RobotSpec,
+    RunConfigData,
+    RunEvent,
+)
+
+T = TypeVar("T")
+
+_encoder = msgspec.json.Encoder()
+_PATH_RE = re.compile(r" - at `(?P<path>\$[^`]*)`$")
+_MISSING_RE = re.compile(r"missing required field `(?P<field>[^`]+)`")
+_ENVELOPE_FIELDS = frozenset(
+    (f.encode_name for f in msgspec.structs.fields(RobotMessage) if f.name != "extensions")
+)
+
+SCHEMA_TYPES: dict[str, type] = {
+    "robot-message": RobotMessage,
+    "robot-result": RobotResult,
+    "robot-spec": RobotSpec,
+    "run-config": RunConfigData,
+    "run-event": RunEvent,
+    "memory-change": MemoryChange,
+}
+
+
+def _schema_error(exc: Exception, kind: str) -> SchemaError:
+    text = str(exc)
+    path: str | None = None
+    match = _PATH_RE.search(text)
+    if match:
+        path = match.group("path")
+        text = text[: match.start()]
+    missing = _MISSING_RE.search(text)
+    if missing:
+        path = f"{path or '$'}.{missing.group('field')}"
+    where = f" at {path}" if path else ""
+    return SchemaError(f"invalid {kind}{where}: {text}", path=path, kind=kind)
+
+
+def encode(obj: Any) -> bytes:
+    """JSON bytes of a wire struct (or any msgspec-encodable value)."""
+    if isinstance(obj, RobotMessage):
+        return encode_message(obj)
+    try:
+        return _encoder.encode(obj)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise SchemaError(f"cannot encode {type(obj).__name__}: {exc}") from exc
+
+
+def decode(data: bytes | str, type_: type[T]) -> T:
+    """Decode JSON into ``type_``; any problem raises :class:`SchemaError` with its path."""
+    if type_ is RobotMessage:
+        return decode_message(data)  # type: ignore[return-value]
+    try:
+        return msgspec.json.decode(data, type=type_)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise _schema_error(exc, type_.__name__) from exc
+
+
+def convert(obj: Any, type_: type[T]) -> T:
+    """Validate already-decoded builtins (a dict from YAML, say) into ``type_``."""
+    try:
+        return msgspec.convert(obj, type_)
+    except msgspec.ValidationError as exc:
+        raise _schema_error(exc, type_.__name__) from exc
+
+
+def encode_message(message: RobotMessage) -> bytes:
+    """Envelope JSON with any ``extensions`` written back at top level."""
+    if not message.extensions:
+        return _encoder.encode(message)
+    body = msgspec.structs.replace(message, extensions={})
+    data = msgspec.to_builtins(body)
+    for key, value in message.extensions.items():
+        data.setdefault(key, value)
+    return _encoder.encode(data)
+
+
+def decode_message(data: bytes | str) -> RobotMessage:
+    """Decode an envelope, keeping unknown top-level fields in ``extensions``."""
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise _schema_error(exc, "RobotMessage") from exc
+    if not isinstance(raw, dict):
+        raise SchemaError(
+            f"invalid RobotMessage at $: expected a JSON object, got {type(raw).__name__}",
+            path="$",
+            kind="RobotMessage",
+        )
+    extras = {k: v for k, v in raw.items() if k not in _ENVELOPE_FIELDS}
+    for key in extras:
+        raw.pop(key)
+    if extras:
+        raw["extensions"] = extras
+    try:
+        return msgspec.convert(raw, RobotMessage)
+    except msgspec.ValidationError as exc:
+        raise _schema_error(exc, "RobotMessage") from exc
+
+
+def _build_schema(type_: type) -> dict[str, Any]:
+    schema = msgspec.json.schema(type_)
+    if type_ is RobotMessage:
+        definition = schema["$defs"]["RobotMessage"]
+        definition["properties"].pop("extensions", None)
+        definition["additionalProperties"] = True
+        definition["description"] = (
+            "robot-lab envelope v1. Publish with: XADD robot_lab:bus:<robot> * envelope <json>. "
+            "Unknown fields are kept."
+        )
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
+
+
+@lru_cache(maxsize=None)
+def json_schema(name: str) -> dict[str, Any]:
+    """The JSON Schema of a wire type by its CLI name (``robot-message``, ...)."""
+    try:
+        type_ = SCHEMA_TYPES[name]
+    except KeyError:
+        known = ", ".join(sorted(SCHEMA_TYPES))
+        raise SchemaError(f"unknown schema {name!r}; known: {known}") from None
+    return _build_schema(type_)
+
+
+def shipped_schema_text(name: str = "robot-message") -> str:
+    """The schema file shipped inside the package (kept equal to :func:`json_schema` by a test)."""
+    return resources.files("robot_lab.schemas").joinpath(f"{name}.schema.json").read_text()
+
+
+def schema_text(name: str) -> str:
+    return json.dumps(json_schema(name), indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,249 @@
+"""Wire types: the RobotMessage envelope, robot results and their messages, run events,
+memory changes and robot specs.
+
+All structs use ``gc=False`` (they hold no reference cycles) and encode to plain JSON, so any
+language can read and write them; the JSON Schema of each is exported by :mod:`.codec`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, Literal
+
+import msgspec
+
+from .ids import new_id
+
+ENVELOPE_VERSION = 1
+
+
+def utcnow() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+Content = str | dict[str, Any]
+
+
+class RobotMessage(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """Envelope v1: one entry on a robot's inbox stream (field ``envelope`` of the entry).
+
+    Unknown top-level fields are kept in ``extensions`` by :func:`decode_message` and
+    written back by :func:`encode_message`, so an envelope from a newer peer survives a hop
+    through an older worker.
+    """
+
+    to: str
+    content: Content
+    id: str = msgspec.field(default_factory=new_id)
+    v: int = ENVELOPE_VERSION
+    kind: str = "message"
+    from_: str = msgspec.field(default="anonymous", name="from")
+    in_reply_to: str | None = None
+    reply_to: str | None = None
+    conversation_id: str | None = None
+    correlation_id: str | None = None
+    created_at: _dt.datetime = msgspec.field(default_factory=utcnow)
+    deadline: _dt.datetime | None = None
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    signature: str | None = None
+    extensions: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """robot_lab's message key ``"from:id"``."""
+        return f"{self.from_}:{self.id}"
+
+    @property
+    def is_reply(self) -> bool:
+        return self.kind == "reply" or self.in_reply_to is not None
+
+    def expired(self, now: _dt.datetime | None = None) -> bool:
+        return self.deadline is not None and (now or utcnow()) > self.deadline
+
+
+class ToolCall(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """One tool invocation asked for by the model (robot_lab's ``ToolMessage``)."""
+
+    id: str
+    name: str
+    input: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class TextMessage(msgspec.Struct, tag_field="type", tag="text", kw_only=True, omit_defaults=True, gc=False):
+    role: Literal["system", "user", "assistant", "tool_result"] = "assistant"
+    content: str = ""
+    stop_reason: Literal["tool", "stop"] | None = None
+
+
+class ToolCallMessage(
+    msgspec.Struct, tag_field="type", tag="tool_call", kw_only=True, omit_defaults=True, gc=False
+):
+    tools: list[ToolCall]
+    role: Literal["assistant"] = "assistant"
+    content: str = ""
+    stop_reason: Literal["tool", "stop"] | None = "tool"
+
+
+class ToolResultMessage(
+    msgspec.Struct, tag_field="type", tag="tool_result", kw_only=True, omit_defaults=True, gc=False
+):
+    """``content`` is ``{"data": ...}`` on success, ``{"error": "..."}`` on failure."""
+
+    tool: ToolCall
+    content: dict[str, Any]
+    role: Literal["tool_result"] = "tool_result"
+    stop_reason: Literal["tool", "stop"] | None = None
+
+    @property
+    def success(self) -> bool:
+        return "error" not in self.content
+
+    @property
+    def data(self) -> Any:
+        return self.content.get("data")
+
+    @property
+    def error(self) -> Any:
+        return self.content.get("error")
+
+
+Message = TextMessage | ToolCallMessage | ToolResultMessage
+
+
+class RobotResult(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """What one robot run produced. ``error`` is set when the run failed inside a network
+    (robot_lab turns the exception into a result whose text is ``"Error: Class: msg"``)."""
+
+    robot_name: str
+    output: list[Message] = msgspec.field(default_factory=list)
+    tool_calls: list[ToolResultMessage] = msgspec.field(default_factory=list)
+    id: str = msgspec.field(default_factory=new_id)
+    created_at: _dt.datetime = msgspec.field(default_factory=utcnow)
+    stop_reason: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    duration: float | None = None
+    delegated_by: str | None = None
+    error: str | None = None
+    activate: list[str] = msgspec.field(default_factory=list)
+
+    @property
+    def reply(self) -> str | None:
+        """The last text message's content (robot_lab's ``last_text_content``)."""
+        for message in reversed(self.output):
+            if isinstance(message, TextMessage) and message.content:
+                return message.content
+        return None
+
+    last_text_content = reply
+
+    @property
+    def has_tool_calls(self) -> bool:
+        return bool(self.tool_calls)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def export(self) -> dict[str, Any]:
+        """The serializable form (zero token counts and unset fields left out)."""
+        return msgspec.to_builtins(self)
+
+    to_dict = export
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RobotResult:
+        from .codec import convert
+
+        return convert(data, cls)
+
+    @classmethod
+    def from_error(cls, robot_name: str, error: BaseException) -> RobotResult:
+        text = f"Error: {type(error).__name__}: {error}"
+        return cls(robot_name=robot_name, output=[TextMessage(content=text)], error=text, stop_reason="error")
+
+
+RUN_EVENT_NAMES: tuple[str, ...] = (
+    # robot_lab Streaming::Events
+    "run.started", "run.completed", "run.failed", "run.interrupted",
+    "step.started", "step.completed", "step.failed",
+    "part.created", "part.completed", "part.failed",
+    "text.delta", "tool_call.arguments.delta", "tool_call.output.delta", "reasoning.delta",
+    "data.delta", "hitl.requested", "hitl.resolved", "usage.updated", "metadata.updated",
+    "stream.ended",
+    # additions for distributed networks
+    "task.queued", "task.started", "task.completed", "task.failed", "task.skipped",
+    "task.retrying", "tool_call.started", "tool_call.completed", "run.cancelled",
+)
+
+
+class RunEvent(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """One entry of a run's event stream; ``seq`` is monotonic per run."""
+
+    run_id: str
+    event: str
+    seq: int = 0
+    ts: float = 0.0
+    task: str | None = None
+    robot: str | None = None
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class MemoryChange(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """A write to shared memory. ``op`` is ``set``, ``deleted`` or ``cleared``."""
+
+    key: str
+    scope: str
+    version: int
+    op: Literal["set", "deleted", "cleared"] = "set"
+    value: Any = None
+    previous: Any = None
+    writer: str | None = None
+    network_name: str | None = None
+    timestamp: float = 0.0
+
+
+class RunConfigData(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """The serializable part of a RunConfig (callbacks, bus and procs never cross processes)."""
+
+    model: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    stop: list[str] | str | None = None
+    mcp: str | list[str] | None = None
+    tools: str | list[str] | None = None
+    enable_cache: bool | None = None
+    max_tool_rounds: int | None = None
+    token_budget: int | None = None
+    cost_budget: float | None = None
+    max_concurrent_robots: int | None = None
+    doom_loop_threshold: int | None = None
+    auto_compact: str | None = None
+    compact_threshold: float | None = None
+    max_tools: int | None = None
+
+
+class RobotSpec(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """A robot as data: everything a worker needs to build it (tools by import path)."""
+
+    name: str
+    description: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    system_prompt: str | None = None
+    template: str | None = None
+    context: dict[str, Any] = msgspec.field(default_factory=dict)
+    local_tools: list[str] = msgspec.field(default_factory=list)
+    skills: list[str] = msgspec.field(default_factory=list)
+    mcp_servers: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    config: RunConfigData = msgspec.field(default_factory=RunConfigData)
+    hooks: list[str] = msgspec.field(default_factory=list)

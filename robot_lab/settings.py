@@ -1,0 +1,184 @@
+"""Settings, layered like robot_lab's Config (myway_config):
+
+defaults < ``~/.config/robot_lab/robot_lab.yml`` < ``./config/robot_lab.yml``
+< ``ROBOT_LAB_*`` environment (``__`` nests: ``ROBOT_LAB_SANDBOX__TIMEOUT=30``)
+< constructor arguments.
+
+File locations are resolved when a Settings object is built, not at import, so tests and
+tools that change ``HOME`` or the working directory see their own files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+SCRIPTED_DEFAULT_MODEL = "scripted/echo"
+
+# Provider key -> model used when ROBOT_LAB_MODEL is unset but that key is present.
+PROVIDER_DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
+    ("ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-5"),
+    ("OPENAI_API_KEY", "openai/gpt-4o-mini"),
+    ("GEMINI_API_KEY", "gemini/gemini-2.0-flash"),
+    ("MISTRAL_API_KEY", "mistral/mistral-small-latest"),
+    ("DEEPSEEK_API_KEY", "deepseek/deepseek-chat"),
+    ("OPENROUTER_API_KEY", "openrouter/openai/gpt-4o-mini"),
+    ("XAI_API_KEY", "xai/grok-2-latest"),
+)
+
+
+def user_config_file() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "robot_lab" / "robot_lab.yml"
+
+
+def project_config_file() -> Path:
+    return Path.cwd() / "config" / "robot_lab.yml"
+
+
+class SandboxSettings(BaseModel):
+    """The capability ceiling every skill script is intersected with."""
+
+    enabled: bool = True
+    fs_read: list[str] = Field(default_factory=lambda: ["."])
+    fs_write: list[str] = Field(default_factory=list)
+    network: bool = False
+    timeout: float = 60.0
+    # What to do when bwrap is missing or cannot create namespaces: refuse to run the
+    # script (an error text to the model) or run it unconfined with a warning.
+    when_unavailable: Literal["refuse", "unconfined"] = "refuse"
+    max_output_bytes: int = 64 * 1024
+
+
+class SkillsSettings(BaseModel):
+    roots: list[str] = Field(default_factory=list)
+    embedding_model: str = "BAAI/bge-small-en-v1.5"
+    embedding_model_path: str | None = None
+    # robot_lab's 0.70 suits bge-small; all-MiniLM-L6-v2 separates matches near 0.40.
+    thresholds: dict[str, float] = Field(
+        default_factory=lambda: {
+            "BAAI/bge-small-en-v1.5": 0.70,
+            "sentence-transformers/all-MiniLM-L6-v2": 0.40,
+            "tfidf": 0.15,
+        }
+    )
+    default_threshold: float = 0.70
+    max_instructions_chars: int = 50_000
+    max_scripts: int = 10
+    script_timeout: float = 60.0
+
+    def threshold_for(self, model: str) -> float:
+        return self.thresholds.get(model, self.default_threshold)
+
+
+class BusSettings(BaseModel):
+    maxlen: int = 10_000
+    max_deliveries: int = 5
+    visibility_timeout: float = 30.0
+    batch_size: int = 16
+    block_ms: int = 1_000
+    reply_ttl: int = 86_400
+
+
+class Settings(BaseSettings):
+    """All of robot-lab's settings; see the module docstring for the layering."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ROBOT_LAB_",
+        env_nested_delimiter="__",
+        extra="ignore",
+        validate_default=True,
+    )
+
+    model: str | None = None
+    provider: str | None = None
+    request_timeout: float = 120.0
+    max_retries: int = 3
+    retry_interval: float = 1.0
+    retry_backoff_factor: float = 2.0
+    retry_interval_randomness: float = 0.5
+    allow_model_requests: bool = True
+
+    redis_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("ROBOT_LAB_REDIS_URL", "REDIS_URL", "redis_url")
+    )
+    key_prefix: str = "robot_lab"
+    app: str | None = None
+
+    template_path: list[str] = Field(default_factory=lambda: ["prompts"])
+    max_iterations: int = 10
+    max_tool_rounds: int | None = None
+    tools: str | list[str] = "none"
+    mcp: str | list[str] = "none"
+
+    log_level: str = "INFO"
+    log_format: Literal["auto", "json", "console"] = "auto"
+
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    skills: SkillsSettings = Field(default_factory=SkillsSettings)
+    bus: BusSettings = Field(default_factory=BusSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # First wins: constructor > env > project file > user file > defaults.
+        return (
+            init_settings,
+            env_settings,
+            YamlConfigSettingsSource(settings_cls, yaml_file=project_config_file()),
+            YamlConfigSettingsSource(settings_cls, yaml_file=user_config_file()),
+        )
+
+    def default_model(self) -> str:
+        """``model`` if set, else the first provider whose key is present, else scripted."""
+        if self.model:
+            return self.model
+        for env_key, model in PROVIDER_DEFAULT_MODELS:
+            if os.environ.get(env_key):
+                return model
+        return SCRIPTED_DEFAULT_MODEL
+
+    @property
+    def embedded(self) -> bool:
+        """No REDIS_URL: run on in-process fakeredis."""
+        return not self.redis_url
+
+
+_settings: Settings | None = None
+
+
+def get_settings() -> Settings:
+    """The process-wide settings, built on first use."""
+    global _settings
+    if _settings is None:
+        _settings = Settings()
+    return _settings
+
+
+def configure(**overrides: Any) -> Settings:
+    """Replace the process-wide settings (robot_lab's ``RobotLab.configure``)."""
+    global _settings
+    _settings = Settings(**overrides)
+    return _settings
+
+
+def reload_settings() -> Settings:
+    """Re-read files and environment (robot_lab's ``reload_config!``)."""
+    global _settings
+    _settings = None
+    return get_settings()

@@ -1,0 +1,97 @@
+"""Shared fixtures. Every Redis-backed test that takes ``redis_client`` runs twice: on
+in-process fakeredis and on a real server (see tests/redis_server.py for where it comes from).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+# Offline by default: no model request may leave the machine, no cost map download.
+os.environ["ROBOT_LAB_ALLOW_MODEL_REQUESTS"] = "0"
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+os.environ.setdefault("ROBOT_LAB_LOG_FORMAT", "json")
+for _key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "ROBOT_LAB_MODEL", "REDIS_URL",
+             "ROBOT_LAB_REDIS_URL", "ROBOT_LAB_APP"):
+    os.environ.pop(_key, None)
+
+from tests.redis_server import RedisServer  # noqa: E402
+
+_server = RedisServer()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _server.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _server.stop()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if _server.url:
+        return f"robot-lab: real Redis tests use {_server.url}"
+    return f"robot-lab: real Redis tests SKIPPED ({_server.reason})"
+
+
+@pytest.fixture
+def real_redis_url() -> str:
+    """URL of a real Redis server (skips when none could be found or started)."""
+    if not _server.url:
+        pytest.skip(f"real Redis unavailable: {_server.reason}")
+    return _server.url
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test sees its own HOME (no user config file leaks in) and fresh settings."""
+    from robot_lab import settings
+
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setattr(settings, "_settings", None)
+    yield
+    monkeypatch.setattr(settings, "_settings", None)
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    """A unique key prefix so tests sharing a real server never see each other's keys."""
+    return f"rltest-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(params=["fake", "real"])
+def redis_client(request: pytest.FixtureRequest, key_prefix: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A Redis client: fakeredis (with Lua) and, when available, a real server.
+
+    Also points the process settings at the same place and the unique ``key_prefix``.
+    """
+    import fakeredis
+    import redis
+
+    from robot_lab import connection
+
+    monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", key_prefix)
+    if request.param == "fake":
+        server = fakeredis.FakeServer()
+        client = fakeredis.FakeRedis(server=server)
+        monkeypatch.setattr(connection, "_embedded_server", server)
+        monkeypatch.setattr(connection, "_clients", {})
+        yield client
+        client.close()
+        return
+    if not _server.url:
+        pytest.skip(f"real Redis unavailable: {_server.reason}")
+    monkeypatch.setenv("REDIS_URL", _server.url)
+    monkeypatch.setattr(connection, "_clients", {})
+    client = redis.Redis.from_url(_server.url)
+    yield client
+    # Remove only this test's keys: the server may be shared with other users.
+    keys = list(client.scan_iter(match=f"{key_prefix}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()

@@ -1,0 +1,87 @@
+"""Find or start a real Redis for the tests.
+
+Order: ``ROBOT_LAB_TEST_REDIS_URL`` if set; else a private ``redis-server`` on a free
+loopback port when the binary exists (stopped at the end of the session); else None, and
+tests marked ``real_redis`` skip saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RedisServer:
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url: str | None = None
+        self.reason = ""
+        self.dir: str | None = None
+
+    def start(self) -> str | None:
+        url = os.environ.get("ROBOT_LAB_TEST_REDIS_URL")
+        if url:
+            self.url = url
+            return url
+        binary = shutil.which("redis-server")
+        if not binary:
+            self.reason = "no ROBOT_LAB_TEST_REDIS_URL and no redis-server binary on PATH"
+            return None
+        port = _free_port()
+        self.dir = tempfile.mkdtemp(prefix="robot-lab-redis-")
+        self.process = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", self.dir],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    self.url = f"redis://127.0.0.1:{port}/0"
+                    os.environ["ROBOT_LAB_TEST_REDIS_URL"] = self.url
+                    return self.url
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        self.reason = "redis-server did not start within 10 s"
+        return None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+            self.process = None
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02):  # type: ignore[no-untyped-def]
+    """Poll until ``predicate()`` is truthy; return its value or raise AssertionError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(interval)
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
