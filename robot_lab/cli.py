@@ -1,0 +1,60 @@
+"""The ``robot-lab`` command.
+
+Subcommands live in ``robot_lab.commands.*`` and load only when invoked (click's lazy-group
+pattern), so ``robot-lab --help`` never imports litellm, rq or fastembed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+from . import __version__
+
+# command name -> "module:attribute" of a click.Command; one line per command.
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "schema": ("robot_lab.commands.schema:schema", "Print the JSON Schema of a wire type."),
+    "chat": ("robot_lab.commands.chat:chat", "Run one robot on a message, streamed to the terminal."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            path = self.lazy[cmd_name][0]
+            module_name, attr = path.split(":")
+            return getattr(importlib.import_module(module_name), attr)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Show help lines without importing every command module.
+        rows = [(name, self.lazy[name][1]) for name in sorted(self.lazy)]
+        rows += [
+            (name, cmd.get_short_help_str())
+            for name, cmd in sorted(self.commands.items())
+            if name not in self.lazy
+        ]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(sorted(rows))
+
+
+@click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="robot-lab")
+def main() -> None:
+    """robot-lab: teams of LLM robots as worker processes on Redis.
+
+    With no REDIS_URL everything runs in this process on an embedded fakeredis and, with no
+    provider key, on the offline scripted model. Start with `robot-lab demo`.
+    """
