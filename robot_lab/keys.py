@@ -77,6 +77,11 @@ class Keys:
     def budget(self, scope: str) -> str:
         return f"{self.prefix}:budget:{self._tag(scope)}"
 
+    # --- skills -------------------------------------------------------------------------
+    def skill_embedding(self, model: str, digest: str) -> str:
+        """Bytes (float32) of one skill-description embedding, by model and content hash."""
+        return f"{self.prefix}:skills:emb:{model}:{digest}"
+
 
 def default_keys() -> Keys:
     from .settings import get_settings

@@ -75,6 +75,12 @@ class SkillsSettings(BaseModel):
     max_instructions_chars: int = 50_000
     max_scripts: int = 10
     script_timeout: float = 60.0
+    # "fastembed" (falls back to "tfidf" with a warning when the model cannot load) or "tfidf".
+    embedder: Literal["fastembed", "tfidf"] = "fastembed"
+    # fastembed may fetch a model from the network only when this is on; offline by default.
+    allow_model_download: bool = False
+    # Seconds a description vector stays in Redis (refreshed whenever written).
+    embedding_cache_ttl: int = 30 * 86_400
 
     def threshold_for(self, model: str) -> float:
         return self.thresholds.get(model, self.default_threshold)
