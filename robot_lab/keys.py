@@ -70,6 +70,10 @@ class Keys:
     def run_events(self, run_id: str) -> str:
         return f"{self.run(run_id)}:events"
 
+    def tool_calls(self, run_id: str) -> str:
+        """List: the tool-call names of one run, capped (cross-process doom-loop detection)."""
+        return f"{self.run(run_id)}:tool_calls"
+
     def runs_index(self) -> str:
         return f"{self.prefix}:runs"
 
