@@ -1,0 +1,354 @@
+"""The LLM gateway: every model call goes through litellm, imported on first use.
+
+Why a gateway: one place for the offline guard (``ROBOT_LAB_ALLOW_MODEL_REQUESTS=0``), the
+retry policy (robot_lab's max_retries / retry_interval / backoff factor / randomness), the
+scripted provider registration, streaming reassembly and usage/cost extraction. The rest of
+the runtime sees :class:`LLMResponse`, never litellm's types.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigurationError, InferenceError
+from ..logging import get_logger
+from . import scripted
+
+log = get_logger("robot_lab.llm")
+
+_setup_lock = threading.Lock()
+_litellm: Any = None
+
+# litellm exception class names worth another attempt (network, overload, rate limits).
+RETRYABLE_PROVIDER_ERRORS = frozenset(
+    {
+        "RateLimitError",
+        "APIConnectionError",
+        "Timeout",
+        "ServiceUnavailableError",
+        "InternalServerError",
+        "BadGatewayError",
+        "APIError",
+    }
+)
+
+
+@dataclass
+class Chunk:
+    """One streamed piece of the reply (robot_lab's ``RubyLLM::Chunk``; use ``.content``)."""
+
+    content: str
+    index: int = 0
+
+    def __str__(self) -> str:
+        return self.content
+
+
+@dataclass
+class ToolCallRequest:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    raw_arguments: str = ""
+
+
+@dataclass
+class LLMResponse:
+    content: str = ""
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    finish_reason: str | None = None
+    model: str = ""
+    reasoning: str | None = None
+
+    def assistant_message(self) -> dict[str, Any]:
+        """The OpenAI-style message to append to the conversation."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content or None}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.raw_arguments or json.dumps(c.arguments)},
+                }
+                for c in self.tool_calls
+            ]
+        return message
+
+
+def _scripted_handler_class(litellm: Any) -> type:
+    from litellm.llms.custom_llm import CustomLLM
+    from litellm.types.utils import ModelResponse
+
+    class ScriptedLLM(CustomLLM):  # type: ignore[misc, valid-type]
+        """litellm custom provider ``scripted``: answers come from :mod:`.scripted`."""
+
+        def _decide(self, model: str, messages: list, optional_params: dict) -> scripted.Decision:
+            return scripted.decide(model, messages, optional_params.get("tools") or [])
+
+        def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
+            optional_params = kwargs.get("optional_params") or {}
+            d = self._decide(model, messages, optional_params)
+            message: dict[str, Any] = {"role": "assistant", "content": d.text or None}
+            if d.tool_calls:
+                message["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                    for c in d.tool_calls
+                ]
+            return ModelResponse(
+                model=f"scripted/{model}",
+                choices=[{"index": 0, "message": message, "finish_reason": "tool_calls" if d.tool_calls else "stop"}],
+                usage={
+                    "prompt_tokens": d.prompt_tokens,
+                    "completion_tokens": d.completion_tokens,
+                    "total_tokens": d.prompt_tokens + d.completion_tokens,
+                },
+            )
+
+        def streaming(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+            optional_params = kwargs.get("optional_params") or {}
+            d = self._decide(model, messages, optional_params)
+            usage = {
+                "prompt_tokens": d.prompt_tokens,
+                "completion_tokens": d.completion_tokens,
+                "total_tokens": d.prompt_tokens + d.completion_tokens,
+            }
+            pieces = scripted.stream_pieces(d.text)
+            for piece in pieces:
+                yield {"text": piece, "tool_use": None, "is_finished": False, "finish_reason": "", "usage": None, "index": 0}
+            for index, call in enumerate(d.tool_calls):
+                yield {
+                    "text": "",
+                    "tool_use": {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                        "index": index,
+                    },
+                    "is_finished": False,
+                    "finish_reason": "",
+                    "usage": None,
+                    "index": 0,
+                }
+            yield {
+                "text": "",
+                "tool_use": None,
+                "is_finished": True,
+                "finish_reason": "tool_calls" if d.tool_calls else "stop",
+                "usage": usage,
+                "index": 0,
+            }
+
+        async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
+            return self.completion(model, messages, *args, **kwargs)
+
+        async def astreaming(self, model: str, messages: list, *args: Any, **kwargs: Any):  # type: ignore[no-untyped-def]
+            for chunk in self.streaming(model, messages, *args, **kwargs):
+                yield chunk
+
+    return ScriptedLLM
+
+
+def litellm_module() -> Any:
+    """Import litellm once, offline-safe, with the scripted provider registered."""
+    global _litellm
+    if _litellm is not None:
+        return _litellm
+    with _setup_lock:
+        if _litellm is None:
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            os.environ.setdefault("LITELLM_TELEMETRY", "False")
+            import litellm
+
+            litellm.telemetry = False
+            litellm.suppress_debug_info = True
+            handler = _scripted_handler_class(litellm)()
+            litellm.custom_provider_map = [
+                item for item in litellm.custom_provider_map if item.get("provider") != scripted.PROVIDER
+            ] + [{"provider": scripted.PROVIDER, "custom_handler": handler}]
+            _litellm = litellm
+    return _litellm
+
+
+def is_scripted(model: str) -> bool:
+    return model == scripted.PROVIDER or model.startswith(f"{scripted.PROVIDER}/")
+
+
+def _model_requests_allowed() -> bool:
+    value = os.environ.get("ROBOT_LAB_ALLOW_MODEL_REQUESTS")
+    if value is not None:
+        return value.strip().lower() not in {"0", "false", "no", "off"}
+    from ..settings import get_settings
+
+    return get_settings().allow_model_requests
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, scripted.ScriptedProviderError):
+        return True
+    return any(cls.__name__ in RETRYABLE_PROVIDER_ERRORS for cls in type(exc).__mro__)
+
+
+def short_error(exc: BaseException, limit: int = 300) -> str:
+    """First line of an exception's text, capped: litellm appends tracebacks and links."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parse_arguments(raw: Any, name: str) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return {"_raw": raw, "_error": f"arguments for {name} were not valid JSON"}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _usage(response: Any) -> tuple[int, int]:
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return 0, 0
+    return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
+
+
+def _to_response(litellm: Any, response: Any, model: str) -> LLMResponse:
+    choice = response.choices[0]
+    message = choice.message
+    calls = [
+        ToolCallRequest(
+            id=c.id or f"call_{i}",
+            name=c.function.name,
+            arguments=_parse_arguments(c.function.arguments, c.function.name),
+            raw_arguments=c.function.arguments if isinstance(c.function.arguments, str) else "",
+        )
+        for i, c in enumerate(getattr(message, "tool_calls", None) or [])
+    ]
+    input_tokens, output_tokens = _usage(response)
+    cost = 0.0
+    if not is_scripted(model):
+        try:
+            cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+        except Exception:  # unknown model pricing: cost stays 0, tokens still count
+            cost = 0.0
+    return LLMResponse(
+        content=message.content or "",
+        tool_calls=calls,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cost=cost,
+        finish_reason=choice.finish_reason,
+        model=model,
+        reasoning=getattr(message, "reasoning_content", None),
+    )
+
+
+class LLMGateway:
+    """Calls a model through litellm with robot-lab's guard, retries and streaming."""
+
+    def __init__(
+        self,
+        *,
+        max_retries: int | None = None,
+        retry_interval: float | None = None,
+        backoff_factor: float | None = None,
+        randomness: float | None = None,
+        timeout: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        from ..settings import get_settings
+
+        s = get_settings()
+        self.max_retries = s.max_retries if max_retries is None else max_retries
+        self.retry_interval = s.retry_interval if retry_interval is None else retry_interval
+        self.backoff_factor = s.retry_backoff_factor if backoff_factor is None else backoff_factor
+        self.randomness = s.retry_interval_randomness if randomness is None else randomness
+        self.timeout = s.request_timeout if timeout is None else timeout
+        self._sleep = sleep
+
+    def complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        on_chunk: Callable[[Chunk], None] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> LLMResponse:
+        """One model call; ``on_chunk`` turns on streaming. Raises InferenceError on failure."""
+        if not is_scripted(model) and not _model_requests_allowed():
+            raise ConfigurationError(
+                f"model requests are disabled (ROBOT_LAB_ALLOW_MODEL_REQUESTS=0): refusing to call {model!r}; "
+                "use a scripted/... model"
+            )
+        litellm = litellm_module()
+        kwargs: dict[str, Any] = {k: v for k, v in (params or {}).items() if v is not None}
+        if tools:
+            kwargs["tools"] = tools
+        attempt = 0
+        while True:
+            try:
+                if on_chunk is None:
+                    response = litellm.completion(model=model, messages=messages, timeout=self.timeout, **kwargs)
+                    return _to_response(litellm, response, model)
+                return self._stream(litellm, model, messages, on_chunk, kwargs)
+            except ConfigurationError:
+                raise
+            except Exception as exc:  # litellm maps provider failures to its own exception types
+                if attempt >= self.max_retries or not _is_retryable(exc):
+                    raise InferenceError(f"{model}: {short_error(exc)}") from exc
+                delay = self.retry_interval * (self.backoff_factor**attempt)
+                delay += delay * self.randomness * random.random()
+                attempt += 1
+                log.warning("llm.retry", model=model, attempt=attempt, delay=round(delay, 3), error=short_error(exc))
+                self._sleep(delay)
+
+    def _stream(
+        self,
+        litellm: Any,
+        model: str,
+        messages: list[dict[str, Any]],
+        on_chunk: Callable[[Chunk], None],
+        kwargs: dict[str, Any],
+    ) -> LLMResponse:
+        chunks = []
+        index = 0
+        stream = litellm.completion(
+            model=model,
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": True},
+            timeout=self.timeout,
+            **kwargs,
+        )
+        for part in stream:
+            chunks.append(part)
+            if not part.choices:
+                continue
+            text = getattr(part.choices[0].delta, "content", None)
+            if text:
+                on_chunk(Chunk(content=text, index=index))
+                index += 1
+        built = litellm.stream_chunk_builder(chunks, messages=messages)
+        return _to_response(litellm, built, model)
+
+
+_default_gateway: LLMGateway | None = None
+
+
+def default_gateway() -> LLMGateway:
+    global _default_gateway
+    if _default_gateway is None:
+        _default_gateway = LLMGateway()
+    return _default_gateway
