@@ -77,6 +77,14 @@ class Keys:
     def runs_index(self) -> str:
         return f"{self.prefix}:runs"
 
+    def runs_active(self) -> str:
+        """Set of run ids not finished yet (swept for tasks whose worker died)."""
+        return f"{self.prefix}:runs:active"
+
+    def run_lease(self, run_id: str, task: str) -> str:
+        """A running task's lease (worker name, PX TTL refreshed by the job's heartbeat)."""
+        return f"{self.run(run_id)}:lease:{task}"
+
     # --- budgets ------------------------------------------------------------------------
     def budget(self, scope: str) -> str:
         return f"{self.prefix}:budget:{self._tag(scope)}"
