@@ -32,7 +32,18 @@ class Keys:
         """Hash: handled message id -> recorded reply envelope (idempotent redelivery)."""
         return f"{self.inbox(robot)}:replied"
 
+    def outbox_entry(self, robot: str, message_id: str) -> str:
+        """Hash of one sent message (status sent/replied); ``:replies`` and ``:signal`` lists
+        sit next to it. Per-message keys so each can expire on its own (bus reply_ttl)."""
+        return f"{self.outbox(robot)}:{message_id}"
+
+    def replied_for(self, robot: str, message_id: str) -> str:
+        """String: the recorded reply envelope of a handled message id ('' = no reply), so a
+        redelivery re-sends it instead of calling the LLM again. Expires after reply_ttl."""
+        return f"{self.replied(robot)}:{message_id}"
+
     def conversation_lock(self, robot: str, conversation_id: str) -> str:
+        """List: un-acked entry ids of one conversation in stream order; the head may run."""
         return f"{self.inbox(robot)}:conv:{conversation_id}"
 
     def registry(self) -> str:

@@ -93,6 +93,9 @@ class BusSettings(BaseModel):
     batch_size: int = 16
     block_ms: int = 1_000
     reply_ttl: int = 86_400
+    # first retry of a failed (nacked) delivery after retry_delay s, doubling, capped at 30 s
+    retry_delay: float = 0.2
+    dlq_maxlen: int = 10_000
 
 
 class Settings(BaseSettings):
