@@ -53,6 +53,9 @@ _EXPORTS: dict[str, str] = {
     "Tool": "robot_lab.runtime.tools",
     "tool": "robot_lab.runtime.tools",
     "RunConfig": "robot_lab.runtime.run_config",
+    "Memory": "robot_lab.runtime.memory",
+    "MemoryValueError": "robot_lab.runtime.memory",
+    "ReservedKeyError": "robot_lab.runtime.memory",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

@@ -74,6 +74,10 @@ class Keys:
     def memory_channel(self, scope: str) -> str:
         return f"{self.memory(scope)}:notify"
 
+    def memory_cursors(self, scope: str) -> str:
+        """Hash: durable subscriber id -> last memory version it processed."""
+        return f"{self.memory(scope)}:cursors"
+
     # --- runs ---------------------------------------------------------------------------
     def run(self, run_id: str) -> str:
         return f"{self.prefix}:run:{self._tag(run_id)}"

@@ -207,6 +207,22 @@ class MemoryChange(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     network_name: str | None = None
     timestamp: float = 0.0
 
+    # robot_lab's MemoryChange predicates (created?, updated?, deleted?).
+    @property
+    def created(self) -> bool:
+        return self.op == "set" and self.previous is None and self.value is not None
+
+    @property
+    def updated(self) -> bool:
+        return self.op == "set" and self.previous is not None and self.value is not None
+
+    @property
+    def deleted(self) -> bool:
+        return self.op == "deleted" or (self.value is None and self.previous is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
 
 class RunConfigData(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     """The serializable part of a RunConfig (callbacks, bus and procs never cross processes)."""

@@ -1,0 +1,304 @@
+"""The per-Memory background listener: pub/sub for speed, the change stream for truth.
+
+One daemon thread per :class:`~robot_lab.runtime.memory.Memory` holds a pub/sub
+subscription to the scope's notify channel. Every notification carries the full
+:class:`MemoryChange`, so the common case costs no extra round trip. The listener keeps
+``head``, the last version it processed, and never trusts pub/sub for completeness:
+
+* a notification whose version is not ``head + 1`` (a message was lost, or the connection
+  dropped and came back) makes it read the missing versions from the change stream first;
+* redis-py re-subscribes after a reconnect, and the new ``subscribe`` confirmation triggers
+  the same catch-up;
+* when idle, it polls the version counter every ``poll_interval`` seconds and catches up if
+  the counter moved (covers a lost last message).
+
+Versions at or below ``head`` are dropped, so a change is never processed twice. Waiters
+(blocking reads) are woken and subscription callbacks run on this thread, in version order.
+Each subscription also keeps its own cursor, so a subscription that starts from an older
+version (``since_version`` or a durable ``subscriber_id``) is replayed from the stream.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import redis
+
+from ..logging import get_logger
+from ..schemas import MemoryChange
+
+if TYPE_CHECKING:
+    from .memory import Memory
+
+log = get_logger("robot_lab.memory")
+
+_decoder = msgspec.json.Decoder(MemoryChange)
+_REPLAY_BATCH = 500
+
+
+def decode_change(raw: bytes | str) -> MemoryChange:
+    return _decoder.decode(raw)
+
+
+def glob_to_regex(pattern: str) -> re.Pattern[str]:
+    """robot_lab's glob: ``*`` -> ``.*``, ``?`` -> ``.``, everything else literal, anchored."""
+    parts = [".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern]
+    return re.compile("^" + "".join(parts) + "$", re.S)
+
+
+def _entry_version(entry_id: bytes | str) -> int:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-", 1)[0])
+
+
+@dataclass(eq=False)
+class Waiter:
+    """A blocked ``get(..., wait=...)``: woken with the value of the first ``set`` per key."""
+
+    keys: frozenset[str]
+    event: threading.Event = field(default_factory=threading.Event)
+    values: dict[str, Any] = field(default_factory=dict)
+    closed: bool = False
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One ``subscribe``/``subscribe_pattern`` registration and its delivery cursor."""
+
+    id: str
+    callback: Callable[..., Any]
+    version: int
+    keys: frozenset[str] | None = None
+    pattern: re.Pattern[str] | None = None
+    subscriber_id: str | None = None
+    transactional: bool = False
+
+    def matches(self, key: str) -> bool:
+        if self.keys is not None:
+            return key in self.keys
+        return bool(self.pattern and self.pattern.match(key))
+
+
+class Listener(threading.Thread):
+    """Background pub/sub reader for one memory scope (see the module docstring)."""
+
+    def __init__(self, memory: Memory, poll_interval: float) -> None:
+        super().__init__(name=f"robot-lab-memory:{memory.scope}", daemon=True)
+        self.memory = memory
+        self.redis: redis.Redis = memory.redis
+        self.poll_interval = poll_interval
+        self.head = 0
+        self.lost = 0  # versions trimmed from the change stream before we could read them
+        # Held while changes are processed; subscribe() takes it to replay a backlog
+        # without interleaving with live delivery. Re-entrant: callbacks may subscribe.
+        self.dispatch_lock = threading.RLock()
+        self.waiters: dict[str, set[Waiter]] = {}
+        self.waiters_lock = threading.Lock()
+        self.subscriptions: dict[str, Subscription] = {}
+        self._stopping = threading.Event()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._pubsub: Any = None
+        self._last_poll = time.monotonic()
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start_and_wait(self, timeout: float = 10.0) -> None:
+        self.start()
+        if not self._ready.wait(timeout):
+            self.stop()
+            raise ConnectionError(
+                f"memory {self.memory.scope!r}: listener could not subscribe within {timeout} s"
+                + (f" ({self._error})" if self._error else "")
+            )
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
+        self._close_pubsub()
+        with self.waiters_lock:
+            waiters = [w for ws in self.waiters.values() for w in ws]
+            self.waiters.clear()
+        for waiter in waiters:
+            waiter.closed = True
+            waiter.event.set()
+
+    def _close_pubsub(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            try:
+                pubsub.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+
+    def _connect(self) -> None:
+        pubsub = self.redis.pubsub()
+        pubsub.subscribe(self.memory._channel)
+        deadline = time.monotonic() + 10
+        while True:
+            message = pubsub.get_message(timeout=0.5)
+            if message and message["type"] == "subscribe":
+                break
+            if time.monotonic() > deadline:
+                pubsub.close()
+                raise ConnectionError("no subscribe confirmation within 10 s")
+        self._pubsub = pubsub
+        with self.dispatch_lock:
+            if not self._ready.is_set():
+                # First connection: deliver only what is written from now on.
+                self.head = self.memory.version
+            else:
+                self.catch_up()
+
+    def run(self) -> None:
+        backoff = 0.05
+        while not self._stopping.is_set():
+            try:
+                if self._pubsub is None:
+                    self._connect()
+                    self._ready.set()
+                    backoff = 0.05
+                message = self._pubsub.get_message(timeout=min(0.25, self.poll_interval))
+                if message is None:
+                    if time.monotonic() - self._last_poll >= self.poll_interval:
+                        self._last_poll = time.monotonic()
+                        with self.dispatch_lock:
+                            self.catch_up()
+                    continue
+                kind = message["type"]
+                if kind == "message":
+                    self.on_change(decode_change(message["data"]))
+                elif kind == "subscribe":  # redis-py re-subscribed after a reconnect
+                    with self.dispatch_lock:
+                        self.catch_up()
+            except (redis.ConnectionError, redis.TimeoutError, OSError, ValueError) as exc:
+                if self._stopping.is_set():
+                    break
+                self._error = exc
+                log.warning("memory.listener_reconnect", scope=self.memory.scope, error=str(exc))
+                self._close_pubsub()
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+            except Exception as exc:  # noqa: BLE001 - the listener must outlive bad input
+                if self._stopping.is_set():
+                    break
+                log.exception("memory.listener_error", scope=self.memory.scope, error=str(exc))
+                self._stopping.wait(0.05)
+        self._close_pubsub()
+
+    # --- processing ----------------------------------------------------------------------
+    def on_change(self, change: MemoryChange) -> None:
+        with self.dispatch_lock:
+            if change.version <= self.head:
+                return
+            if change.version > self.head + 1:
+                self.catch_up()  # reads through the stream's end, including this one
+                if change.version <= self.head:
+                    return
+            self._process(change)
+            self.head = change.version
+
+    def catch_up(self) -> None:
+        """Process every change after ``head`` from the stream (caller holds dispatch_lock).
+
+        The version counter is read first and the stream only up to it: a write racing with
+        the catch-up is left for its own notification instead of being mistaken for a gap.
+        """
+        current = self.memory.version
+        if current <= self.head:
+            return
+        for change in list(self.read_changes(self.head, current)):
+            if change.version > self.head:
+                self._process(change)
+                self.head = change.version
+        if current > self.head:  # trimmed or expired away before we could read them
+            self._note_lost(current - self.head)
+            self.head = current
+
+    def read_changes(self, after: int, until: int | None = None) -> Iterable[MemoryChange]:
+        """Changes with ``after < version (<= until)`` from the stream, noting trimmed gaps."""
+        expected = after + 1
+        start = f"{after + 1}-0"
+        end = f"{until}-0" if until is not None else "+"
+        while True:
+            entries = self.redis.xrange(self.memory._changes_key, start, end, count=_REPLAY_BATCH)
+            if not entries:
+                return
+            for entry_id, fields in entries:
+                version = _entry_version(entry_id)
+                if version > expected:
+                    self._note_lost(version - expected)
+                raw = fields.get(b"c") if b"c" in fields else fields.get("c")
+                yield decode_change(raw)
+                expected = version + 1
+            if len(entries) < _REPLAY_BATCH:
+                return
+            start = f"{expected}-0"
+
+    def _note_lost(self, count: int) -> None:
+        self.lost += count
+        log.warning("memory.changes_lost", scope=self.memory.scope, count=count,
+                    hint="the change stream was trimmed; raise changes_maxlen")
+
+    def _process(self, change: MemoryChange) -> None:
+        if change.op == "set":
+            with self.waiters_lock:
+                waiters = list(self.waiters.get(change.key, ()))
+            for waiter in waiters:
+                waiter.values.setdefault(change.key, change.value)
+                waiter.event.set()
+        for sub in list(self.subscriptions.values()):
+            self.deliver(sub, change)
+
+    def deliver(self, sub: Subscription, change: MemoryChange) -> None:
+        """Run one subscription's callback for one change, at most once per version."""
+        if change.version <= sub.version:
+            return
+        sub.version = change.version
+        if not sub.matches(change.key):
+            return
+        cursor_key = self.memory._cursors_key
+        try:
+            if sub.transactional:
+                pipe = self.redis.pipeline(transaction=True)
+                sub.callback(change, pipe)
+                if sub.subscriber_id:
+                    pipe.hset(cursor_key, sub.subscriber_id, change.version)
+                pipe.execute()
+                return
+            sub.callback(change)
+        except Exception as exc:  # noqa: BLE001 - robot_lab logs and swallows callback errors
+            log.exception("memory.callback_failed", scope=self.memory.scope, key=change.key,
+                          version=change.version, subscription=sub.id, error=str(exc))
+        if sub.subscriber_id:
+            self.redis.hset(cursor_key, sub.subscriber_id, change.version)
+
+    # --- registration --------------------------------------------------------------------
+    def add_waiter(self, waiter: Waiter) -> None:
+        with self.waiters_lock:
+            for key in waiter.keys:
+                self.waiters.setdefault(key, set()).add(waiter)
+
+    def remove_waiter(self, waiter: Waiter) -> None:
+        with self.waiters_lock:
+            for key in waiter.keys:
+                bucket = self.waiters.get(key)
+                if bucket is not None:
+                    bucket.discard(waiter)
+                    if not bucket:
+                        del self.waiters[key]
+
+    def add_subscription(self, sub: Subscription) -> None:
+        """Register ``sub``, first replaying versions between its cursor and ``head``."""
+        with self.dispatch_lock:
+            if sub.version < self.head:
+                for change in list(self.read_changes(sub.version, self.head)):
+                    self.deliver(sub, change)
+                sub.version = max(sub.version, self.head)
+            self.subscriptions[sub.id] = sub
