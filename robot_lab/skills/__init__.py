@@ -1,0 +1,75 @@
+"""AgentSkills: ``SKILL.md`` bundles, their catalog, embedding matching, the model-invoked
+``Skill`` tool, and script tools confined by bubblewrap.
+
+Depends only on ``robot_lab.errors/settings/logging/keys/connection`` (never the runtime,
+which uses this package); the tools here are duck-typed (``name``, ``description``,
+``parameters``, ``call(arguments) -> str``). fastembed is imported only when an embedding
+model is first loaded. See docs/skills.md.
+"""
+
+from __future__ import annotations
+
+from .capabilities import DEFAULT_TIMEOUT, TRUST_LEVELS, Capabilities
+from .catalog import (
+    ENTRY_POINT_GROUP,
+    Problem,
+    Root,
+    SkillCatalog,
+    default_catalog,
+    default_roots,
+    reset_default_catalog,
+)
+from .embedding import (
+    Embedder,
+    EmbeddingCache,
+    FakeEmbedder,
+    FastEmbedEmbedder,
+    TfidfEmbedder,
+    load_embedder,
+)
+from .matching import (
+    SkillInjection,
+    SkillMatcher,
+    allowed_tool_names,
+    compose_system_prompt,
+    filter_tools,
+)
+from .sandbox import Outcome, bwrap_status
+from .script_tool import ScriptTool, derive_name, extract_description
+from .skill import AgentSkill, Issue, validate
+from .skill_tool import Activation, SkillTool, system_prompt_listing
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "ENTRY_POINT_GROUP",
+    "TRUST_LEVELS",
+    "Activation",
+    "AgentSkill",
+    "Capabilities",
+    "Embedder",
+    "EmbeddingCache",
+    "FakeEmbedder",
+    "FastEmbedEmbedder",
+    "Issue",
+    "Outcome",
+    "Problem",
+    "Root",
+    "ScriptTool",
+    "SkillCatalog",
+    "SkillInjection",
+    "SkillMatcher",
+    "SkillTool",
+    "TfidfEmbedder",
+    "allowed_tool_names",
+    "bwrap_status",
+    "compose_system_prompt",
+    "default_catalog",
+    "default_roots",
+    "derive_name",
+    "extract_description",
+    "filter_tools",
+    "load_embedder",
+    "reset_default_catalog",
+    "system_prompt_listing",
+    "validate",
+]

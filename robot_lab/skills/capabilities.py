@@ -1,0 +1,184 @@
+"""What a skill's scripts may read, write, reach and how long they may run.
+
+A skill *declares* what it wants in its ``SKILL.md`` front matter; ``settings.sandbox`` is
+the *ceiling*; the effective grant is :meth:`Capabilities.intersect`, exactly as robot_lab:
+a path survives only when it is a ceiling root or lives beneath one, network only when both
+allow it, the smaller timeout, and the declared trust.
+
+Every value is normalised on construction, so a malformed ``SKILL.md`` degrades to the
+safe default (no paths, no network, 60 s, ``external``) instead of raising.
+
+Beyond robot_lab: ``env`` and ``secrets`` declare the environment variables a script sees
+(its environment is otherwise scrubbed), and paths are compared after ``realpath`` as well
+as ``expanduser``/``abspath``, so a symlink under a ceiling root cannot lead outside it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+DEFAULT_TIMEOUT = 60.0
+TRUST_LEVELS = ("core", "external")
+# Names a skill can never set: they would let a script redirect the loader or the shell.
+_FORBIDDEN_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONSTARTUP", "BASH_ENV", "ENV"})
+
+
+def _paths(value: Any) -> tuple[str, ...]:
+    if value is None or value is False:
+        return ()
+    if isinstance(value, (str, os.PathLike)):
+        value = [value]
+    if not isinstance(value, Iterable):
+        return (str(value),)
+    return tuple(str(item) for item in value if item is not None and str(item).strip())
+
+
+def _timeout(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return DEFAULT_TIMEOUT
+    if not math.isfinite(number) or number <= 0:
+        return DEFAULT_TIMEOUT
+    return number
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in {"1", "true", "yes", "on", "y"}
+    return bool(value)
+
+
+def _env(value: Any) -> dict[str, str | None]:
+    """``env:`` as a list of names (passed through from the parent) or a name -> value map."""
+    result: dict[str, str | None] = {}
+    if isinstance(value, Mapping):
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = ((name, None) for name in value)
+    elif isinstance(value, str):
+        items = ((name, None) for name in value.split())
+    else:
+        return result
+    for name, val in items:
+        name = str(name).strip()
+        if not name or name in _FORBIDDEN_ENV or "=" in name:
+            continue
+        result[name] = None if val is None else str(val)
+    return result
+
+
+def expand_path(path: str, *, base: str | None = None) -> str:
+    """``~`` and relative paths resolved (relative to ``base`` or the cwd), symlinks followed."""
+    expanded = os.path.expanduser(path)
+    if not os.path.isabs(expanded):
+        expanded = os.path.join(base or os.getcwd(), expanded)
+    return os.path.realpath(expanded)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """A declared (or granted) set of permissions for a skill's scripts."""
+
+    fs_read: tuple[str, ...] = ()
+    fs_write: tuple[str, ...] = ()
+    network: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+    trust: str = "external"
+    env: Mapping[str, str | None] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fs_read", _paths(self.fs_read))
+        object.__setattr__(self, "fs_write", _paths(self.fs_write))
+        object.__setattr__(self, "network", _truthy(self.network))
+        object.__setattr__(self, "timeout", _timeout(self.timeout))
+        trust = str(self.trust).strip().lower() if self.trust is not None else "external"
+        object.__setattr__(self, "trust", trust if trust in TRUST_LEVELS else "external")
+        object.__setattr__(self, "env", _env(self.env))
+        secrets = tuple(n for n in _env(list(_paths(self.secrets))) if n not in self.env)
+        object.__setattr__(self, "secrets", secrets)
+
+    @classmethod
+    def from_front_matter(cls, front_matter: Mapping[str, Any] | None) -> Capabilities:
+        """Build from a parsed front matter (missing keys take the safe defaults)."""
+        fm = front_matter or {}
+        return cls(
+            fs_read=fm.get("fs_read"),
+            fs_write=fm.get("fs_write"),
+            network=fm.get("network", False),
+            timeout=fm.get("timeout", DEFAULT_TIMEOUT),
+            trust=fm.get("trust", "external"),
+            env=fm.get("env") or {},
+            secrets=fm.get("secrets") or (),
+        )
+
+    @classmethod
+    def ceiling(cls, sandbox: Any = None) -> Capabilities:
+        """The most any skill may get, from ``settings.sandbox`` (or a given SandboxSettings).
+
+        A ceiling never carries trust, env or secrets: those belong to the skill.
+        """
+        if sandbox is None:
+            from ..settings import get_settings
+
+            sandbox = get_settings().sandbox
+        return cls(
+            fs_read=sandbox.fs_read,
+            fs_write=sandbox.fs_write,
+            network=sandbox.network,
+            timeout=sandbox.timeout,
+        )
+
+    @property
+    def core(self) -> bool:
+        """``trust: core`` skills run unconfined; reserve it for bundles you wrote and audited."""
+        return self.trust == "core"
+
+    def intersect(self, ceiling: Capabilities) -> Capabilities:
+        """The effective grant: declared ∩ ceiling (paths come back expanded)."""
+        read_roots = [expand_path(p) for p in ceiling.fs_read]
+        write_roots = [expand_path(p) for p in ceiling.fs_write]
+
+        def keep(paths: tuple[str, ...], roots: list[str]) -> tuple[str, ...]:
+            kept: list[str] = []
+            for path in paths:
+                full = expand_path(path)
+                if any(_under(full, root) for root in roots) and full not in kept:
+                    kept.append(full)
+            return tuple(kept)
+
+        return replace(
+            self,
+            fs_read=keep(self.fs_read, read_roots),
+            fs_write=keep(self.fs_write, write_roots),
+            network=self.network and ceiling.network,
+            timeout=min(self.timeout, ceiling.timeout),
+        )
+
+    def with_timeout_cap(self, cap: float | None) -> Capabilities:
+        """The same grant with its timeout bounded by ``cap`` (``settings.skills.script_timeout``)."""
+        if cap is None or cap <= 0:
+            return self
+        return replace(self, timeout=min(self.timeout, float(cap)))
+
+    def denied(self, grant: Capabilities) -> dict[str, Any]:
+        """What was asked for but not granted (for warnings and ``skills show``)."""
+        expanded_read = {expand_path(p) for p in self.fs_read}
+        expanded_write = {expand_path(p) for p in self.fs_write}
+        result: dict[str, Any] = {}
+        if lost := sorted(expanded_read - set(grant.fs_read)):
+            result["fs_read"] = lost
+        if lost := sorted(expanded_write - set(grant.fs_write)):
+            result["fs_write"] = lost
+        if self.network and not grant.network:
+            result["network"] = True
+        return result

@@ -1,0 +1,241 @@
+"""Per-run skill matching (robot_lab's ``AgentSkillMatching``), without touching the Robot.
+
+The Robot asks :meth:`SkillMatcher.prepare` for the skills that match this run's message
+and gets back a :class:`SkillInjection`: the instructions to prepend to the system prompt
+and the script tools to add *for this run only*. Restoring afterwards (even on error) is
+the Robot's job; see docs/skills.md, "Integration with Robot".
+
+Matching is cosine similarity between the message's *query* embedding and each
+description's *passage* embedding (computed once, cached in-process and in Redis by content
+hash). An embedding failure on the message is logged and yields no skills: the run goes on.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..logging import get_logger
+from .capabilities import Capabilities
+from .embedding import Embedder, EmbeddingCache, load_embedder
+from .skill import AgentSkill
+
+log = get_logger("robot_lab.skills.matching")
+
+
+def _text(message: Any) -> str:
+    if message is None:
+        return ""
+    if isinstance(message, str):
+        return message
+    content = getattr(message, "content", None)
+    if isinstance(content, str):
+        return content
+    return str(message if content is None else content)
+
+
+def compose_system_prompt(base: str | None, skills: Iterable[AgentSkill]) -> str:
+    """Matched instructions first (``"\\n\\n"``-joined, in skill order), then the base prompt."""
+    parts = [s.instructions for s in skills if s.instructions]
+    if base:
+        parts.append(base)
+    return "\n\n".join(parts)
+
+
+def allowed_tool_names(skills: Iterable[AgentSkill]) -> set[str] | None:
+    """The union of ``allowed-tools`` of the skills that declare it; None when none restricts."""
+    allowed: set[str] | None = None
+    for skill in skills:
+        if skill.allowed_tools is not None:
+            allowed = (allowed or set()) | set(skill.allowed_tools)
+    return allowed
+
+
+def filter_tools(tools: Sequence[Any], allowed: set[str] | None, *, always: Iterable[Any] = ()) -> list[Any]:
+    """``tools`` restricted to ``allowed`` names (``fnmatch`` patterns), plus ``always``."""
+    keep = list(always)
+    keep_ids = {id(t) for t in keep}
+    for tool in tools:
+        if id(tool) in keep_ids:
+            continue
+        if allowed is None or any(fnmatch.fnmatchcase(tool.name, pattern) for pattern in allowed):
+            keep.append(tool)
+    return keep
+
+
+@dataclass
+class SkillInjection:
+    """What one run gets from its matched skills."""
+
+    skills: list[AgentSkill] = field(default_factory=list)
+    tools: list[Any] = field(default_factory=list)
+    scores: dict[str, float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.skills)
+
+    @property
+    def instructions(self) -> str:
+        return "\n\n".join(s.instructions for s in self.skills if s.instructions)
+
+    def system_prompt(self, base: str | None) -> str:
+        """The run's system prompt: matched instructions prepended to ``base``."""
+        return compose_system_prompt(base, self.skills)
+
+    @property
+    def allowed_tools(self) -> set[str] | None:
+        return allowed_tool_names(self.skills)
+
+    def filter_tools(self, tools: Sequence[Any]) -> list[Any]:
+        """The robot's tools as these skills allow, plus the skills' own script tools."""
+        return filter_tools([*tools, *self.tools], self.allowed_tools, always=self.tools)
+
+
+class SkillMatcher:
+    """Scores skills against a message; thread-safe, one per process is enough.
+
+    ``threshold`` defaults to ``settings.skills.thresholds[embedder.name]`` (0.70 for
+    bge-small, 0.40 for all-MiniLM-L6-v2, 0.15 for tfidf), then the embedder's own
+    ``default_threshold`` attribute, then ``settings.skills.default_threshold``.
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder | None = None,
+        threshold: float | None = None,
+        *,
+        cache: EmbeddingCache | None = None,
+        settings: Any = None,
+    ) -> None:
+        if settings is None:
+            from ..settings import get_settings
+
+            settings = get_settings()
+        self.settings = settings
+        self._embedder = embedder
+        self._threshold = threshold
+        self.cache = cache if cache is not None else self._default_cache(settings)
+        self._matrices: OrderedDict[tuple[str, tuple[str, ...]], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _default_cache(settings: Any) -> EmbeddingCache:
+        if not settings.redis_url:
+            return EmbeddingCache()
+        from ..connection import get_redis
+        from ..keys import Keys
+
+        return EmbeddingCache(get_redis(settings.redis_url), keys=Keys(prefix=settings.key_prefix),
+                              ttl=settings.skills.embedding_cache_ttl)
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = load_embedder(self.settings)
+        return self._embedder
+
+    @property
+    def threshold(self) -> float:
+        if self._threshold is not None:
+            return float(self._threshold)
+        skills = self.settings.skills
+        name = self.embedder.name
+        if name in skills.thresholds:
+            return float(skills.thresholds[name])
+        return float(getattr(self.embedder, "default_threshold", skills.default_threshold))
+
+    # --- vectors -------------------------------------------------------------------------------
+    def passage_matrix(self, skills: Sequence[AgentSkill]) -> np.ndarray:
+        """Description vectors of ``skills`` stacked (n, d); memoised per skill set."""
+        embedder = self.embedder
+        key = (embedder.name, tuple(s.description_digest for s in skills))
+        with self._lock:
+            matrix = self._matrices.get(key)
+            if matrix is not None:
+                self._matrices.move_to_end(key)
+                return matrix
+        descriptions = [s.description for s in skills]
+        if embedder.cacheable:
+            vectors = self.cache.get_many(embedder.name, descriptions)
+            missing = [i for i, v in enumerate(vectors) if v is None]
+            if missing:
+                fresh = embedder.embed_passages([descriptions[i] for i in missing])
+                for i, vec in zip(missing, fresh):
+                    vectors[i] = vec
+                self.cache.put_many(embedder.name, [descriptions[i] for i in missing], list(fresh))
+            matrix = np.stack(vectors).astype(np.float32) if vectors else np.zeros((0, 0), np.float32)
+        else:
+            matrix = embedder.embed_passages(descriptions)
+        with self._lock:
+            self._matrices[key] = matrix
+            while len(self._matrices) > 64:
+                self._matrices.popitem(last=False)
+        return matrix
+
+    def warm(self, skills: Sequence[AgentSkill]) -> None:
+        """Embed the descriptions now (worker start-up) instead of on the first message."""
+        if skills:
+            self.passage_matrix(list(skills))
+
+    # --- scoring -------------------------------------------------------------------------------
+    def scores(self, message: Any, skills: Sequence[AgentSkill]) -> list[tuple[AgentSkill, float]]:
+        """Cosine similarity of the message with every skill, in ``skills`` order. May raise."""
+        skills = list(skills)
+        if not skills:
+            return []
+        matrix = self.passage_matrix(skills)
+        query = self.embedder.embed_query(_text(message))
+        if matrix.size == 0 or query.size == 0 or matrix.shape[1] != query.shape[0]:
+            return [(s, 0.0) for s in skills]
+        sims = matrix @ query
+        return [(s, float(v)) for s, v in zip(skills, sims)]
+
+    def match(self, message: Any, skills: Sequence[AgentSkill]) -> list[AgentSkill]:
+        """Skills scoring at or above the threshold, in ``skills`` order. Never raises:
+        an embedding failure logs a warning and returns ``[]`` (the run goes on)."""
+        return self._match(message, skills)[0]
+
+    def _match(self, message: Any, skills: Sequence[AgentSkill]) -> tuple[list[AgentSkill], dict[str, float]]:
+        if not skills:
+            return [], {}
+        try:
+            scored = self.scores(message, skills)
+            threshold = self.threshold
+        except Exception as exc:
+            log.warning("skills.match_failed", error=f"{type(exc).__name__}: {exc}",
+                        note="no skills injected for this run")
+            return [], {}
+        matched = [s for s, score in scored if score >= threshold]
+        scores = {s.name: score for s, score in scored}
+        if matched:
+            log.info("skills.matched", skills=[s.name for s in matched],
+                     scores={s.name: round(scores[s.name], 3) for s in matched}, threshold=threshold)
+        return matched, scores
+
+    def prepare(
+        self,
+        message: Any,
+        skills: Sequence[AgentSkill],
+        *,
+        ceiling: Capabilities | None = None,
+        sandbox: Any = None,
+    ) -> SkillInjection:
+        """Match, then build the run's injection (instructions + script tools). Never raises."""
+        matched, scores = self._match(message, skills)
+        usable: list[AgentSkill] = []
+        tools: list[Any] = []
+        for skill in matched:
+            try:
+                skill.instructions  # noqa: B018 - read now, so a vanished file fails here, not mid-run
+                tools.extend(skill.script_tools(ceiling, sandbox=sandbox))
+            except Exception as exc:
+                log.warning("skills.injection_failed", skill=skill.name, error=f"{type(exc).__name__}: {exc}")
+                continue
+            usable.append(skill)
+        return SkillInjection(skills=usable, tools=tools, scores=scores)

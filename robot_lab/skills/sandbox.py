@@ -1,0 +1,375 @@
+"""Running one skill script: under ``bwrap`` on Linux, with a timeout and an output cap.
+
+robot_lab core runs scripts unconfined with no timeout; its optional ``robot_lab-sandbox``
+gem confines them with Seatbelt on macOS only. robot-lab is a server-side runtime, so the
+Linux confinement is built in, with bubblewrap:
+
+* read-only: the system dirs (``/usr``, ``/bin``, ``/lib*``, ``/etc`` with the password and
+  SSH secrets masked), the skill's own directory, the Python running robot-lab (for ``.py``
+  scripts without a shebang), and every granted ``fs_read`` path;
+* writable: the granted ``fs_write`` paths only;
+* a private ``/tmp`` (also the script's ``HOME``), fresh ``/proc`` and ``/dev``, no ``$HOME``;
+* new user/pid/ipc/uts/cgroup namespaces, and a new network namespace (loopback only)
+  unless network was granted by both the skill and the ceiling;
+* an environment holding only ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` and the variables
+  and secrets the skill declared.
+
+Whatever the mode, the script runs in its own process group that is killed (SIGKILL) at the
+timeout and again after it exits (stray children), and output past ``max_output_bytes`` is
+dropped. Failures are text for the model: ``Error (exit N):``, ``Error (timed out):``.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SandboxError
+from ..logging import declare_secret, get_logger
+from .capabilities import Capabilities
+
+log = get_logger("robot_lab.skills.sandbox")
+
+SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+# Masked inside the sandbox even though /etc is visible: as root these would be readable.
+MASKED_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers")
+MASKED_DIRS = ("/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private")
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+_probe_lock = threading.Lock()
+_probe: tuple[bool, str] | None = None
+_warned: set[str] = set()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What came of one script run."""
+
+    output: str
+    returncode: int | None  # None: killed at the timeout
+    timed_out: bool
+    truncated: bool
+    mode: str  # "bwrap" | "unconfined" | "refused"
+    elapsed: float
+
+    def text(self, timeout: float | None = None) -> str:
+        """robot_lab's ``format_result``: the output, or an ``Error (...)`` text for the model."""
+        if self.mode == "refused":
+            return self.output
+        if self.timed_out:
+            limit = f"{timeout:g}s" if timeout is not None else "the timeout"
+            body = f"{self.output}\n" if self.output else ""
+            return f"Error (timed out):\n{body}[killed: exceeded {limit}]"
+        if self.returncode == 0:
+            return self.output
+        if self.returncode is not None and self.returncode < 0:
+            return f"Error (killed by signal {-self.returncode}):\n{self.output}"
+        return f"Error (exit {self.returncode}):\n{self.output}"
+
+
+# --- availability ---------------------------------------------------------------------
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def bwrap_status(refresh: bool = False) -> tuple[bool, str]:
+    """Whether ``bwrap`` exists *and* can create the namespaces we use here, and why not.
+
+    Probed once per process (a container may ship bwrap but forbid user namespaces).
+    """
+    global _probe
+    with _probe_lock:
+        if _probe is not None and not refresh:
+            return _probe
+        exe = bwrap_path()
+        if exe is None:
+            _probe = (False, "bwrap is not installed (apt-get install bubblewrap)")
+            return _probe
+        cmd = [exe, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
+               "--dev", "/dev", "--tmpfs", "/tmp", "true"]
+        try:
+            done = subprocess.run(cmd, capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _probe = (False, f"bwrap could not be started: {exc}")
+            return _probe
+        if done.returncode != 0:
+            err = done.stderr.decode("utf-8", "replace").strip() or f"exit {done.returncode}"
+            _probe = (False, f"bwrap cannot create namespaces on this machine: {err}")
+        else:
+            _probe = (True, f"bwrap at {exe}")
+        return _probe
+
+
+# --- environment ------------------------------------------------------------------------
+
+
+def script_env(grant: Capabilities, *, home: str = "/tmp", parent: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The scrubbed environment: a fixed base plus what the skill declared.
+
+    ``env: [NAME]`` passes the parent's value through, ``env: {NAME: value}`` sets it;
+    ``secrets: [NAME]`` passes the parent's value and masks it in every later log line.
+    """
+    parent = os.environ if parent is None else parent
+    env = {"PATH": SAFE_PATH, "HOME": home, "TMPDIR": "/tmp", "LANG": parent.get("LANG", "C.UTF-8") or "C.UTF-8"}
+    for name, value in grant.env.items():
+        if value is not None:
+            env[name] = value
+        elif name in parent:
+            env[name] = parent[name]
+    for name in grant.secrets:
+        if name in parent:
+            env[name] = parent[name]
+            declare_secret(parent[name])
+    return env
+
+
+# --- the bwrap command line -------------------------------------------------------------
+
+
+def _python_roots() -> list[str]:
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    real = os.path.realpath(sys.executable)
+    roots.add(os.path.dirname(os.path.dirname(real)))
+    return sorted(r for r in {os.path.realpath(r) for r in roots} if r and r != "/" and os.path.isdir(r))
+
+
+def _is_system(path: str) -> bool:
+    return any(path == d or path.startswith(d + "/") for d in SYSTEM_RO)
+
+
+def bwrap_argv(
+    command: Sequence[str],
+    grant: Capabilities,
+    *,
+    skill_dir: str,
+    cwd: str,
+    extra_ro: Sequence[str] = (),
+    exe: str | None = None,
+) -> list[str]:
+    """The ``bwrap`` command line that confines ``command`` to ``grant``.
+
+    Mount order matters (later mounts shadow earlier ones): system dirs, /proc, /dev, the
+    private /tmp, then read-only paths, then writable ones, each sorted shallow-first so a
+    writable directory inside a read-only one stays writable.
+    """
+    argv: list[str] = [exe or bwrap_path() or "bwrap", "--die-with-parent", "--unshare-all"]
+    if grant.network:
+        argv.append("--share-net")
+    for path in SYSTEM_RO:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for path in MASKED_FILES:
+        if os.path.isfile(path):
+            argv += ["--ro-bind", "/dev/null", path]
+    for path in MASKED_DIRS:
+        if os.path.isdir(path) and not os.path.islink(path):
+            argv += ["--tmpfs", path]
+    if grant.network:
+        for path in ("/run/systemd/resolve", "/run/resolvconf"):
+            if os.path.isdir(path):
+                argv += ["--ro-bind", path, path]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+
+    read_only = [skill_dir, *extra_ro, *grant.fs_read]
+    binds: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for path in read_only:
+        real = os.path.realpath(path)
+        if real in seen or _is_system(real):
+            continue
+        if not os.path.exists(real):
+            log.warning("sandbox.path_missing", path=real, access="read")
+            continue
+        seen.add(real)
+        binds.append(("--ro-bind", real))
+    for path in grant.fs_write:
+        real = os.path.realpath(path)
+        if not os.path.exists(real):
+            log.warning("sandbox.path_missing", path=real, access="write")
+            continue
+        binds.append(("--bind", real))
+    binds.sort(key=lambda item: (item[1].count("/"), item[0] == "--bind"))
+    for flag, path in binds:
+        argv += [flag, path, path]
+    argv += ["--chdir", cwd, "--"]
+    argv += list(command)
+    return argv
+
+
+def choose_cwd(grant: Capabilities, skill_dir: str) -> str:
+    """The caller's cwd when the grant covers it (scripts see the project), else the skill dir."""
+    here = os.path.realpath(os.getcwd())
+    for root in (*grant.fs_write, *grant.fs_read):
+        if here == root or here.startswith(root.rstrip("/") + "/"):
+            return here
+    return skill_dir
+
+
+# --- running --------------------------------------------------------------------------------
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def execute(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str,
+    timeout: float,
+    max_output: int,
+    mode: str,
+) -> Outcome:
+    """Run ``argv`` in a new process group; combined stdout+stderr, capped, bounded in time.
+
+    Single-threaded: a selector reads the pipe until EOF, the deadline, or the process exit
+    (a background child that keeps the pipe open does not hold the call until the timeout).
+    """
+    started = time.monotonic()
+    deadline = started + timeout
+    try:
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=dict(env), cwd=cwd, start_new_session=True,
+        )
+    except OSError as exc:
+        return Outcome(f"cannot start {argv[0]}: {exc.strerror or exc}", 127, False, False, mode,
+                       time.monotonic() - started)
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    chunks: list[bytes] = []
+    kept = 0
+    total = 0
+    timed_out = False
+    selector = selectors.DefaultSelector()
+    selector.register(fd, selectors.EVENT_READ)
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                _kill_group(proc.pid)
+                break
+            events = selector.select(min(remaining, 0.1))
+            if not events:
+                if proc.poll() is not None:
+                    break  # exited; whatever still holds the pipe is a stray child
+                continue
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not data:
+                break
+            total += len(data)
+            if kept < max_output:
+                piece = data[: max_output - kept]
+                chunks.append(piece)
+                kept += len(piece)
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()) if not timed_out else 5)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid)
+            proc.wait(timeout=5)
+    finally:
+        _kill_group(proc.pid)  # stray children of a finished script, and every timed-out one
+        selector.close()
+        proc.stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+    output = b"".join(chunks).decode("utf-8", errors="replace").rstrip("\n")
+    truncated = total > kept
+    if truncated:
+        output += f"\n[output truncated: {total} bytes, first {kept} shown]"
+    return Outcome(output, None if timed_out else proc.returncode, timed_out, truncated, mode,
+                   time.monotonic() - started)
+
+
+def run_script(
+    command: Sequence[str],
+    *,
+    grant: Capabilities,
+    skill_dir: str,
+    sandbox: Any = None,
+    uses_current_python: bool = False,
+    label: str = "",
+) -> Outcome:
+    """Run a script command under the grant, choosing the mode from trust and settings.
+
+    * ``trust: core``: unconfined, the parent's environment, timeout and cap still apply;
+    * sandbox enabled and bwrap usable: confined by :func:`bwrap_argv`;
+    * otherwise ``sandbox.when_unavailable``: ``refuse`` (an error text, nothing runs) or
+      ``unconfined`` (a warning, scrubbed environment, timeout and cap).
+    """
+    if sandbox is None:
+        from ..settings import get_settings
+
+        sandbox = get_settings().sandbox
+    max_output = int(getattr(sandbox, "max_output_bytes", 64 * 1024))
+    skill_dir = os.path.realpath(skill_dir)
+    if grant.core:
+        return execute(command, env=dict(os.environ), cwd=os.getcwd(), timeout=grant.timeout,
+                       max_output=max_output, mode="unconfined")
+    if sandbox.enabled:
+        usable, reason = bwrap_status()
+    else:
+        usable, reason = False, "sandboxing is disabled (settings.sandbox.enabled = false)"
+    if usable:
+        cwd = choose_cwd(grant, skill_dir)
+        extra = _python_roots() if uses_current_python else []
+        argv = bwrap_argv(command, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=extra)
+        return execute(argv, env=script_env(grant), cwd=skill_dir, timeout=grant.timeout,
+                       max_output=max_output, mode="bwrap")
+    if sandbox.when_unavailable != "unconfined":
+        log.warning("sandbox.refused", script=label, reason=reason)
+        return Outcome(
+            f"Error (sandbox unavailable): {reason}; the script was not run. "
+            "Set sandbox.when_unavailable to 'unconfined' to run skill scripts without confinement.",
+            None, False, False, "refused", 0.0,
+        )
+    if reason not in _warned:
+        _warned.add(reason)
+        log.warning("sandbox.unconfined", reason=reason, script=label,
+                    note="skill scripts run WITHOUT confinement (sandbox.when_unavailable = unconfined)")
+    home = os.path.realpath(os.environ.get("TMPDIR", "/tmp"))
+    return execute(command, env=script_env(grant, home=home) | {"TMPDIR": home}, cwd=choose_cwd(grant, skill_dir),
+                   timeout=grant.timeout, max_output=max_output, mode="unconfined")
+
+
+def require_bwrap() -> str:
+    """The bwrap path, or SandboxError saying why it cannot be used (for callers who insist)."""
+    usable, reason = bwrap_status()
+    if not usable:
+        raise SandboxError(reason)
+    return bwrap_path() or "bwrap"
+
+
+__all__ = [
+    "Outcome",
+    "bwrap_argv",
+    "bwrap_status",
+    "execute",
+    "require_bwrap",
+    "run_script",
+    "script_env",
+]

@@ -1,0 +1,284 @@
+"""AgentSkill: one ``SKILL.md`` bundle (front matter + Markdown body, optional ``scripts/``,
+``references/``, ``assets/``), loaded leniently.
+
+Construction reads only the front matter. ``name`` and ``description`` are required
+(ConfigurationError naming the file otherwise); everything else is kept as is, unknown keys
+included (``front_matter``). The agentskills.io rules (name 1-64 lowercase letters, digits
+and hyphens equal to the directory name; description <= 1024; compatibility <= 500; the
+allowed keys) become ``warnings`` here and errors only in ``robot-lab skills validate
+--strict`` (:func:`validate`).
+
+``instructions`` and ``scripts`` are read on first use. Files that resolve outside the
+skill directory (symlinks) are refused: ``SKILL.md`` with an error, a script with a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..logging import get_logger
+from .capabilities import Capabilities
+from .frontmatter import SkillHead, read_body, read_head
+from .script_tool import ScriptTool, resolve_command
+
+log = get_logger("robot_lab.skills")
+
+SKILL_FILE = "SKILL.md"
+NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+MAX_NAME = 64
+MAX_DESCRIPTION = 1024
+MAX_COMPATIBILITY = 500
+# agentskills.io keys, then robot-lab's capability keys (documented in docs/skills.md).
+SPEC_KEYS = frozenset({"name", "description", "license", "compatibility", "metadata", "allowed-tools"})
+ROBOT_LAB_KEYS = frozenset({"fs_read", "fs_write", "network", "timeout", "trust", "env", "secrets"})
+KNOWN_KEYS = SPEC_KEYS | ROBOT_LAB_KEYS
+_IGNORED_SCRIPT_NAMES = frozenset({"__init__.py"})
+_IGNORED_SCRIPT_SUFFIXES = frozenset({".pyc", ".pyo", ".md", ".txt", ".json", ".yaml", ".yml", ".lock"})
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """A rule a bundle breaks: ``level`` is "error" (never loads) or "warning" (strict only)."""
+
+    level: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.level}: {self.message}"
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def _allowed_tools(value: Any) -> tuple[str, ...] | None:
+    """``allowed-tools`` as a list or a space/comma separated string; ``Bash(git:*)`` -> ``Bash``."""
+    if value is None:
+        return None
+    items = value.replace(",", " ").split() if isinstance(value, str) else [str(v) for v in value]
+    return tuple(dict.fromkeys(item.split("(", 1)[0].strip() for item in items if item.strip()))
+
+
+def _settings(settings: Any) -> Any:
+    if settings is None:
+        from ..settings import get_settings
+
+        return get_settings().skills
+    return getattr(settings, "skills", settings)
+
+
+class AgentSkill:
+    """One skill bundle. ``AgentSkill(path)`` takes the skill directory or its ``SKILL.md``."""
+
+    def __init__(self, path: str | os.PathLike[str], *, root: str | None = None, settings: Any = None) -> None:
+        given = Path(path).expanduser()
+        skill_md = given / SKILL_FILE if given.is_dir() else given
+        if not skill_md.exists() and not skill_md.is_symlink():
+            raise ConfigurationError(f"{skill_md}: no {SKILL_FILE} here")
+        self.path = Path(os.path.realpath(skill_md.parent))  # the skill directory
+        self.skill_md = self.path / skill_md.name
+        self.root = root
+        self._skills_settings = _settings(settings)
+        real_md = Path(os.path.realpath(self.skill_md))
+        if not _inside(real_md, self.path):
+            raise ConfigurationError(
+                f"{self.skill_md}: is a symlink to {real_md}, outside the skill directory {self.path}; refused"
+            )
+        if not real_md.is_file():
+            raise ConfigurationError(f"{self.skill_md}: not a regular file")
+        head: SkillHead = read_head(real_md)
+        self._head = head
+        fm = head.front_matter
+        self.front_matter: dict[str, Any] = fm
+        self.name = self._required_text(fm, "name")
+        self.description = self._required_text(fm, "description")
+        self.license = fm.get("license")
+        self.compatibility = fm.get("compatibility")
+        self.metadata: Mapping[str, Any] = fm.get("metadata") if isinstance(fm.get("metadata"), Mapping) else {}
+        self.allowed_tools: tuple[str, ...] | None = _allowed_tools(fm.get("allowed-tools"))
+        self.capabilities = Capabilities.from_front_matter(fm)
+        self.extra = {k: v for k, v in fm.items() if k not in KNOWN_KEYS}
+        self.description_digest = hashlib.sha256(self.description.encode("utf-8")).hexdigest()
+        self.warnings: list[str] = [issue.message for issue in self.spec_issues()]
+        self._lock = threading.Lock()
+        self._instructions: str | None = None
+        self._scripts: list[Path] | None = None
+        for message in self.warnings:
+            log.warning("skill.warning", skill=self.name, path=str(self.skill_md), warning=message)
+
+    def _required_text(self, fm: Mapping[str, Any], key: str) -> str:
+        value = fm.get(key)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise ConfigurationError(f"{self.skill_md}: front matter is missing '{key}' (required)")
+        if not isinstance(value, (str, int, float)):
+            raise ConfigurationError(
+                f"{self.skill_md}: front matter '{key}' must be text, got {type(value).__name__}"
+            )
+        return str(value).strip()
+
+    # --- the agentskills.io rules ------------------------------------------------------------
+    def spec_issues(self) -> list[Issue]:
+        """Everything that breaks the agentskills.io specification (warnings when loading)."""
+        issues: list[Issue] = []
+        name = self.name
+        if len(name) > MAX_NAME:
+            issues.append(Issue("warning", f"name is {len(name)} characters; the limit is {MAX_NAME}"))
+        if not NAME_RE.match(name):
+            issues.append(Issue("warning", f"name {name!r} should be lowercase letters, digits and single "
+                                           "hyphens, not starting or ending with a hyphen"))
+        if name != self.path.name:
+            issues.append(Issue("warning", f"name {name!r} does not match the directory name {self.path.name!r}"))
+        if len(self.description) > MAX_DESCRIPTION:
+            issues.append(Issue("warning", f"description is {len(self.description)} characters; "
+                                           f"the limit is {MAX_DESCRIPTION}"))
+        if self.compatibility is not None and len(str(self.compatibility)) > MAX_COMPATIBILITY:
+            issues.append(Issue("warning", f"compatibility is {len(str(self.compatibility))} characters; "
+                                           f"the limit is {MAX_COMPATIBILITY}"))
+        if "metadata" in self.front_matter and not isinstance(self.front_matter["metadata"], Mapping):
+            issues.append(Issue("warning", "metadata should be a mapping of string keys to string values"))
+        for key in self.front_matter:
+            if key not in KNOWN_KEYS:
+                issues.append(Issue("warning", f"unknown front-matter key {key!r} (kept; allowed: "
+                                               f"{', '.join(sorted(KNOWN_KEYS))})"))
+        trust = self.front_matter.get("trust")
+        if trust is not None and str(trust).strip().lower() not in ("core", "external"):
+            issues.append(Issue("warning", f"trust {trust!r} is not 'core' or 'external'; treated as external"))
+        return issues
+
+    # --- lazy parts ----------------------------------------------------------------------
+    @property
+    def instructions(self) -> str:
+        """The body below the front matter, stripped; cut at ``skills.max_instructions_chars``."""
+        if self._instructions is None:
+            with self._lock:
+                if self._instructions is None:
+                    limit = int(self._skills_settings.max_instructions_chars)
+                    text, truncated = read_body(self.skill_md, self._head.body_offset, limit)
+                    if truncated:
+                        message = f"instructions truncated to {limit} characters (skills.max_instructions_chars)"
+                        self.warnings.append(message)
+                        log.warning("skill.instructions_truncated", skill=self.name, path=str(self.skill_md),
+                                    limit=limit)
+                    self._instructions = text
+        return self._instructions
+
+    @property
+    def scripts(self) -> list[Path]:
+        """Files directly inside ``scripts/``, sorted; entries resolving outside are dropped."""
+        if self._scripts is None:
+            with self._lock:
+                if self._scripts is None:
+                    self._scripts = self._scan_scripts()
+        return self._scripts
+
+    def _scan_scripts(self) -> list[Path]:
+        folder = self.path / "scripts"
+        if not folder.is_dir():
+            return []
+        if not _inside(Path(os.path.realpath(folder)), self.path):
+            self._warn("scripts/ is a symlink outside the skill directory; no scripts loaded")
+            return []
+        found: list[Path] = []
+        for entry in sorted(folder.iterdir()):
+            if entry.name.startswith(".") or entry.name in _IGNORED_SCRIPT_NAMES:
+                continue
+            if entry.suffix.lower() in _IGNORED_SCRIPT_SUFFIXES:
+                continue
+            real = Path(os.path.realpath(entry))
+            if not _inside(real, self.path):
+                self._warn(f"scripts/{entry.name} resolves to {real}, outside the skill directory; skipped")
+                continue
+            if real.is_file():
+                found.append(entry)
+        return found
+
+    def _warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+        log.warning("skill.warning", skill=self.name, path=str(self.path), warning=message)
+
+    def script_tools(self, ceiling: Capabilities | None = None, *, sandbox: Any = None) -> list[ScriptTool]:
+        """One tool per runnable script (at most ``skills.max_scripts``), under ``ceiling``.
+
+        ``ceiling`` defaults to ``Capabilities.ceiling(sandbox)`` (``settings.sandbox``).
+        Scripts with no known interpreter are skipped with a warning; so are duplicate names.
+        """
+        limit = int(self._skills_settings.max_scripts)
+        scripts = self.scripts
+        if len(scripts) > limit:
+            self._warn(f"{len(scripts)} scripts; only the first {limit} become tools (skills.max_scripts)")
+            scripts = scripts[:limit]
+        if ceiling is None:
+            ceiling = Capabilities.ceiling(sandbox)
+        tools: list[ScriptTool] = []
+        names: set[str] = set()
+        for script in scripts:
+            tool = ScriptTool.from_path(
+                script,
+                capabilities=self.capabilities,
+                skill_dir=self.path,
+                ceiling=ceiling,
+                sandbox=sandbox,
+                timeout_cap=float(self._skills_settings.script_timeout),
+                skill_name=self.name,
+            )
+            if tool is None:
+                self._warn(f"scripts/{script.name}: skipped: {resolve_command(script)[2]}")
+                continue
+            if tool.name in names:
+                self._warn(f"scripts/{script.name}: tool name {tool.name!r} already taken in this skill; skipped")
+                continue
+            names.add(tool.name)
+            tools.append(tool)
+        return tools
+
+    @property
+    def references(self) -> list[Path]:
+        return self._listing("references")
+
+    @property
+    def assets(self) -> list[Path]:
+        return self._listing("assets")
+
+    def _listing(self, sub: str) -> list[Path]:
+        folder = self.path / sub
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.rglob("*") if p.is_file() and _inside(Path(os.path.realpath(p)), self.path))
+
+    def __repr__(self) -> str:
+        return f"<AgentSkill {self.name} {self.path}>"
+
+
+def validate(path: str | os.PathLike[str], *, strict: bool = False, settings: Any = None) -> tuple[AgentSkill | None, list[Issue]]:
+    """Load one bundle and list its issues; with ``strict`` spec warnings become errors.
+
+    Also reads the body and scripts, so size limits and unsafe symlinks are reported.
+    """
+    try:
+        skill = AgentSkill(path, settings=settings)
+    except ConfigurationError as exc:
+        return None, [Issue("error", str(exc))]
+    level = "error" if strict else "warning"
+    issues = [Issue(level, issue.message) for issue in skill.spec_issues()]
+    skill.instructions  # noqa: B018 - loads, and records truncation
+    if not skill.instructions:
+        issues.append(Issue("warning", "the body (instructions) is empty"))
+    skill.script_tools(ceiling=skill.capabilities)  # records scripts that cannot run
+    known = {issue.message for issue in issues}
+    for message in skill.warnings:
+        if message not in known:
+            issues.append(Issue(level, message))
+    return skill, issues
