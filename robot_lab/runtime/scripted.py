@@ -350,7 +350,10 @@ def _builtin(behaviour: str, messages: list[dict[str, Any]], tools: list[dict[st
     return None
 
 
-def _run_step(step: Step, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Decision:
+def _run_step(
+    step: Step, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, turn_based: bool = False
+) -> Decision:
+    """In rules mode a step's tool calls happen once per run; in turns mode every time."""
     if step.sleep_ms:
         time.sleep(float(step.sleep_ms) / 1000)
     if step.error:
@@ -361,15 +364,16 @@ def _run_step(step: Step, messages: list[dict[str, Any]], tools: list[dict[str, 
             raise ConfigurationError(f"scripted model: unknown behaviour {step.behaviour!r}")
         return decision
     turn = _current_turn(messages)
+    fresh = turn_based or not _called_names(turn)
     if step.route:
         routes = [step.route] if isinstance(step.route, str) else list(step.route)
         return _route(messages, tools, routes)
-    if step.call_tools and not _called_names(turn):
+    if step.call_tools and fresh:
         only = None if step.call_tools == "all" else list(step.call_tools)
         decision = _echo(messages, tools, only=only)
         if decision.tool_calls:
             return decision
-    if step.tool_calls and not _called_names(turn):
+    if step.tool_calls and fresh:
         return Decision(
             tool_calls=[ToolCallPlan(c["name"], dict(c.get("arguments") or {})) for c in step.tool_calls]
         )
@@ -401,10 +405,12 @@ def decide(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any
             )
         message = last_user_message(messages)
         step = next((r.step for r in script.rules if r.matches(message)), None)
+        turn_based = False
         if step is None and script.turns:
             calls_so_far = sum(1 for m in _current_turn(messages) if m.get("role") == "assistant")
             step = script.turns[min(calls_so_far, len(script.turns) - 1)]
-        decision = _run_step(step or script.default, messages, tools)
+            turn_based = calls_so_far < len(script.turns)
+        decision = _run_step(step or script.default, messages, tools, turn_based=turn_based)
     for index, call in enumerate(decision.tool_calls):
         if not call.id:
             call.id = f"call_{len(messages)}_{index}"

@@ -1,0 +1,6 @@
+"""``python -m robot_lab`` is the ``robot-lab`` command."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""``robot-lab chat``: one robot run in this process, streamed to the terminal."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.command()
+@click.argument("message")
+@click.option("--model", "-m", default=None, help="litellm model string; default ROBOT_LAB_MODEL, a provider key's model, else scripted/echo.")
+@click.option("--system", "-s", "system_prompt", default=None, help="System prompt.")
+@click.option("--template", "-t", default=None, help="Template name (a .md file on ROBOT_LAB_TEMPLATE_PATH).")
+@click.option("--tool", "tools", multiple=True, metavar="MODULE:FUNC", help="Tool by import path; repeatable. Tools are sent to the model.")
+@click.option("--name", default="robot", show_default=True, help="Robot name.")
+@click.option("--max-tool-rounds", type=int, default=None, help="Circuit breaker: fail after this many tool calls.")
+@click.option("--json", "as_json", is_flag=True, help="Print the RobotResult as JSON instead of streaming text.")
+def chat(
+    message: str,
+    model: str | None,
+    system_prompt: str | None,
+    template: str | None,
+    tools: tuple[str, ...],
+    name: str,
+    max_tool_rounds: int | None,
+    as_json: bool,
+) -> None:
+    """Run one robot on MESSAGE and stream its reply.
+
+    \b
+    Examples:
+      robot-lab chat "hello"                         # offline scripted model
+      robot-lab chat -m openai/gpt-4o-mini "hello"   # needs OPENAI_API_KEY
+      robot-lab chat --tool mypkg.tools:lookup "find order 42"
+    """
+    from ..errors import RobotLabError
+    from ..runtime.robot import build
+
+    try:
+        robot = build(
+            name=name,
+            model=model,
+            system_prompt=system_prompt,
+            template=template,
+            local_tools=list(tools),
+            max_tool_rounds=max_tool_rounds,
+        )
+        streamed: list[str] = []
+
+        def on_content(chunk) -> None:  # type: ignore[no-untyped-def]
+            streamed.append(chunk.content)
+            if not as_json:
+                sys.stdout.write(chunk.content)
+                sys.stdout.flush()
+
+        result = robot.run(message, tools="inherit" if tools else "none", on_content=on_content)
+    except RobotLabError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    if as_json:
+        click.echo(json.dumps(result.export(), indent=2, default=str))
+        return
+    if not streamed and result.reply:
+        sys.stdout.write(result.reply)
+    sys.stdout.write("\n")
+    click.echo(
+        f"[{robot.model}] tokens in={result.input_tokens} out={result.output_tokens}"
+        + (f" tool calls={len(result.tool_calls)}" if result.tool_calls else ""),
+        err=True,
+    )

@@ -1,0 +1,55 @@
+"""Settings layering: defaults < user file < project file < env < constructor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from robot_lab.settings import SCRIPTED_DEFAULT_MODEL, Settings
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_layers_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    assert Settings().request_timeout == 120.0  # default
+    write(home / ".config/robot_lab/robot_lab.yml", "request_timeout: 10\nmax_retries: 7\nsandbox:\n  timeout: 5\n")
+    assert Settings().request_timeout == 10.0 and Settings().sandbox.timeout == 5.0
+    write(project / "config/robot_lab.yml", "request_timeout: 20\n")
+    s = Settings()
+    assert s.request_timeout == 20.0 and s.max_retries == 7  # project wins, user file still fills
+    monkeypatch.setenv("ROBOT_LAB_REQUEST_TIMEOUT", "30")
+    monkeypatch.setenv("ROBOT_LAB_SANDBOX__TIMEOUT", "9")
+    s = Settings()
+    assert s.request_timeout == 30.0 and s.sandbox.timeout == 9.0
+    assert Settings(request_timeout=40).request_timeout == 40.0
+
+
+def test_default_model_scripted_without_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().default_model() == SCRIPTED_DEFAULT_MODEL
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
+    assert Settings().default_model().startswith("openai/")
+    monkeypatch.setenv("ROBOT_LAB_MODEL", "anthropic/claude-x")
+    assert Settings().default_model() == "anthropic/claude-x"
+
+
+def test_redis_url_from_plain_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().embedded
+    monkeypatch.setenv("REDIS_URL", "redis://example:6379/1")
+    assert Settings().redis_url == "redis://example:6379/1" and not Settings().embedded
+
+
+def test_bad_setting_value_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    monkeypatch.setenv("ROBOT_LAB_REQUEST_TIMEOUT", "soon")
+    with pytest.raises(ValidationError, match="request_timeout"):
+        Settings()
