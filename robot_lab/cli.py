@@ -17,6 +17,7 @@ from . import __version__
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("robot_lab.commands.schema:schema", "Print the JSON Schema of a wire type."),
     "chat": ("robot_lab.commands.chat:chat", "Run one robot on a message, streamed to the terminal."),
+    "skills": ("robot_lab.commands.skills:skills", "AgentSkills: list, show, validate, create, match."),
 }
 
 

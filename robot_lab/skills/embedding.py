@@ -24,7 +24,8 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -182,6 +183,21 @@ def infer_model_name(path: str | None, configured: str, default: str) -> str:
     return best
 
 
+@contextmanager
+def _quiet_fastembed() -> Iterator[None]:
+    """fastembed logs each failed download source at ERROR through loguru; we log one warning."""
+    try:
+        from loguru import logger
+    except ImportError:  # pragma: no cover - fastembed depends on loguru
+        yield
+        return
+    logger.disable("fastembed")
+    try:
+        yield
+    finally:
+        logger.enable("fastembed")
+
+
 class FastEmbedEmbedder:
     """fastembed ``TextEmbedding``: query and passage embeddings (bge uses different prompts)."""
 
@@ -206,7 +222,8 @@ class FastEmbedEmbedder:
             kwargs["local_files_only"] = True
         self.name = model_name
         self.model_path = model_path
-        self._model = TextEmbedding(**kwargs)
+        with _quiet_fastembed():
+            self._model = TextEmbedding(**kwargs)
         self._lock = threading.Lock()  # onnxruntime sessions are thread-safe; the generator wrapper is not
 
     def embed_query(self, text: str) -> np.ndarray:

@@ -1,0 +1,222 @@
+"""``robot-lab skills``: list, show, validate, create and try matching AgentSkills."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import ConfigurationError
+
+SKILL_TEMPLATE = """---
+name: {name}
+description: {description}
+# agentskills.io keys: license, compatibility, metadata, allowed-tools
+# robot-lab capabilities for scripts/ (intersected with settings.sandbox):
+fs_read: []
+fs_write: []
+network: false
+timeout: 30
+# env: [SOME_VAR]        # variables the scripts may see (all others are scrubbed)
+# secrets: [SOME_TOKEN]  # like env, and masked in logs
+---
+# {title}
+
+Write the instructions the robot should follow when this skill is active.
+
+## When to use
+- ...
+
+## Steps
+1. ...
+
+Scripts in `scripts/` become tools (name from the file name, description from the first
+comment line or docstring); call `hello` with an `args` string.
+"""
+
+SCRIPT_TEMPLATE = '''"""Say hello; an example tool for the {name} skill (replace me)."""
+import sys
+
+print("hello from {name}:", " ".join(sys.argv[1:]) or "(no args)")
+'''
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(soft_wrap=False)
+
+
+def _catalog(roots: tuple[str, ...]) -> Any:
+    from ..skills.catalog import Root, SkillCatalog, default_roots
+
+    extra = [Root(Path(r).expanduser(), "--root") for r in roots]
+    return SkillCatalog([*extra, *default_roots()])
+
+
+def _short(text: str, width: int = 70) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+root_option = click.option(
+    "--root", "roots", multiple=True, type=click.Path(file_okay=False),
+    help="Extra skills root, searched before the standard ones (repeatable).",
+)
+
+
+@click.group()
+def skills() -> None:
+    """AgentSkills (SKILL.md bundles): list, show, validate, create, match."""
+
+
+@skills.command("list")
+@root_option
+def list_skills(roots: tuple[str, ...]) -> None:
+    """Every skill in the catalog, and the bundles that did not load."""
+    from rich.table import Table
+
+    catalog = _catalog(roots)
+    console = _console()
+    table = Table(title="Skills", show_lines=False)
+    for column in ("name", "root", "description", "scripts", "warnings"):
+        table.add_column(column, overflow="fold")
+    for skill in catalog.all():
+        table.add_row(skill.name, f"{skill.root}\n{skill.path.parent}", _short(skill.description),
+                      str(len(skill.scripts)), "\n".join(_short(w, 60) for w in skill.warnings) or "-")
+    console.print(table)
+    if not catalog.all():
+        console.print("no skills found in: " + ", ".join(str(r.path) for r in catalog.roots))
+    for problem in catalog.problems:
+        console.print(f"[yellow]skipped[/yellow] {problem.path}: {problem.message}", markup=True, highlight=False)
+
+
+@skills.command()
+@click.argument("name")
+@root_option
+def show(name: str, roots: tuple[str, ...]) -> None:
+    """Front matter, capabilities, script tools and instructions of one skill."""
+    from ..skills.capabilities import Capabilities
+
+    catalog = _catalog(roots)
+    try:
+        skill = catalog.get(name)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from None
+    console = _console()
+    console.print(f"[bold]{skill.name}[/bold]  ({skill.root}: {skill.path})", highlight=False)
+    console.print(f"description: {skill.description}", highlight=False, markup=False)
+    if skill.allowed_tools is not None:
+        console.print(f"allowed-tools: {', '.join(skill.allowed_tools)}", markup=False)
+    caps = skill.capabilities
+    grant = caps.intersect(Capabilities.ceiling())
+    console.print(f"declared: fs_read={list(caps.fs_read)} fs_write={list(caps.fs_write)} network={caps.network} "
+                  f"timeout={caps.timeout:g} trust={caps.trust} env={sorted(caps.env)} secrets={list(caps.secrets)}",
+                  markup=False)
+    console.print(f"granted:  fs_read={list(grant.fs_read)} fs_write={list(grant.fs_write)} "
+                  f"network={grant.network} timeout={grant.timeout:g}", markup=False)
+    if skill.extra:
+        console.print(f"other keys: {skill.extra}", markup=False)
+    tools = skill.script_tools()
+    for tool in tools:
+        console.print(f"tool {tool.name}: {tool.description}  [{' '.join(tool.command)}]", markup=False)
+    for warning in skill.warnings:
+        console.print(f"[yellow]warning[/yellow] {warning}", highlight=False)
+    console.rule("instructions")
+    console.print(skill.instructions, markup=False, highlight=False)
+
+
+def _bundles(path: Path) -> list[Path]:
+    if path.is_file() or (path / "SKILL.md").exists():
+        return [path]
+    if path.is_dir():
+        found = sorted(p for p in path.iterdir() if p.is_dir() and (p / "SKILL.md").exists())
+        if found:
+            return found
+    return [path]
+
+
+@skills.command("validate")
+@click.option("--strict", is_flag=True, help="agentskills.io rules are errors, not warnings.")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+def validate_cmd(strict: bool, paths: tuple[str, ...]) -> None:
+    """Check skill bundles (a skill folder, its SKILL.md, or a folder of skills)."""
+    from ..skills.skill import validate
+
+    failed = 0
+    for given in paths:
+        for bundle in _bundles(Path(given)):
+            skill, issues = validate(bundle, strict=strict)
+            errors = [i for i in issues if i.level == "error"]
+            label = skill.name if skill else bundle
+            status = "FAIL" if errors else "ok"
+            click.echo(f"{status}  {label}  ({bundle})")
+            for issue in issues:
+                click.echo(f"  {issue}")
+            failed += bool(errors)
+    if failed:
+        click.echo(f"{failed} bundle(s) failed validation", err=True)
+        sys.exit(1)
+
+
+@skills.command()
+@click.argument("name")
+@click.option("--root", "root", type=click.Path(file_okay=False), default="~/.prompts/skills", show_default=True,
+              help="Folder to create the skill in.")
+@click.option("--description", default=None, help="The description (what the skill does and when to use it).")
+def create(name: str, root: str, description: str | None) -> None:
+    """Create a template skill bundle NAME (SKILL.md and scripts/hello.py)."""
+    from ..skills.skill import MAX_NAME, NAME_RE
+
+    if not NAME_RE.match(name) or len(name) > MAX_NAME:
+        raise click.ClickException(
+            f"skill name {name!r} must be 1-{MAX_NAME} lowercase letters, digits and single hyphens")
+    folder = Path(root).expanduser() / name
+    if folder.exists():
+        raise click.ClickException(f"{folder} already exists; not overwriting")
+    (folder / "scripts").mkdir(parents=True)
+    description = description or f"Describe what {name} does and when to use it."
+    (folder / "SKILL.md").write_text(SKILL_TEMPLATE.format(
+        name=name, description=description, title=name.replace("-", " ").title()), encoding="utf-8")
+    (folder / "scripts" / "hello.py").write_text(SCRIPT_TEMPLATE.format(name=name), encoding="utf-8")
+    click.echo(f"created {folder}/SKILL.md and scripts/hello.py; edit them, then: robot-lab skills validate {folder}")
+
+
+@skills.command()
+@click.argument("message")
+@root_option
+@click.option("--threshold", type=float, default=None, help="Override the model's threshold.")
+@click.option("--embedder", type=click.Choice(["settings", "fastembed", "tfidf"]), default="settings",
+              show_default=True)
+def match(message: str, roots: tuple[str, ...], threshold: float | None, embedder: str) -> None:
+    """Score MESSAGE against every skill in the catalog."""
+    from rich.table import Table
+
+    from ..settings import get_settings
+    from ..skills.embedding import TfidfEmbedder, load_embedder
+    from ..skills.matching import SkillMatcher
+
+    settings = get_settings()
+    if embedder == "tfidf":
+        chosen: Any = TfidfEmbedder()
+    elif embedder == "fastembed":
+        chosen = load_embedder(settings.model_copy(update={"skills": settings.skills.model_copy(
+            update={"embedder": "fastembed"})}))
+    else:
+        chosen = load_embedder(settings)
+    catalog = _catalog(roots)
+    matcher = SkillMatcher(chosen, threshold, settings=settings)
+    skills = catalog.all()
+    try:
+        scored = matcher.scores(message, skills)
+    except Exception as exc:
+        raise click.ClickException(f"embedding failed: {type(exc).__name__}: {exc}") from None
+    cut = matcher.threshold
+    table = Table(title=f"embedder {chosen.name}, threshold {cut:.2f}")
+    for column in ("score", "match", "name", "description"):
+        table.add_column(column)
+    for skill, score in sorted(scored, key=lambda item: -item[1]):
+        table.add_row(f"{score:.3f}", "yes" if score >= cut else "", skill.name, _short(skill.description))
+    _console().print(table)
