@@ -1,0 +1,289 @@
+"""The coordinator: submits network runs to Redis, follows them, and sweeps for lost work.
+
+It holds nothing a run needs: the run's spec, per-task state, activations and results live
+in Redis (:mod:`.run_state`), and workers advance the DAG themselves when a task finishes.
+A coordinator (or ``robot-lab watch``, or any worker) only adds two things while it is
+around: it waits for the result, and it *sweeps* -- tasks whose worker stopped heart-beating
+go back to the queue, and queued tasks whose rq job vanished are enqueued again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from ..errors import AwaitTimeout, ConfigurationError
+from ..keys import Keys, default_keys
+from ..logging import get_logger
+from ..schemas import RobotResult, RobotSpec, RunEvent, new_id
+from .dag import Graph, NetworkSpec, compile_network
+from .run_state import RunStore, enqueue_jobs
+
+log = get_logger("robot_lab.coordinator")
+
+_graph_cache: dict[str, Graph] = {}
+_graph_lock = threading.Lock()
+
+
+def is_embedded(connection: Any) -> bool:
+    """True for the in-process fakeredis (embedded mode)."""
+    return type(connection).__module__.startswith("fakeredis")
+
+
+def graph_for(store: RunStore) -> Graph:
+    """The compiled graph of a run (cached per process: a run's spec never changes)."""
+    key = f"{store.keys.prefix}:{store.run_id}"
+    with _graph_lock:
+        graph = _graph_cache.get(key)
+    if graph is None:
+        graph = compile_network(store.spec())
+        with _graph_lock:
+            if len(_graph_cache) > 256:
+                _graph_cache.clear()
+            _graph_cache[key] = graph
+    return graph
+
+
+@dataclass
+class NetworkResult:
+    """A finished run (robot_lab's ``SimpleFlow::Result``): ``value`` is the final task's
+    RobotResult, ``context`` maps every task that ran to its RobotResult."""
+
+    run_id: str
+    network: str
+    status: str
+    value: RobotResult | None
+    context: dict[str, RobotResult]
+    states: dict[str, str]
+    activated: set[str] = field(default_factory=set)
+    final_task: str | None = None
+
+    @property
+    def reply(self) -> str | None:
+        return self.value.reply if self.value is not None else None
+
+    def __getitem__(self, task: str) -> RobotResult:
+        return self.context[task]
+
+
+class RunHandle:
+    """A submitted run: events, waiting, cancelling. Cheap to create for any run id."""
+
+    def __init__(self, coordinator: Coordinator, run_id: str) -> None:
+        self.coordinator = coordinator
+        self.run_id = run_id
+        self.store = RunStore(coordinator.connection, coordinator.keys, run_id)
+
+    @property
+    def status(self) -> str:
+        return self.store.status()
+
+    def states(self) -> dict[str, str]:
+        return self.store.states()
+
+    def events(self, after: str = "0-0") -> list[RunEvent]:
+        return [event for _, event in self.store.events(after)]
+
+    def follow(self, *, timeout: float | None = None, sweep: bool = True,
+               block_ms: int = 500) -> Iterator[RunEvent]:
+        """Yield events as they come (replaying from the start) until ``stream.ended``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last = "0-0"
+        while True:
+            entries = self.store.events(last, block_ms=None if last == "0-0" else block_ms)
+            for entry_id, event in entries:
+                last = entry_id
+                yield event
+                if event.event == "stream.ended":
+                    return
+            if sweep:
+                self.coordinator.sweep_run(self.run_id)
+            if self.store.status() not in ("running", "unknown") and not entries:
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise AwaitTimeout(f"run {self.run_id} did not finish within {timeout} s")
+
+    def wait(self, timeout: float | None = None, *, on_event: Callable[[RunEvent], Any] | None = None,
+             ) -> NetworkResult:
+        """Block until the run is over (sweeping for lost workers meanwhile)."""
+        for event in self.follow(timeout=timeout):
+            if on_event is not None:
+                on_event(event)
+        return self.result()
+
+    def result(self) -> NetworkResult:
+        meta = self.store.meta()
+        graph = graph_for(self.store)
+        states = self.store.states()
+        results = self.store.results()
+        ran = [name for name in graph.order if name in results]
+        final = next((n for n in reversed(graph.final_task_candidates()) if n in results), None)
+        if final is None and ran:
+            final = ran[-1]
+        if meta.get("status") != "running":
+            self.store.finish_housekeeping()
+        return NetworkResult(
+            run_id=self.run_id,
+            network=meta.get("network", ""),
+            status=meta.get("status", "unknown"),
+            value=results.get(final) if final else None,
+            context={name: results[name] for name in ran},
+            states=states,
+            activated=self.store.activated(),
+            final_task=final,
+        )
+
+    def cancel(self, reason: str = "cancelled by user") -> str:
+        return self.coordinator.cancel(self.run_id, reason)
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.run_id}>"
+
+
+class Coordinator:
+    """Submits runs and sweeps them. ``connection`` defaults to :func:`get_redis`."""
+
+    def __init__(self, connection: Any = None, keys: Keys | None = None) -> None:
+        if connection is None:
+            from ..connection import get_redis
+
+            connection = get_redis()
+        self.connection = connection
+        self.keys = keys or default_keys()
+
+    # --- submission -----------------------------------------------------------------------
+    def resolve_robots(self, network: Any, graph: Graph) -> dict[str, RobotSpec]:
+        """Each task's robot as a spec: the network's own robots, then its app's, then the
+        configured app's, then the Redis registry. Unknown robots and unimportable tools or
+        routers raise here, before anything is enqueued."""
+        from ..app import check_importable, configured_app, published_spec
+        from .tools import import_object
+
+        apps = [a for a in (getattr(network, "app", None),) if a is not None]
+        try:
+            configured = configured_app()
+        except ConfigurationError:
+            configured = None
+        if configured is not None and configured not in apps:
+            apps.append(configured)
+        specs: dict[str, RobotSpec] = {}
+        for task_name in graph.order:
+            task = graph.tasks[task_name]
+            name = task.robot
+            if name in specs:
+                continue
+            spec = network.robot_spec(name) if hasattr(network, "robot_spec") else None
+            for app in apps:
+                if spec is None and app.has_robot(name):
+                    spec = app.robot_spec(name)
+            if spec is None:
+                spec = published_spec(name, connection=self.connection, keys=self.keys)
+            if spec is None:
+                raise ConfigurationError(
+                    f"network {graph.spec.name!r}: task {task_name!r} uses unknown robot {name!r} "
+                    "(not in the network, its app, ROBOT_LAB_APP, or the Redis robot registry)"
+                )
+            check_importable(spec)
+            specs[name] = spec
+        for task in graph.tasks.values():
+            if task.router:
+                try:
+                    import_object(task.router)
+                except ConfigurationError as exc:
+                    raise ConfigurationError(f"network {graph.spec.name!r}: task {task.name!r} router: {exc}") from exc
+        return specs
+
+    def submit(self, network: Any, message: Any = None, *, context: dict[str, Any] | None = None,
+               max_concurrent: int | None = None, stream: bool = True, run_id: str | None = None) -> RunHandle:
+        graph = network.validate() if hasattr(network, "validate") else compile_network(network)
+        specs = self.resolve_robots(network, graph)
+        from ..app import publish_specs
+
+        publish_specs(list(specs.values()), connection=self.connection, keys=self.keys)
+        run_id = run_id or new_id()
+        limit = max_concurrent if max_concurrent is not None else graph.spec.config.max_concurrent_robots
+        store = RunStore(self.connection, self.keys, run_id)
+        items = store.create(
+            graph,
+            message=message,
+            context=dict(context or {}),
+            app=graph.spec.app,
+            max_concurrent=limit,
+            robots={name: msgspec.json.encode(spec).decode() for name, spec in specs.items()},
+            stream=stream,
+        )
+        enqueue_jobs(self.connection, self.keys, run_id, items, graph)
+        log.info("run.submitted", run_id=run_id, network=graph.spec.name, queued=[t for t, _, _ in items])
+        return RunHandle(self, run_id)
+
+    def attach(self, run_id: str) -> RunHandle:
+        handle = RunHandle(self, run_id)
+        handle.store.meta()  # raises a clear error for an unknown run
+        return handle
+
+    def cancel(self, run_id: str, reason: str = "cancelled by user") -> str:
+        store = RunStore(self.connection, self.keys, run_id)
+        store.meta()
+        status = store.cancel(reason)
+        store.finish_housekeeping()
+        return status
+
+    # --- sweeping -------------------------------------------------------------------------
+    def sweep_run(self, run_id: str) -> int:
+        """Requeue this run's lost tasks; returns how many jobs were enqueued."""
+        store = RunStore(self.connection, self.keys, run_id)
+        if store.status() != "running":
+            return 0
+        items = store.reclaim()
+        items += store.repair_queued()
+        if items:
+            log.warning("run.requeued", run_id=run_id, tasks=[t for t, _, _ in items])
+            enqueue_jobs(self.connection, self.keys, run_id, items, graph_for(store))
+        return len(items)
+
+    def sweep(self, *, min_interval_ms: int = 500) -> int:
+        """Sweep every active run, at most once per ``min_interval_ms`` across processes."""
+        lock = f"{self.keys.prefix}:runs:sweep-lock"
+        if not self.connection.set(lock, "1", nx=True, px=min_interval_ms):
+            return 0
+        total = 0
+        for raw in self.connection.smembers(self.keys.runs_active()):
+            run_id = raw.decode() if isinstance(raw, bytes) else raw
+            store = RunStore(self.connection, self.keys, run_id)
+            status = store.status()
+            if status == "unknown":
+                self.connection.srem(self.keys.runs_active(), run_id)
+                continue
+            if status != "running":
+                store.finish_housekeeping()
+                continue
+            try:
+                total += self.sweep_run(run_id)
+            except Exception as exc:  # one broken run must not stop the sweep of the others
+                log.warning("run.sweep_failed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+        return total
+
+    def runs(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The most recent runs (id, network, status)."""
+        out = []
+        for raw in self.connection.zrevrange(self.keys.runs_index(), 0, limit - 1):
+            run_id = raw.decode() if isinstance(raw, bytes) else raw
+            store = RunStore(self.connection, self.keys, run_id)
+            meta = self.connection.hmget(store.key, "network", "status", "created_at")
+            if meta[0] is None:
+                continue
+            out.append({"run_id": run_id, "network": meta[0].decode(), "status": meta[1].decode(),
+                        "created_at": float(meta[2] or 0)})
+        return out
+
+
+def load_network_spec(raw: str | bytes) -> NetworkSpec:
+    return msgspec.json.decode(raw, type=NetworkSpec)
+
+
+__all__ = ["Coordinator", "NetworkResult", "RunHandle", "graph_for", "is_embedded"]

@@ -1,0 +1,297 @@
+"""The rq job function: run one task of a network run, record its result, advance the DAG.
+
+``robot_lab.workers.run_task(prefix, run_id, task, job_id)`` is everything a job carries
+(JSON, no pickle). The robot's spec, the message and the context are read from the run
+record, so any worker on queue ``robot:<robot>`` -- ``robot-lab worker`` or a plain
+``rq worker -S json`` -- can execute it, provided the robot's tools (and the app named in the
+run, if any) are importable there.
+
+Idempotency: the job first *claims* the task (Lua, see run_state.py). A task already done,
+a job superseded by a newer attempt, or a task another live worker holds is not run again.
+While the robot runs, a heartbeat thread keeps a short lease alive; if this process dies the
+lease expires and a sweeper requeues the task as a new attempt.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from ..errors import ConfigurationError, retryable
+from ..keys import Keys
+from ..logging import get_logger, log_context
+from ..schemas import RobotResult
+from ..runtime.run_state import DEFAULT_LEASE_MS, RunStore, enqueue_jobs
+from .routing import choose_routes, route_tool_for
+
+log = get_logger("robot_lab.workers")
+
+RESERVED_RUN_KWARGS = frozenset(
+    {"tools", "mcp", "network_config", "on_content", "extra_tools", "run_id", "task", "message"}
+)
+_imported_apps: set[str] = set()
+_apps_lock = threading.Lock()
+
+
+def worker_identity() -> str:
+    """Who holds a lease: the rq worker's name when there is one, else host:pid:thread."""
+    try:
+        from rq import get_current_job
+
+        job = get_current_job()
+        if job is not None and job.worker_name:
+            return f"{job.worker_name}:{threading.get_ident()}"
+    except Exception:
+        pass
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def _connection() -> Any:
+    from rq import get_current_job
+
+    job = get_current_job()
+    if job is not None:
+        return job.connection
+    from ..connection import get_redis
+
+    return get_redis()
+
+
+def _import_app(path: str) -> None:
+    """Import the run's app once per process, for its side effects (scripted-model scripts,
+    tools registered at import). A failure is logged; the task may still work without it."""
+    with _apps_lock:
+        if path in _imported_apps:
+            return
+        _imported_apps.add(path)
+    try:
+        from ..app import load_app
+
+        load_app(path)
+    except ConfigurationError as exc:
+        log.warning("worker.app_import_failed", app=path, error=str(exc))
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """robot_lab's deep merge: hashes merge recursively, everything else is replaced."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def task_message(store: RunStore, graph: Any, task: str, meta: dict[str, str]) -> str:
+    """What the task's robot receives (see docs/networks.md, "Context passing")."""
+    import json
+
+    spec = graph.tasks[task]
+    if spec.optional:
+        # A router hands the request on: the routed task gets what its activator received
+        # (the router's own reply is only its decision).
+        for activator in graph.activators.get(task, []):
+            raw = store.r.hget(store.key + ":inputs", activator)
+            if raw is not None:
+                return raw.decode()
+        return ""
+    parents = graph.deps[task]
+    if not parents:
+        message = json.loads(meta.get("message") or "null")
+        if message is None:
+            return ""
+        return message if isinstance(message, str) else json.dumps(message)
+    results = store.results()
+    ran = [(p, results[p]) for p in parents if p in results]
+    if len(ran) == 1:
+        return ran[0][1].reply or ""
+    return "\n\n".join(f"## {name}\n{result.reply or ''}" for name, result in ran)
+
+
+class _Heartbeat:
+    """Keeps the task's lease alive from a daemon thread while the robot runs."""
+
+    def __init__(self, store: RunStore, task: str, worker: str, lease_ms: int) -> None:
+        self.store, self.task, self.worker, self.lease_ms = store, task, worker, lease_ms
+        self.stop_event = threading.Event()
+        self.lost = False
+        self.thread = threading.Thread(target=self._loop, name=f"lease-{task}", daemon=True)
+
+    def _loop(self) -> None:
+        interval = self.lease_ms / 3000
+        while not self.stop_event.wait(interval):
+            try:
+                if not self.store.heartbeat(self.task, self.worker, self.lease_ms):
+                    self.lost = True
+                    log.warning("task.lease_lost", task=self.task)
+                    return
+            except Exception as exc:  # Redis hiccup: try again next beat
+                log.warning("task.heartbeat_failed", task=self.task, error=str(exc))
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=2)
+
+
+def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]:
+    """The rq job. Returns a small JSON summary (rq stores it as the job result)."""
+    connection = _connection()
+    keys = Keys(prefix=prefix)
+    store = RunStore(connection, keys, run_id)
+    worker = worker_identity()
+    lease_ms = int(os.environ.get("ROBOT_LAB_TASK_LEASE_MS", DEFAULT_LEASE_MS))
+    with log_context(run_id=run_id, task=task):
+        claim = store.claim(task, job_id, worker, lease_ms)
+        if claim != "ok":
+            log.info("task.not_claimed", reason=claim, job_id=job_id)
+            return {"task": task, "status": claim}
+        with _Heartbeat(store, task, worker, lease_ms):
+            outcome = _execute(store, keys, run_id, task, job_id, worker)
+        _sweep_soon(connection, keys)
+        return outcome
+
+
+def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, worker: str) -> dict[str, Any]:
+    from ..runtime.coordinator import graph_for
+
+    meta = store.meta()
+    graph = graph_for(store)
+    spec = graph.tasks[task]
+    robot_name = spec.robot
+    if meta.get("app"):
+        _import_app(meta["app"])
+    started = time.monotonic()
+    activate: list[str] = []
+    with log_context(robot=robot_name):
+        try:
+            result, activate = _run_robot(store, graph, meta, task, worker)
+        except Exception as exc:
+            if retryable(exc) and _retries_left() > 0:
+                log.warning("task.retrying", error=f"{type(exc).__name__}: {exc}")
+                store.release(task, job_id, f"{type(exc).__name__}: {exc}")
+                raise  # rq's Retry re-enqueues the same job id
+            log.warning("task.failed", error=f"{type(exc).__name__}: {exc}")
+            result = RobotResult.from_error(robot_name, exc)
+        result.duration = time.monotonic() - started
+        result.activate = activate
+        data: dict[str, Any] = {
+            "reply": result.reply,
+            "duration": round(result.duration, 4),
+            "worker": worker,
+            "input_tokens": result.input_tokens,
+            "output_tokens": result.output_tokens,
+        }
+        if result.error:
+            data["error"] = result.error
+        if activate:
+            data["activate"] = activate
+        if spec.memory_key:
+            _write_memory(store, keys, meta, spec.memory_key, result, task)
+        status, ignored, items = store.complete(task, job_id, result, activate=activate, data=data)
+        if ignored:
+            log.warning("task.activation_ignored", names=ignored, routes=spec.routes)
+        if status == "ok":
+            enqueue_jobs(store.r, keys, run_id, items, graph)
+        log.info("task.finished", status=status, failed=result.failed, queued=[t for t, _, _ in items])
+        return {"task": task, "status": status, "failed": result.failed}
+
+
+def _retries_left() -> int:
+    try:
+        from rq import get_current_job
+
+        job = get_current_job()
+        return int(job.retries_left or 0) if job is not None else 0
+    except Exception:
+        return 0
+
+
+def _write_memory(store: RunStore, keys: Keys, meta: dict[str, str], key: str, result: RobotResult,
+                  task: str) -> None:
+    try:
+        from ..runtime.memory import Memory
+
+        memory = Memory.for_run(store.run_id, network_name=meta.get("network"), redis=store.r, keys=keys,
+                                writer=task)
+        memory.set(key, result.reply)
+    except Exception as exc:  # memory is a side channel: never lose the task's result over it
+        log.warning("task.memory_write_failed", key=key, error=f"{type(exc).__name__}: {exc}")
+
+
+def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, worker: str
+               ) -> tuple[RobotResult, list[str]]:
+    import json
+
+    from ..runtime.robot import Robot
+    from ..runtime.run_config import RunConfig
+
+    spec = graph.tasks[task]
+    robot_spec = store.robot_specs().get(spec.robot)
+    if robot_spec is None:
+        raise ConfigurationError(f"run {store.run_id}: no spec recorded for robot {spec.robot!r}")
+    stream = meta.get("stream", "1") == "1"
+
+    def on_tool_call(call: Any) -> None:
+        store.emit("tool_call.started", task=task, robot=spec.robot,
+                   data={"id": call.id, "name": call.name, "input": call.input})
+
+    def on_tool_result(message: Any) -> None:
+        store.emit("tool_call.completed", task=task, robot=spec.robot,
+                   data={"id": message.tool.id, "name": message.tool.name, "output": message.content})
+
+    robot = Robot.from_spec(robot_spec, on_tool_call=on_tool_call, on_tool_result=on_tool_result)
+    message = task_message(store, graph, task, meta)
+    store.r.hset(store.key + ":inputs", task, message)
+    run_context = deep_merge(json.loads(meta.get("context") or "{}"), spec.context)
+    context = {k: v for k, v in run_context.items() if k not in RESERVED_RUN_KWARGS}
+    network_config = RunConfig.from_data(graph.spec.config)
+    if spec.config is not None:
+        network_config = network_config.merge(RunConfig.from_data(spec.config))
+    tools: Any = spec.tools if spec.tools is not None else (network_config.tools or "none")
+    extra = []
+    use_llm_router = bool(spec.routes) and spec.router is None
+    if use_llm_router:
+        route_tool = route_tool_for(spec.routes)
+        extra.append(route_tool)
+        base = robot.select_tools(tools, network_config=network_config)
+        tools = [t.name for t in base] + [route_tool.name]
+
+    def on_content(chunk: Any) -> None:
+        text = getattr(chunk, "content", str(chunk))
+        if text:
+            store.emit("text.delta", task=task, robot=spec.robot, data={"delta": text})
+
+    result = robot.run(
+        message,
+        tools=tools,
+        network_config=network_config,
+        on_content=on_content if stream else None,
+        extra_tools=extra,
+        run_id=store.run_id,
+        task=task,
+        **context,
+    )
+    if result.input_tokens or result.output_tokens:
+        store.emit("usage.updated", task=task, robot=spec.robot,
+                   data={"input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
+                         "cost": result.cost})
+    activate = choose_routes(spec, result, message=message, run_id=store.run_id)
+    return result, activate
+
+
+def _sweep_soon(connection: Any, keys: Keys) -> None:
+    """Finishing a task is a good moment to look for lost work in any run (rate-limited)."""
+    try:
+        from ..runtime.coordinator import Coordinator
+
+        Coordinator(connection=connection, keys=keys).sweep()
+    except Exception as exc:
+        log.warning("worker.sweep_failed", error=f"{type(exc).__name__}: {exc}")
