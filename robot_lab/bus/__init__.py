@@ -1,0 +1,24 @@
+"""The bus: robot inboxes as Redis Streams (robot_lab's TypedBus + BusPoller, distributed).
+
+``Bus`` publishes RobotMessage envelopes, sends replies, makes requests and inspects inboxes
+and dead letters; ``BusPoller`` consumes one robot's inbox as one consumer of its group.
+See docs/bus.md.
+"""
+
+from .core import REPLY_PREFIX, Bus, check_robot_name
+from .delivery import Delivery
+from .poller import BusPoller, default_consumer_name, flatten_content
+from .records import DeadLetter, InboxStats, OutboxEntry
+
+__all__ = [
+    "REPLY_PREFIX",
+    "Bus",
+    "BusPoller",
+    "DeadLetter",
+    "Delivery",
+    "InboxStats",
+    "OutboxEntry",
+    "check_robot_name",
+    "default_consumer_name",
+    "flatten_content",
+]

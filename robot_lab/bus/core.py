@@ -1,0 +1,451 @@
+"""The publishing side of the bus: robot inboxes as Redis Streams.
+
+A robot's inbox is the stream ``<prefix>:bus:<robot>`` (``Keys.inbox``) with one consumer
+group named after the robot. Each entry has ONE field, ``envelope``, holding the
+RobotMessage JSON, so any language can publish with a plain ``XADD``.
+
+The port of robot_lab's TypedBus + BusMessaging publishing half: ``publish`` (an unknown
+channel raises, as robot_lab's "Unknown channel"), ``send_message`` with an outbox kept in
+Redis so the reply is matched on whichever worker it lands, ``send_reply``, and
+``request`` which blocks for the reply. Dead-letter and statistics helpers live here too
+because the CLI and tests use them without a poller.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import redis as _redis
+
+from ..errors import AwaitTimeout, BusError, SchemaError
+from ..keys import Keys, default_keys
+from ..logging import get_logger
+from ..schemas import RobotMessage, decode_message, encode_message, new_id, utcnow
+from ..settings import BusSettings, get_settings
+from . import scripts
+from .records import DeadLetter, InboxStats, OutboxEntry
+
+log = get_logger("robot_lab.bus")
+
+# A robot name becomes part of Redis keys: ':' would let "x:dlq" alias robot x's DLQ,
+# braces would break cluster hash tags, whitespace breaks the CLI.
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.@/+\-]{1,200}$")
+REPLY_PREFIX = "_reply."
+
+
+def check_robot_name(name: Any, field: str = "robot") -> str:
+    """Return ``name`` if it is usable as a robot / channel name, else raise BusError."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise BusError(
+            f"invalid {field} name {name!r}: use 1-200 characters from letters, digits and "
+            "_ . @ / + - (no ':', braces or spaces)"
+        )
+    return name
+
+
+def _deadline(value: _dt.datetime | _dt.timedelta | float | int | None) -> _dt.datetime | None:
+    """Absolute deadline from a datetime, a timedelta or seconds from now."""
+    if value is None or isinstance(value, _dt.datetime):
+        if isinstance(value, _dt.datetime) and value.tzinfo is None:
+            raise BusError("deadline must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        return value
+    if isinstance(value, _dt.timedelta):
+        return utcnow() + value
+    if isinstance(value, (int, float)):
+        return utcnow() + _dt.timedelta(seconds=float(value))
+    raise BusError(f"deadline must be a datetime, timedelta or seconds, not {type(value).__name__}")
+
+
+def _s(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Bus:
+    """Inbox streams of robots on one Redis: register, publish, reply, request, inspect."""
+
+    def __init__(
+        self,
+        redis: _redis.Redis | None = None,
+        *,
+        keys: Keys | None = None,
+        settings: BusSettings | None = None,
+    ) -> None:
+        if redis is None:
+            from ..connection import get_redis
+
+            redis = get_redis()
+        self.redis = redis
+        self.keys = keys or default_keys()
+        self.settings = settings or get_settings().bus
+        r = self.redis
+        self._publish = r.register_script(scripts.PUBLISH)
+        self._read = r.register_script(scripts.READ)
+        self._acquire = r.register_script(scripts.ACQUIRE)
+        self._complete = r.register_script(scripts.COMPLETE)
+        self._dead = r.register_script(scripts.DEAD_LETTER)
+        self._heartbeat = r.register_script(scripts.HEARTBEAT)
+        self._hand_back = r.register_script(scripts.HAND_BACK)
+        self._reap = r.register_script(scripts.REAP)
+        self._outbox_reply = r.register_script(scripts.OUTBOX_REPLY)
+
+    # --- registry ---------------------------------------------------------------------
+    def register(self, robot: str) -> None:
+        """Create the robot's inbox and consumer group (idempotent) and list it.
+
+        The group starts at id 0 so entries published before registration (by a plain
+        XADD, say) are delivered too.
+        """
+        check_robot_name(robot)
+        inbox = self.keys.inbox(robot)
+        try:
+            self.redis.xgroup_create(inbox, robot, id="0", mkstream=True)
+        except _redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.persist(inbox)  # a reply stream created with a TTL becomes a real inbox
+        pipe.sadd(self.keys.registry(), robot)
+        pipe.execute()
+
+    def unregister(self, robot: str, *, drop: bool = False) -> None:
+        """Remove from the registry; ``drop=True`` also deletes inbox, DLQ and group."""
+        self.redis.srem(self.keys.registry(), robot)
+        if drop:
+            self.redis.delete(self.keys.inbox(robot), self.keys.dlq(robot))
+
+    def robots(self) -> list[str]:
+        """Registered robot names, sorted."""
+        return sorted(_s(m) for m in self.redis.smembers(self.keys.registry()))
+
+    def exists(self, robot: str) -> bool:
+        """Whether the robot has an inbox (what ``publish`` checks, atomically)."""
+        return bool(self.redis.exists(self.keys.inbox(robot)))
+
+    # --- publishing -------------------------------------------------------------------
+    def publish(
+        self,
+        to: str,
+        content: str | Mapping[str, Any],
+        *,
+        from_: str = "anonymous",
+        kind: str = "message",
+        reply_to: str | None = None,
+        conversation_id: str | None = None,
+        correlation_id: str | None = None,
+        in_reply_to: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        deadline: _dt.datetime | _dt.timedelta | float | None = None,
+        create: bool = False,
+    ) -> RobotMessage:
+        """Append a RobotMessage to ``to``'s inbox and return it (its ``id`` is the key).
+
+        Raises BusError for a robot nobody registered (robot_lab: "Unknown channel"),
+        unless ``create=True``, which registers it first.
+        """
+        check_robot_name(to, "recipient")
+        if not isinstance(content, (str, Mapping)):
+            raise BusError(f"content must be a string or a JSON object, not {type(content).__name__}")
+        message = RobotMessage(
+            to=to,
+            content=content if isinstance(content, str) else dict(content),
+            kind=kind,
+            from_=from_,
+            reply_to=reply_to,
+            conversation_id=conversation_id,
+            correlation_id=correlation_id,
+            in_reply_to=in_reply_to,
+            headers=dict(headers or {}),
+            deadline=_deadline(deadline),
+        )
+        self.publish_message(message, create=create)
+        return message
+
+    def publish_message(self, message: RobotMessage, *, create: bool = False) -> str:
+        """Append an already-built envelope; returns the stream entry id."""
+        check_robot_name(message.to, "recipient")
+        try:
+            data = encode_message(message)
+        except SchemaError as exc:
+            raise BusError(f"cannot publish to {message.to!r}: {exc}") from exc
+        entry = self._append(message.to, data, mode="strict")
+        if entry is None and create:
+            self.register(message.to)
+            entry = self._append(message.to, data, mode="strict")
+        if entry is None:
+            raise BusError(
+                f"Unknown channel: {message.to!r} (no robot registered an inbox "
+                f"{self.keys.inbox(message.to)!r}; register it or publish with create=True)"
+            )
+        return entry
+
+    def _append(self, robot: str, data: bytes, *, mode: str, client: Any = None) -> str | None:
+        maxlen = int(self.settings.maxlen)
+        slack = max(1, maxlen // 10)
+        entry = self._publish(
+            keys=[self.keys.inbox(robot)],
+            args=[data, maxlen, slack, mode, int(self.settings.reply_ttl)],
+            client=client,
+        )
+        return _s(entry) if entry else None
+
+    def send_message(
+        self, to: str, content: str | Mapping[str, Any], *, from_: str, **kwargs: Any
+    ) -> RobotMessage:
+        """robot_lab's ``send_message``: publish and record ``outbox[id] = sent`` for
+        ``from_``, so the reply is correlated (status ``replied``) by whichever worker of
+        ``from_`` consumes it. ``reply_to`` defaults to ``from_``."""
+        check_robot_name(from_, "sender")
+        message = self.publish(to, content, from_=from_, **kwargs)
+        self._record_sent(from_, message)
+        return message
+
+    def _record_sent(self, robot: str, message: RobotMessage) -> None:
+        key = self.keys.outbox_entry(robot, message.id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(
+            key,
+            mapping={"message": encode_message(message), "status": "sent", "sent_at": utcnow().isoformat()},
+        )
+        pipe.expire(key, int(self.settings.reply_ttl))
+        pipe.execute()
+
+    def send_reply(
+        self,
+        original: RobotMessage,
+        content: str | Mapping[str, Any],
+        *,
+        from_: str | None = None,
+        **kwargs: Any,
+    ) -> RobotMessage:
+        """Reply to ``original``: to its ``reply_to`` (else its sender), ``in_reply_to`` its id,
+        same conversation. A missing reply stream is created with a TTL rather than refused,
+        so a reply is never dropped because the requester stopped waiting."""
+        reply = self.build_reply(original, content, from_=from_, **kwargs)
+        self.deliver_reply(reply)
+        return reply
+
+    def build_reply(
+        self,
+        original: RobotMessage,
+        content: str | Mapping[str, Any],
+        *,
+        from_: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> RobotMessage:
+        target = original.reply_to or original.from_
+        merged = {k: v for k, v in original.headers.items() if k in ("traceparent", "tracestate")}
+        merged.update(headers or {})
+        return RobotMessage(
+            to=target,
+            content=content if isinstance(content, str) else dict(content),
+            kind="reply",
+            from_=from_ or original.to,
+            in_reply_to=original.id,
+            conversation_id=original.conversation_id,
+            correlation_id=original.correlation_id or original.id,
+            headers=merged,
+        )
+
+    def deliver_reply(self, reply: RobotMessage) -> str | None:
+        """Append a reply envelope to its target's stream; None when the target name is not
+        a valid channel (logged, not raised: a bad ``reply_to`` must not poison a message)."""
+        try:
+            check_robot_name(reply.to, "reply_to")
+        except BusError as exc:
+            log.warning("bus.reply_dropped", to=reply.to, in_reply_to=reply.in_reply_to, error=str(exc))
+            return None
+        return self._append(reply.to, encode_message(reply), mode="reply")
+
+    # --- request / reply --------------------------------------------------------------
+    def request(
+        self,
+        to: str,
+        content: str | Mapping[str, Any],
+        *,
+        timeout: float = 30.0,
+        from_: str = "client",
+        conversation_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        deadline: _dt.datetime | _dt.timedelta | float | None = None,
+    ) -> RobotMessage:
+        """Publish to ``to`` and block until its reply arrives; returns the reply envelope.
+
+        Replies go to a private stream ``<prefix>:bus:_reply.<id>`` (created here with a
+        TTL, deleted afterwards), so the caller needs no inbox or worker of its own.
+        Raises AwaitTimeout naming the robot and the seconds waited.
+        """
+        reply_name = f"{REPLY_PREFIX}{new_id()}"
+        reply_key = self.keys.inbox(reply_name)
+        ttl = max(60, int(timeout) + 60)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
+        pipe.expire(reply_key, ttl)
+        pipe.execute()
+        try:
+            message = self.publish(
+                to,
+                content,
+                from_=from_,
+                reply_to=reply_name,
+                conversation_id=conversation_id,
+                headers=headers,
+                deadline=deadline,
+            )
+            return self._await_reply(reply_key, message, to, timeout)
+        finally:
+            self.redis.delete(reply_key)
+
+    def _await_reply(self, reply_key: str, message: RobotMessage, to: str, timeout: float) -> RobotMessage:
+        end = time.monotonic() + timeout
+        cursor = "0-0"
+        while True:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise AwaitTimeout(f"no reply from robot {to!r} within {timeout:g} s (message {message.id})")
+            # short blocks: redis-py 8 clients default to a 5 s socket timeout
+            block = max(1, int(min(remaining, 1.0) * 1000))
+            result = self.redis.xread({reply_key: cursor}, count=16, block=block)
+            for _stream, entries in result or []:
+                for entry_id, fields in entries:
+                    cursor = _s(entry_id)
+                    try:
+                        reply = decode_message(fields.get(b"envelope", b""))
+                    except SchemaError as exc:
+                        log.warning("bus.bad_reply", stream=reply_key, error=str(exc))
+                        continue
+                    if reply.in_reply_to == message.id:
+                        return reply
+
+    def outbox(self, robot: str, message_id: str) -> OutboxEntry | None:
+        """The outbox record of a message ``robot`` sent with ``send_message``."""
+        key = self.keys.outbox_entry(robot, message_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(key)
+        pipe.lrange(f"{key}:replies", 0, -1)
+        data, replies = pipe.execute()
+        if not data:
+            return None
+        raw = data.get(b"message")
+        return OutboxEntry(
+            message_id=message_id,
+            status=_s(data.get(b"status")),
+            message=decode_message(raw) if raw else None,
+            replies=[decode_message(r) for r in replies],
+            sent_at=_s(data.get(b"sent_at")),
+            replied_at=_s(data.get(b"replied_at")),
+        )
+
+    def wait_for_reply(self, robot: str, message_id: str, timeout: float = 30.0) -> RobotMessage:
+        """Block until a reply to ``message_id`` (sent by ``robot``) has been correlated by
+        any worker of ``robot``; returns the first reply."""
+        key = self.keys.outbox_entry(robot, message_id)
+        end = time.monotonic() + timeout
+        while True:
+            entry = self.outbox(robot, message_id)
+            if entry is None:
+                raise BusError(f"robot {robot!r} has no outbox entry for message {message_id!r}")
+            if entry.replies:
+                return entry.replies[0]
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise AwaitTimeout(f"no reply to {robot!r}'s message {message_id} within {timeout:g} s")
+            self.redis.blpop([f"{key}:signal"], timeout=min(remaining, 1.0))
+
+    def correlate_reply(self, robot: str, reply: RobotMessage) -> bool:
+        """Mark ``outbox[reply.in_reply_to]`` of ``robot`` replied; False when not ours."""
+        if not reply.in_reply_to:
+            return False
+        key = self.keys.outbox_entry(robot, reply.in_reply_to)
+        done = self._outbox_reply(
+            keys=[key, f"{key}:replies", f"{key}:signal"],
+            args=[encode_message(reply), int(self.settings.reply_ttl), utcnow().isoformat(), reply.id],
+        )
+        return bool(done)
+
+    # --- dead letters -----------------------------------------------------------------
+    def dead_letters(self, robot: str, count: int = 100, *, start: str = "-") -> list[DeadLetter]:
+        """Oldest first."""
+        entries = self.redis.xrange(self.keys.dlq(robot), min=start, max="+", count=count)
+        return [DeadLetter.from_entry(i, f) for i, f in entries]
+
+    def dead_letter(self, robot: str, dlq_id: str) -> DeadLetter:
+        entries = self.redis.xrange(self.keys.dlq(robot), min=dlq_id, max=dlq_id, count=1)
+        if not entries:
+            raise BusError(f"robot {robot!r} has no dead letter {dlq_id!r}")
+        return DeadLetter.from_entry(*entries[0])
+
+    def dlq_size(self, robot: str) -> int:
+        return int(self.redis.xlen(self.keys.dlq(robot)))
+
+    def replay_dead_letters(self, robot: str, ids: Iterable[str] | None = None) -> list[str]:
+        """Put dead letters back on the inbox as new entries (fresh delivery count) and
+        remove them from the DLQ, each in one MULTI. Returns the new entry ids."""
+        letters = self._select_letters(robot, ids)
+        inbox, dlq = self.keys.inbox(robot), self.keys.dlq(robot)
+        if letters and not self.redis.exists(inbox):
+            raise BusError(f"Unknown channel: {robot!r} has no inbox to replay into")
+        new_ids: list[str] = []
+        for letter in letters:
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.xadd(inbox, {"envelope": letter.envelope})
+            pipe.xdel(dlq, letter.dlq_id)
+            entry, _ = pipe.execute()
+            new_ids.append(_s(entry))
+        return new_ids
+
+    def purge_dead_letters(self, robot: str, ids: Iterable[str] | None = None) -> int:
+        """Delete the given dead letters, or all of them. Returns how many went."""
+        dlq = self.keys.dlq(robot)
+        if ids is None:
+            n = int(self.redis.xlen(dlq))
+            self.redis.delete(dlq)
+            return n
+        wanted = list(ids)
+        return int(self.redis.xdel(dlq, *wanted)) if wanted else 0
+
+    def _select_letters(self, robot: str, ids: Iterable[str] | None) -> list[DeadLetter]:
+        if ids is None:
+            letters: list[DeadLetter] = []
+            start = "-"
+            while True:
+                page = self.dead_letters(robot, 500, start=start)
+                letters.extend(page)
+                if len(page) < 500:
+                    return letters
+                start = "(" + page[-1].dlq_id
+        return [self.dead_letter(robot, i) for i in ids]
+
+    # --- statistics -------------------------------------------------------------------
+    def stats(self, robots: Iterable[str] | None = None) -> list[InboxStats]:
+        """Per robot: length, groups, consumers, pending, lag and DLQ size (XINFO)."""
+        names = list(robots) if robots is not None else self.robots()
+        rows: list[InboxStats] = []
+        for robot in names:
+            inbox = self.keys.inbox(robot)
+            try:
+                info = self.redis.xinfo_stream(inbox)
+                groups = self.redis.xinfo_groups(inbox)
+            except _redis.ResponseError:  # no such key
+                rows.append(InboxStats(robot, 0, 0, 0, 0, None, self.dlq_size(robot)))
+                continue
+            lags = [g.get("lag") for g in groups]
+            lag = None if any(v is None for v in lags) else sum(int(v) for v in lags)
+            rows.append(
+                InboxStats(
+                    robot=robot,
+                    length=int(info.get("length", 0)),
+                    groups=len(groups),
+                    consumers=sum(int(g.get("consumers", 0)) for g in groups),
+                    pending=sum(int(g.get("pending", 0)) for g in groups),
+                    lag=lag,
+                    dlq=self.dlq_size(robot),
+                    last_entry=_s(info.get("last-generated-id")),
+                )
+            )
+        return rows
