@@ -47,6 +47,13 @@ _EXPORTS: dict[str, str] = {
     "get_redis": "robot_lab.connection",
     "Keys": "robot_lab.keys",
     "configure_logging": "robot_lab.logging",
+    # bus
+    "Bus": "robot_lab.bus",
+    "BusPoller": "robot_lab.bus",
+    "Delivery": "robot_lab.bus",
+    "DeadLetter": "robot_lab.bus",
+    "OutboxEntry": "robot_lab.bus",
+    "InboxStats": "robot_lab.bus",
     # runtime
     "Robot": "robot_lab.runtime.robot",
     "build": "robot_lab.runtime.robot",
