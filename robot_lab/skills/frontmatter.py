@@ -77,7 +77,10 @@ def read_head(path: Path) -> SkillHead:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 2 if mark is not None else 1  # +1 for 1-based, +1 for the '---' line
-        problem = " ".join(p for p in (exc.context, exc.problem) if p)
+        context = exc.context
+        if context and exc.context_mark is not None and exc.context_mark.line + 2 != line:
+            context = f"{context} (started on line {exc.context_mark.line + 2})"
+        problem = " ".join(p for p in (context, exc.problem) if p)
         raise ConfigurationError(f"{path}:{line}: malformed YAML front matter: {problem}") from exc
     except yaml.YAMLError as exc:
         raise ConfigurationError(f"{path}: malformed YAML front matter: {exc}") from exc

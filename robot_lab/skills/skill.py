@@ -165,7 +165,9 @@ class AgentSkill:
             with self._lock:
                 if self._instructions is None:
                     limit = int(self._skills_settings.max_instructions_chars)
-                    text, truncated = read_body(self.skill_md, self._head.body_offset, limit)
+                    # Re-read the head: the file may have been edited since the scan.
+                    head = read_head(self.skill_md)
+                    text, truncated = read_body(self.skill_md, head.body_offset, limit)
                     if truncated:
                         message = f"instructions truncated to {limit} characters (skills.max_instructions_chars)"
                         self.warnings.append(message)
