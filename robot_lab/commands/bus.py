@@ -1,0 +1,207 @@
+"""Bus commands: ``send``, ``tail``, ``bus stats`` and ``dlq list|show|replay|purge``.
+
+They talk to REDIS_URL (or the embedded fakeredis when unset, which only sees this
+process) with the configured key prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from ..errors import AwaitTimeout, BusError, SchemaError
+
+
+def _bus() -> Any:
+    from ..bus import Bus
+
+    return Bus()
+
+
+def _content(text: str, as_json: bool) -> Any:
+    if not as_json:
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="TEXT") from exc
+    if not isinstance(value, dict):
+        raise click.BadParameter("--json content must be a JSON object", param_hint="TEXT")
+    return value
+
+
+def _show_content(content: Any) -> str:
+    return content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+
+
+@click.command()
+@click.argument("robot")
+@click.argument("text")
+@click.option("--wait", is_flag=True, help="Block for the reply and print it.")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait with --wait.")
+@click.option("--conversation", "conversation_id", help="Conversation id (ordering key).")
+@click.option("--from", "from_", default="cli", show_default=True, help="Sender name.")
+@click.option("--json", "as_json", is_flag=True, help="TEXT is a JSON object, sent as content.")
+@click.option("--create", is_flag=True, help="Create the robot's inbox if nobody registered it.")
+def send(
+    robot: str, text: str, wait: bool, timeout: float, conversation_id: str | None, from_: str,
+    as_json: bool, create: bool,
+) -> None:
+    """Publish TEXT to ROBOT's inbox; prints the message id, or the reply with --wait."""
+    bus = _bus()
+    content = _content(text, as_json)
+    try:
+        if wait:
+            if create and not bus.exists(robot):
+                bus.register(robot)
+            reply = bus.request(robot, content, timeout=timeout, from_=from_, conversation_id=conversation_id)
+            click.echo(_show_content(reply.content))
+        else:
+            message = bus.publish(robot, content, from_=from_, conversation_id=conversation_id, create=create)
+            click.echo(message.id)
+    except (BusError, AwaitTimeout) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _format_entry(entry_id: str, fields: dict[bytes, bytes], as_json: bool) -> str:
+    from ..schemas import decode_message
+
+    raw = fields.get(b"envelope")
+    if as_json:
+        return raw.decode("utf-8", "replace") if raw is not None else json.dumps({k.decode(): v.decode() for k, v in fields.items()})
+    if raw is None:
+        return f"{entry_id}  INVALID (no envelope field)"
+    try:
+        m = decode_message(raw)
+    except SchemaError as exc:
+        return f"{entry_id}  INVALID {exc}"
+    extra = f" conv={m.conversation_id}" if m.conversation_id else ""
+    reply = f" re={m.in_reply_to}" if m.in_reply_to else ""
+    return f"{entry_id}  {m.from_} -> {m.to} [{m.kind}]{extra}{reply}  {_show_content(m.content)}"
+
+
+@click.command()
+@click.argument("robot")
+@click.option("--from-start", is_flag=True, help="Print the entries already in the inbox first.")
+@click.option("--count", "-n", type=int, default=None, help="Stop after N entries.")
+@click.option("--json", "as_json", is_flag=True, help="Print raw envelopes (one JSON per line).")
+@click.option("--timeout", type=float, default=None, help="Stop after this many seconds.")
+def tail(robot: str, from_start: bool, count: int | None, as_json: bool, timeout: float | None) -> None:
+    """Follow ROBOT's inbox live (reads with XREAD; consumes nothing)."""
+    bus = _bus()
+    key = bus.keys.inbox(robot)
+    if not bus.exists(robot):
+        raise click.ClickException(f"Unknown channel: {robot!r} (no inbox {key!r})")
+    cursor = "0-0"
+    if not from_start:
+        last = bus.redis.xrevrange(key, count=1)
+        cursor = last[0][0].decode() if last else "0-0"
+    seen = 0
+    end = None if timeout is None else time.monotonic() + timeout
+    try:
+        while count is None or seen < count:
+            if end is not None and time.monotonic() >= end:
+                break
+            result = bus.redis.xread({key: cursor}, count=100, block=500)
+            for _stream, entries in result or []:
+                for entry_id, fields in entries:
+                    cursor = entry_id.decode()
+                    click.echo(_format_entry(cursor, fields, as_json))
+                    seen += 1
+                    if count is not None and seen >= count:
+                        return
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        return
+
+
+@click.group("bus")
+def bus_group() -> None:
+    """Inspect robot inboxes."""
+
+
+@bus_group.command("stats")
+@click.argument("robots", nargs=-1)
+@click.option("--json", "as_json", is_flag=True)
+def stats(robots: tuple[str, ...], as_json: bool) -> None:
+    """Per robot: length, groups, consumers, pending, lag and DLQ size."""
+    rows = _bus().stats(list(robots) or None)
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("robot", "length", "groups", "consumers", "pending", "lag", "dlq")
+    for r in rows:
+        table.add_row(r.robot, str(r.length), str(r.groups), str(r.consumers), str(r.pending),
+                      "?" if r.lag is None else str(r.lag), str(r.dlq))
+    Console().print(table)
+
+
+@click.group("dlq")
+def dlq_group() -> None:
+    """Dead letters of a robot: list, show, replay, purge."""
+
+
+@dlq_group.command("list")
+@click.argument("robot")
+@click.option("--count", "-n", default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def dlq_list(robot: str, count: int, as_json: bool) -> None:
+    """List ROBOT's dead letters, oldest first."""
+    letters = _bus().dead_letters(robot, count)
+    if as_json:
+        click.echo(json.dumps([d.to_dict() for d in letters], indent=2))
+        return
+    if not letters:
+        click.echo(f"no dead letters for {robot!r}")
+        return
+    for d in letters:
+        click.echo(f"{d.dlq_id}  {d.reason:<14} deliveries={d.deliveries}  {d.error}")
+
+
+@dlq_group.command("show")
+@click.argument("robot")
+@click.argument("dlq_id")
+def dlq_show(robot: str, dlq_id: str) -> None:
+    """Print one dead letter with its envelope."""
+    try:
+        letter = _bus().dead_letter(robot, dlq_id)
+    except BusError as exc:
+        raise click.ClickException(str(exc)) from exc
+    data = letter.to_dict()
+    try:
+        data["envelope"] = json.loads(letter.envelope)
+    except ValueError:
+        pass
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+@dlq_group.command("replay")
+@click.argument("robot")
+@click.argument("ids", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Replay every dead letter of ROBOT.")
+def dlq_replay(robot: str, ids: tuple[str, ...], all_: bool) -> None:
+    """Put dead letters back on ROBOT's inbox (fresh delivery count)."""
+    if not ids and not all_:
+        raise click.UsageError("give dead-letter ids or --all")
+    try:
+        new_ids = _bus().replay_dead_letters(robot, None if all_ else list(ids))
+    except BusError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"replayed {len(new_ids)} message(s) into {robot!r}")
+
+
+@dlq_group.command("purge")
+@click.argument("robot")
+@click.argument("ids", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Delete every dead letter of ROBOT.")
+def dlq_purge(robot: str, ids: tuple[str, ...], all_: bool) -> None:
+    """Delete dead letters of ROBOT."""
+    if not ids and not all_:
+        raise click.UsageError("give dead-letter ids or --all")
+    n = _bus().purge_dead_letters(robot, None if all_ else list(ids))
+    click.echo(f"purged {n} dead letter(s) of {robot!r}")
