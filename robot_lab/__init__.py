@@ -63,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "Memory": "robot_lab.runtime.memory",
     "MemoryValueError": "robot_lab.runtime.memory",
     "ReservedKeyError": "robot_lab.runtime.memory",
+    "resolve_memory": "robot_lab.runtime.memory",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

@@ -589,3 +589,46 @@ def test_update_retries_on_conflict(mem: Memory) -> None:
     assert mem.update("c", fn) == 11
     assert calls == [1, 10]
     assert mem["c"] == 11
+
+
+# --- networks and robustness ------------------------------------------------------------------
+
+
+def test_resolve_memory_follows_robot_lab_run_rules(redis_client: Any, scope: str) -> None:
+    from robot_lab import resolve_memory
+
+    run = Memory.for_run(scope, redis=redis_client, network_name="net")
+    assert resolve_memory(None, run) is run
+    merged = resolve_memory({"topic": "billing"}, run)  # run(memory={...}) merges
+    assert merged is run and run["topic"] == "billing"
+    own = Memory.for_robot("solo", redis=redis_client)
+    assert resolve_memory(own, run) is own  # run(memory=Memory) replaces
+    named = resolve_memory("team-notes", run)  # a task naming another scope
+    assert (named.scope, named.network_name, named.redis) == ("team-notes", "net", redis_client)
+    with pytest.raises(ConfigurationError, match="got int"):
+        resolve_memory(3, run)  # type: ignore[arg-type]
+
+
+def test_junk_on_the_channel_is_ignored(mem: Memory, redis_client: Any) -> None:
+    got: list[int] = []
+    mem.subscribe("k", lambda c: got.append(c.value))
+    redis_client.publish(mem._channel, b"not json")
+    redis_client.publish(mem._channel, b'{"key": 1}')
+    mem["k"] = 1
+    wait_for(lambda: got, 5)
+    assert got == [1]
+
+
+def test_callback_cannot_block_on_its_own_memory(mem: Memory) -> None:
+    errors: list[str] = []
+
+    def blocking(change: MemoryChange) -> None:
+        try:
+            mem.get("other", wait=1)
+        except RobotLabError as exc:
+            errors.append(str(exc))
+
+    mem.subscribe("k", blocking)
+    mem["k"] = 1
+    wait_for(lambda: errors, 5)
+    assert "cannot block" in errors[0]

@@ -48,7 +48,7 @@ from .memory_reserved import (
     reserved_default,
 )
 
-__all__ = ["BROADCAST_KEY", "RESERVED_KEYS", "Memory", "MemoryValueError", "ReservedKeyError"]
+__all__ = ["BROADCAST_KEY", "RESERVED_KEYS", "Memory", "MemoryValueError", "ReservedKeyError", "resolve_memory"]
 
 log = get_logger("robot_lab.memory")
 
@@ -310,6 +310,9 @@ class Memory:
         deadline = None if timeout is None else time.monotonic() + timeout
         waitable = frozenset(k for k in names if k not in RESERVED_KEYS)
         listener = self._ensure_listener() if waitable else None
+        if listener is not None and threading.current_thread() is listener:
+            raise RobotLabError(f"memory {self.scope!r}: a subscription callback cannot block on get(wait=...) "
+                                "of its own Memory (the listener delivering changes is the one waiting)")
         waiter = Waiter(waitable)
         if listener is not None:
             listener.add_waiter(waiter)  # register, then read: no lost wake-up
@@ -603,3 +606,25 @@ class Memory:
 
     def __repr__(self) -> str:
         return f"Memory(scope={self.scope!r}, network_name={self.network_name!r})"
+
+
+def resolve_memory(memory: Memory | Mapping[str, Any] | str | None, default: Memory) -> Memory:
+    """The memory a run or task should use, with robot_lab's rules for ``run(memory=...)``.
+
+    * ``None`` -- ``default`` (a network run's ``Memory.for_run``; a robot's own memory);
+    * a :class:`Memory` -- replaces ``default`` for this run;
+    * a scope name -- that scope, on ``default``'s Redis, key layout and network;
+    * a mapping -- merged into ``default`` (one atomic write), which is returned.
+    """
+    if memory is None:
+        return default
+    if isinstance(memory, Memory):
+        return memory
+    if isinstance(memory, str):
+        return Memory(memory, redis=default.redis, keys=default.keys_layout, network_name=default.network_name,
+                      writer=default._writer, changes_maxlen=default.changes_maxlen,
+                      poll_interval=default.poll_interval)
+    if isinstance(memory, Mapping):
+        default.merge(memory)
+        return default
+    raise ConfigurationError(f"memory must be a Memory, a scope name or a mapping, got {type(memory).__name__}")

@@ -173,11 +173,19 @@ class Listener(threading.Thread):
                     continue
                 kind = message["type"]
                 if kind == "message":
-                    self.on_change(decode_change(message["data"]))
+                    try:
+                        change = decode_change(message["data"])
+                    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                        # Not ours (someone PUBLISHed junk): the stream is the truth.
+                        log.warning("memory.bad_notification", scope=self.memory.scope, error=str(exc))
+                        with self.dispatch_lock:
+                            self.catch_up()
+                        continue
+                    self.on_change(change)
                 elif kind == "subscribe":  # redis-py re-subscribed after a reconnect
                     with self.dispatch_lock:
                         self.catch_up()
-            except (redis.ConnectionError, redis.TimeoutError, OSError, ValueError) as exc:
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
                 if self._stopping.is_set():
                     break
                 self._error = exc
