@@ -22,6 +22,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "tail": ("robot_lab.commands.bus:tail", "Follow a robot's inbox live."),
     "bus": ("robot_lab.commands.bus:bus_group", "Inspect robot inboxes (bus stats)."),
     "dlq": ("robot_lab.commands.bus:dlq_group", "Dead letters of a robot: list, show, replay, purge."),
+    "worker": ("robot_lab.commands.worker:worker", "Run robots' tasks (rq queues robot:<name>) and bus inboxes."),
+    "run": ("robot_lab.commands.run:run", "Run a network (APP:NETWORK) on a message."),
+    "watch": ("robot_lab.commands.run:watch", "Follow a network run live (or --all: coordinator mode)."),
+    "cancel": ("robot_lab.commands.run:cancel", "Cancel a network run."),
+    "demo": ("robot_lab.commands.demo:demo", "The support-desk network, live, with no setup."),
 }
 
 

@@ -86,11 +86,13 @@ class EmbeddedWorkers:
             except Exception:
                 pass
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop after the current jobs (each thread notices within ``poll_seconds``)."""
+    def stop(self, timeout: float = 10.0, *, wait: bool = True) -> None:
+        """Stop after the current jobs (each thread notices within ``poll_seconds``).
+        ``wait=False`` returns at once: the daemon threads finish on their own."""
         self.stop_event.set()
-        for thread in self._threads:
-            thread.join(timeout)
+        if wait:
+            for thread in self._threads:
+                thread.join(timeout)
         self._threads.clear()
 
     def __enter__(self) -> EmbeddedWorkers:

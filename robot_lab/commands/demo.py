@@ -1,0 +1,193 @@
+"""``robot-lab demo``: the support-desk network with a live view of its DAG.
+
+Without REDIS_URL everything runs here: embedded fakeredis, in-process rq workers, the
+scripted model. With REDIS_URL the run goes to real workers (``honcho start`` with the
+Procfile) and this command only submits and watches. The live view is shared with
+``robot-lab watch``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+STYLE = {
+    "pending": ("·", "dim"),
+    "queued": ("◔", "yellow"),
+    "running": ("▶", "bold cyan"),
+    "done": ("✔", "green"),
+    "failed": ("✘", "bold red"),
+    "skipped": ("–", "dim"),
+    "cancelled": ("⊘", "magenta"),
+    "retrying": ("↻", "yellow"),
+}
+
+
+class RunView:
+    """Folds run events into per-task rows (state, robot, worker, time, reply)."""
+
+    def __init__(self, graph: Any, title: str) -> None:
+        self.graph = graph
+        self.title = title
+        self.state = {name: "pending" for name in graph.order}
+        self.worker: dict[str, str] = {}
+        self.started: dict[str, float] = {}
+        self.elapsed: dict[str, float] = {}
+        self.text: dict[str, str] = {}
+        self.run_state = "running"
+        self.t0: float | None = None
+
+    def apply(self, event: Any) -> None:
+        if self.t0 is None:
+            self.t0 = event.ts
+        task = event.task
+        kind = event.event
+        if kind in ("run.completed", "run.cancelled", "run.failed"):
+            self.run_state = kind.split(".")[1]
+        if task is None or task not in self.state:
+            return
+        if kind == "task.queued":
+            self.state[task] = "queued"
+        elif kind == "task.started":
+            self.state[task] = "running"
+            self.worker[task] = str(event.data.get("worker", ""))
+            self.started[task] = event.ts
+            self.text[task] = ""
+        elif kind == "text.delta":
+            self.text[task] = self.text.get(task, "") + str(event.data.get("delta", ""))
+        elif kind in ("task.completed", "task.failed"):
+            self.state[task] = "done" if kind == "task.completed" else "failed"
+            self.text[task] = str(event.data.get("reply") or event.data.get("error") or "")
+            if task in self.started:
+                self.elapsed[task] = event.ts - self.started[task]
+        elif kind == "task.skipped":
+            self.state[task] = "skipped"
+        elif kind == "task.retrying":
+            self.state[task] = "retrying"
+
+    def render(self) -> Any:
+        from rich.table import Table
+
+        table = Table(title=f"{self.title} — {self.run_state}", expand=True, show_lines=False)
+        table.add_column("stage", justify="right", width=5)
+        table.add_column("task")
+        table.add_column("robot")
+        table.add_column("state")
+        table.add_column("time", justify="right", width=6)
+        table.add_column("reply / progress", ratio=1, overflow="ellipsis", no_wrap=True)
+        stage_of = {name: i for i, stage in enumerate(self.graph.levels, 1) for name in stage}
+        for name in self.graph.order:
+            state = self.state[name]
+            icon, style = STYLE.get(state, ("?", ""))
+            took = f"{self.elapsed[name]:.2f}s" if name in self.elapsed else ""
+            text = " ".join(self.text.get(name, "").split())
+            table.add_row(str(stage_of.get(name, "")), name, self.graph.tasks[name].robot,
+                          f"[{style}]{icon} {state}[/]", took, text)
+        return table
+
+
+def print_event(event: Any) -> None:
+    if event.event == "text.delta":
+        return
+    where = f" {event.task}" if event.task else ""
+    extra = ""
+    if event.data.get("reply"):
+        extra = " " + " ".join(str(event.data["reply"]).split())[:100]
+    elif event.data.get("error"):
+        extra = " " + str(event.data["error"])
+    click.echo(f"[{event.seq:>3}] {event.event}{where}{extra}")
+
+
+def follow_live(handle: Any, *, title: str, timeout: float | None = None) -> RunView:
+    """Render the run live until it ends; returns the final view."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from ..runtime.coordinator import graph_for
+
+    view = RunView(graph_for(handle.store), title)
+    console = Console()
+    with Live(view.render(), console=console, refresh_per_second=12, transient=False) as live:
+        for event in handle.follow(timeout=timeout, block_ms=100):
+            view.apply(event)
+            live.update(view.render())
+    return view
+
+
+@click.command("demo")
+@click.option("--message", "-m", default=None, help="The customer message (default: a billing complaint)")
+@click.option("--delay-ms", type=int, default=None, help="Scripted model delay per call (default 400)")
+@click.option("--plain", is_flag=True, help="Print events as lines instead of the live view")
+@click.option("--timeout", type=float, default=120.0, show_default=True)
+def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float) -> None:
+    """Run the support-desk network (classifier -> billing/technical/general -> parallel
+    analysis -> summary) and show its DAG live."""
+    from rich.console import Console
+    from rich.panel import Panel
+
+    from .. import demo as demo_app
+    from ..runtime.coordinator import Coordinator, is_embedded
+    from ..runtime.memory import Memory
+
+    import os
+
+    from ..logging import configure_logging
+    from ..workers.process import warm_up
+
+    if "ROBOT_LAB_LOG_LEVEL" not in os.environ:
+        configure_logging(level="WARNING", force=True)  # keep the live view readable
+    if delay_ms is not None:
+        demo_app.register_scripts(delay_ms)
+    network = demo_app.support
+    message = message or demo_app.SAMPLE_MESSAGES[0]
+    console = Console()
+    coordinator = Coordinator()
+    embedded = is_embedded(coordinator.connection)
+    pool = None
+    if embedded:
+        from ..workers.embedded import EmbeddedWorkers
+
+        pool = EmbeddedWorkers(coordinator.connection, sorted({t.robot for t in network.spec.tasks}),
+                               threads=4).start()
+        console.print("[dim]embedded mode: in-process Redis (fakeredis), 4 in-process workers, scripted model[/]")
+    else:
+        _warn_without_workers(coordinator, network, console)
+    console.print(Panel(message, title="customer message"))
+    console.print(network.visualize(), style="dim", markup=False, highlight=False)
+    with console.status("loading the model gateway (litellm)..."):
+        warm_up()
+    started = time.monotonic()
+    try:
+        handle = coordinator.submit(network, message)
+        if plain:
+            for event in handle.follow(timeout=timeout):
+                print_event(event)
+        else:
+            follow_live(handle, title=f"network support (run {handle.run_id})", timeout=timeout)
+        result = handle.result()
+    finally:
+        if pool is not None:
+            pool.stop(wait=False)
+    memory = Memory.for_run(result.run_id, redis=coordinator.connection, keys=coordinator.keys)
+    notes = {k: memory.get(k) for k in ("sentiment", "urgency")}
+    routed = ", ".join(sorted(result.activated)) or "none"
+    console.print()
+    console.print(f"routed to: [bold]{routed}[/]   shared memory: {notes}   "
+                  f"wall time: {time.monotonic() - started:.2f}s")
+    console.print(Panel(result.reply or "(no reply)", title=f"final answer ({result.final_task})",
+                        border_style="green" if result.status == "completed" else "red"))
+
+
+def _warn_without_workers(coordinator: Any, network: Any, console: Any) -> None:
+    from rq import Queue, Worker
+
+    missing = []
+    for robot in sorted({t.robot for t in network.spec.tasks}):
+        queue = Queue(f"robot:{robot}", connection=coordinator.connection)
+        if not Worker.all(queue=queue, connection=coordinator.connection):
+            missing.append(robot)
+    if missing:
+        console.print(f"[yellow]no workers listen on {', '.join('robot:' + m for m in missing)}; start them "
+                      "with `honcho start` (Procfile) or `robot-lab worker <robot>`[/]")

@@ -1,0 +1,170 @@
+"""``robot-lab run APP:NETWORK "message"``, ``robot-lab watch RUN_ID`` and
+``robot-lab cancel RUN_ID``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from ..errors import ConfigurationError
+
+
+def resolve_target(target: str) -> Any:
+    """``pkg.mod:network``, ``pkg.mod:app`` (its only network), ``pkg.mod:<network name>``
+    (of the module's ``app``) or ``file.yml[:network]``."""
+    from ..app import App, load_app
+    from ..runtime.network import Network
+
+    if ".yml" in target or ".yaml" in target:
+        path, _, name = target.partition(".yml") if ".yml" in target else target.partition(".yaml")
+        suffix = ".yml" if ".yml" in target else ".yaml"
+        return load_app(path + suffix).get_network(name.lstrip(":") or None)
+    module_name, sep, attr = target.rpartition(":")
+    if not sep:
+        raise ConfigurationError(f"target {target!r} must look like 'package.module:network'")
+    import importlib
+
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    obj = getattr(module, attr, None)
+    if isinstance(obj, Network):
+        return obj
+    if isinstance(obj, App):
+        return obj.get_network()
+    app = getattr(module, "app", None)
+    if isinstance(app, App):
+        return app.get_network(attr)
+    raise ConfigurationError(f"{target!r}: {module_name} has no network or app named {attr!r}")
+
+
+def _context(pairs: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected key=value, got {pair!r}", param_hint="--context")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _print_result(result: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({
+            "run_id": result.run_id, "status": result.status, "final_task": result.final_task,
+            "reply": result.reply, "states": result.states,
+            "results": {k: v.export() for k, v in result.context.items()},
+        }, default=str))
+        return
+    click.echo(f"run {result.run_id}: {result.status}")
+    for task, state in result.states.items():
+        click.echo(f"  {task:<20} {state}")
+    click.echo("")
+    click.echo(result.reply or "(no reply)")
+
+
+@click.command("run")
+@click.argument("target")
+@click.argument("message", required=False)
+@click.option("--context", "-c", "context", multiple=True, help="key=value run context (repeatable)")
+@click.option("--no-wait", is_flag=True, help="Submit and print the run id")
+@click.option("--timeout", type=float, default=None, help="Seconds to wait for the result")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON")
+def run(target: str, message: str | None, context: tuple[str, ...], no_wait: bool, timeout: float | None,
+        as_json: bool) -> None:
+    """Run network TARGET (package.module:network) on MESSAGE.
+
+    With REDIS_URL the tasks go to `robot-lab worker` / `rq worker -S json` processes;
+    without, they run in this process.
+    """
+    from ..runtime.coordinator import Coordinator, is_embedded
+
+    try:
+        network = resolve_target(target)
+        ctx = _context(context)
+        coordinator = Coordinator()
+        if is_embedded(coordinator.connection):
+            result = network.run(message, timeout=timeout, **ctx)
+        else:
+            handle = coordinator.submit(network, message, context=ctx)
+            click.echo(f"run {handle.run_id} submitted", err=True)
+            if no_wait:
+                click.echo(handle.run_id)
+                return
+            result = handle.wait(timeout=timeout)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    _print_result(result, as_json)
+    if result.status != "completed":
+        sys.exit(1)
+
+
+@click.command("watch")
+@click.argument("run_id", required=False)
+@click.option("--all", "all_runs", is_flag=True, help="Coordinator mode: sweep and report every run, forever")
+@click.option("--plain", is_flag=True, help="Print events as lines instead of the live view")
+@click.option("--timeout", type=float, default=None)
+def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None) -> None:
+    """Follow RUN_ID until it ends (sweeping lost tasks back to the queues meanwhile)."""
+    from ..runtime.coordinator import Coordinator, is_embedded
+
+    coordinator = Coordinator()
+    if is_embedded(coordinator.connection):
+        raise click.ClickException("watch needs REDIS_URL: an embedded run lives only in its own process")
+    if all_runs:
+        _watch_all(coordinator)
+        return
+    if not run_id:
+        raise click.UsageError("give a RUN_ID or --all")
+    try:
+        handle = coordinator.attach(run_id)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    from .demo import follow_live, print_event
+
+    if plain:
+        for event in handle.follow(timeout=timeout):
+            print_event(event)
+    else:
+        follow_live(handle, title=f"run {run_id}", timeout=timeout)
+    _print_result(handle.result(), False)
+
+
+def _watch_all(coordinator: Any) -> None:
+    """Long-running coordinator process (Procfile): sweep all runs, print finished ones."""
+    from ..logging import get_logger
+
+    log = get_logger("robot_lab.coordinator")
+    seen: set[str] = set()
+    log.info("coordinator.started", prefix=coordinator.keys.prefix)
+    try:
+        while True:
+            coordinator.sweep()
+            for run in coordinator.runs(limit=50):
+                if run["status"] != "running" and run["run_id"] not in seen:
+                    seen.add(run["run_id"])
+                    log.info("run.finished", **run)
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+
+
+@click.command("cancel")
+@click.argument("run_id")
+def cancel(run_id: str) -> None:
+    """Cancel RUN_ID: queued tasks are dropped, running ones finish but nothing new starts."""
+    from ..runtime.coordinator import Coordinator
+
+    try:
+        status = Coordinator().cancel(run_id)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"run {run_id}: {status}")

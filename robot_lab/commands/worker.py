@@ -1,0 +1,28 @@
+"""``robot-lab worker billing [more robots] [--concurrency N]``."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("worker")
+@click.argument("robots", nargs=-1, required=True)
+@click.option("--concurrency", "-c", type=int, default=1, show_default=True,
+              help="rq worker processes (each runs one task at a time)")
+@click.option("--app", "app_path", default=None, help="App import path (default: ROBOT_LAB_APP)")
+@click.option("--url", default=None, help="Redis URL (default: REDIS_URL)")
+@click.option("--burst", is_flag=True, help="Quit when the queues are empty")
+@click.option("--no-bus", is_flag=True, help="Do not poll the robots' bus inboxes")
+def worker(robots: tuple[str, ...], concurrency: int, app_path: str | None, url: str | None, burst: bool,
+           no_bus: bool) -> None:
+    """Run ROBOTS' tasks (rq queues robot:<name>) and serve their bus inboxes.
+
+    SIGTERM finishes the task and message in hand, then exits.
+    """
+    from ..errors import ConfigurationError
+    from ..workers.process import run_worker
+
+    try:
+        run_worker(list(robots), concurrency=concurrency, app_path=app_path, url=url, burst=burst, bus=not no_bus)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from exc
