@@ -1,0 +1,1 @@
+"""Small real MCP servers the MCP tests launch as subprocesses (stdio and streamable HTTP)."""
