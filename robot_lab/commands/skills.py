@@ -89,8 +89,8 @@ def list_skills(roots: tuple[str, ...]) -> None:
     console.print(table)
     if not catalog.all():
         console.print("no skills found in: " + ", ".join(str(r.path) for r in catalog.roots))
-    for problem in catalog.problems:
-        console.print(f"[yellow]skipped[/yellow] {problem.path}: {problem.message}", markup=True, highlight=False)
+    for problem in catalog.problems:  # plain lines: long paths must stay greppable
+        click.echo(f"skipped {problem.path}: {problem.message}")
 
 
 @skills.command()
