@@ -64,6 +64,28 @@ _EXPORTS: dict[str, str] = {
     "MemoryValueError": "robot_lab.runtime.memory",
     "ReservedKeyError": "robot_lab.runtime.memory",
     "resolve_memory": "robot_lab.runtime.memory",
+    # safety: budgets, doom loops, history
+    "BudgetLedger": "robot_lab.runtime.budget",
+    "Ledger": "robot_lab.runtime.budget",
+    "RedisLedger": "robot_lab.runtime.budget",
+    "Reservation": "robot_lab.runtime.budget",
+    "reserve_all_remaining": "robot_lab.runtime.budget",
+    "check_budgets": "robot_lab.runtime.budget",
+    "DoomLoopDetector": "robot_lab.runtime.doom_loop",
+    "RedisDoomLoopDetector": "robot_lab.runtime.doom_loop",
+    "HistoryCompressor": "robot_lab.runtime.history",
+    "HistoryResult": "robot_lab.runtime.history",
+    "Convergence": "robot_lab.runtime.history",
+    "search_history": "robot_lab.runtime.history",
+    "compress_history": "robot_lab.runtime.history",
+    "TfidfModel": "robot_lab.runtime.text_analysis",
+    "tf_cosine_similarity": "robot_lab.runtime.text_analysis",
+    # MCP
+    "MCPServerConfig": "robot_lab.runtime.mcp",
+    "MCPClient": "robot_lab.runtime.mcp",
+    "MCPManager": "robot_lab.runtime.mcp",
+    "MCPTool": "robot_lab.runtime.mcp",
+    "ServerDiscovery": "robot_lab.runtime.mcp",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
