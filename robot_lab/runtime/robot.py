@@ -26,6 +26,14 @@ from ..schemas.messages import (
     ToolCallMessage,
     ToolResultMessage,
 )
+from .hooks import (
+    HookRegistry,
+    LlmGenerationHookContext,
+    RunHookContext,
+    ToolCallHookContext,
+    hook_scope,
+    run_hooks,
+)
 from .llm import Chunk, LLMGateway, LLMResponse, default_gateway
 from .run_config import RunConfig
 from .templates import Template, expand_skills, load_template
@@ -94,6 +102,7 @@ class Robot:
         config: RunConfig | Mapping[str, Any] | None = None,
         gateway: LLMGateway | None = None,
         template_dirs: Iterable[str | Path] | None = None,
+        hooks: Iterable[Any] = (),
     ) -> None:
         self._validate_tools_filter(tools)
         self.name = str(name)
@@ -113,6 +122,7 @@ class Robot:
         for item in local_tools:
             self.local_tools.add(item).robot = self
         self._gateway = gateway
+        self.hooks = HookRegistry(hooks)
         explicit = {
             "model": model,
             "temperature": temperature,
@@ -359,6 +369,11 @@ class Robot:
             selected = selected[:cap]
         return selected
 
+    def on(self, handler: Any, context: dict[str, Any] | None = None) -> Robot:
+        """Register a robot-scoped hook (a Hook subclass or its import path)."""
+        self.hooks.on(handler, context)
+        return self
+
     # ------------------------------------------------------------------ running
     def run(
         self,
@@ -369,25 +384,45 @@ class Robot:
         network_config: RunConfig | Mapping[str, Any] | None = None,
         on_content: ContentCallback | None = None,
         extra_tools: Iterable[Tool] = (),
-        run_id: str | None = None,
+        hooks: Any = None,
+        network_hooks: HookRegistry | None = None,
+        network: Any = None,
         task: str | None = None,
+        memory: Any = None,
+        run_id: str | None = None,
         **context: Any,
     ) -> RobotResult:
         """Send ``message`` and run the tool loop until the model answers with text.
 
         Extra keyword arguments are run-time template context and re-render the prompt.
         Raises on failure (use :meth:`run_safely` for robot_lab's network semantics).
+        ``hooks`` are per-run handlers; ``network_hooks`` the enclosing network's registry.
         """
-        with log_context(robot=self.name, run_id=run_id, task=task):
-            if context or self._render_deferred:
-                self._apply_system_prompt(context)
+        per_run = HookRegistry([hooks] if hooks is not None and not isinstance(hooks, (list, tuple)) else hooks or [])
+        with log_context(robot=self.name, run_id=run_id, task=task), hook_scope(network_hooks, self.hooks, per_run):
             net_config = (
                 network_config
                 if isinstance(network_config, RunConfig) or network_config is None
                 else RunConfig(network_config)
             )
-            selected = self.select_tools(tools, network_config=net_config, extra=extra_tools)
-            return self._tool_loop(message, selected, on_content)
+            ctx = RunHookContext(
+                robot=self, network=network, task=task, memory=memory, config=self.config, request=message,
+                run_id=run_id,
+            )
+
+            def core() -> RobotResult:
+                if context or self._render_deferred:
+                    self._apply_system_prompt(context)
+                selected = self.select_tools(tools, network_config=net_config, extra=extra_tools)
+                gen_ctx = LlmGenerationHookContext(
+                    robot=self, network=network, task=task, memory=memory, config=self.config,
+                    request=ctx.request, run_id=run_id,
+                )
+                return run_hooks(
+                    "llm_generation", gen_ctx, lambda: self._tool_loop(gen_ctx.request, selected, on_content)
+                )
+
+            return run_hooks("run", ctx, core)
 
     def run_safely(self, message: str | None = None, **kwargs: Any) -> RobotResult:
         """robot_lab's ``Robot#call``: any exception becomes an error RobotResult."""
@@ -467,7 +502,16 @@ class Robot:
         tool = by_name.get(name)
         if tool is None:
             return f"Error: tool {name!r} is not available (offered: {', '.join(by_name) or 'none'})"
-        return tool.call(arguments)
+        ctx = ToolCallHookContext(tool=tool, tool_name=name, tool_args=dict(arguments), robot=self)
+
+        def core() -> str:
+            text = tool.call(arguments)
+            if text.startswith(f"Error ({name})"):
+                ctx.tool_error = RuntimeError(text)
+            return text
+
+        result = run_hooks("tool_call", ctx, core)
+        return result if isinstance(result, str) else str(result)
 
     def _add_usage(self, response: LLMResponse) -> None:
         self.total_input_tokens += response.input_tokens
@@ -497,6 +541,7 @@ class Robot:
             skills=self.skills,
             mcp_servers=self.mcp_servers,
             config=RunConfig(self.config.to_json_dict()).merge({"model": None}).to_data(),
+            hooks=self.hooks.import_paths(),
         )
 
     @classmethod
@@ -513,6 +558,7 @@ class Robot:
             "mcp_servers": spec.mcp_servers,
             "skills": spec.skills,
             "config": config,
+            "hooks": list(spec.hooks),
         }
         kwargs.update(overrides)
         return cls(spec.name, **kwargs)
