@@ -32,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgspec
 import redis as _redis
 
 from ..errors import BusError, SchemaError
@@ -190,6 +191,8 @@ class BusPoller:
         """Run ``run_forever`` in a daemon thread (embedded mode)."""
         if self._thread and self._thread.is_alive():
             return self
+        if self._register:  # registered before start() returns: publishing right after works
+            self.bus.register(self.robot)
         self._stop_event = threading.Event()
         self._thread = threading.Thread(
             target=self.run_forever, args=(self._stop_event,), name=f"bus-poller-{self.robot}", daemon=True
@@ -432,6 +435,11 @@ class BusPoller:
                 message = decode_message(raw)
             except SchemaError as exc:
                 error = exc
+            else:
+                if not _has_id(raw):
+                    # a hand-written envelope without "id": derive a stable one from the
+                    # entry, so redeliveries stay idempotent and replies can name it
+                    message = msgspec.structs.replace(message, id=f"{self.robot}/{entry}")
         if not from_script:
             cid = message.conversation_id if message else _lenient_conversation(raw)
         d = Delivery(self, entry, fields, deliveries, message, error, cid or None)
@@ -619,6 +627,19 @@ def _error_text(error: BaseException | str | None) -> str:
     if isinstance(error, BaseException):
         return str(error) if isinstance(error, SchemaError) else f"{type(error).__name__}: {error}"
     return str(error)
+
+
+class _IdProbe(msgspec.Struct):
+    id: Any = None
+
+
+def _has_id(raw: bytes) -> bool:
+    if b'"id"' not in raw:
+        return False
+    try:
+        return msgspec.json.decode(raw, type=_IdProbe).id is not None
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return True
 
 
 def _lenient_conversation(raw: bytes | None) -> str | None:
