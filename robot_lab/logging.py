@@ -59,6 +59,25 @@ def _env_api_keys() -> None:
             declare_secret(value)
 
 
+class _StderrLogger:
+    """Writes to whatever ``sys.stderr`` is at the time of the call, not at configure time
+    (test runners and daemons swap and close streams)."""
+
+    def msg(self, message: str) -> None:
+        stream = sys.stderr
+        try:
+            stream.write(message + "\n")
+            stream.flush()
+        except ValueError:  # the stream was closed under us; logging must not break work
+            pass
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = msg
+
+
+def _logger_factory(*_: Any) -> _StderrLogger:
+    return _StderrLogger()
+
+
 def configure_logging(level: str | None = None, fmt: str | None = None, *, force: bool = False) -> None:
     """Configure structlog and stdlib logging once per process."""
     global _configured
@@ -88,7 +107,7 @@ def configure_logging(level: str | None = None, fmt: str | None = None, *, force
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level, logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_logger_factory,
         cache_logger_on_first_use=False,
     )
     _configured = True
