@@ -54,6 +54,13 @@ _EXPORTS: dict[str, str] = {
     "DeadLetter": "robot_lab.bus",
     "OutboxEntry": "robot_lab.bus",
     "InboxStats": "robot_lab.bus",
+    # skills
+    "AgentSkill": "robot_lab.skills",
+    "SkillCatalog": "robot_lab.skills",
+    "SkillMatcher": "robot_lab.skills",
+    "SkillTool": "robot_lab.skills",
+    "ScriptTool": "robot_lab.skills",
+    "Capabilities": "robot_lab.skills",
     # runtime
     "Robot": "robot_lab.runtime.robot",
     "build": "robot_lab.runtime.robot",

@@ -308,3 +308,14 @@ def test_skill_tool_reports_a_vanished_skill(tmp_path: Path) -> None:
     result = tool.call({"skill": "fleeting"})
     assert result.startswith("Error (Skill): skill 'fleeting' could not be loaded")
     assert tool.activations == []
+
+
+def test_default_matcher_is_shared_and_resettable() -> None:
+    from robot_lab.skills import default_matcher, reset_default_matcher
+
+    reset_default_matcher()
+    first = default_matcher()
+    assert default_matcher() is first
+    reset_default_matcher()
+    assert default_matcher() is not first
+    reset_default_matcher()

@@ -32,7 +32,9 @@ from .matching import (
     SkillMatcher,
     allowed_tool_names,
     compose_system_prompt,
+    default_matcher,
     filter_tools,
+    reset_default_matcher,
 )
 from .sandbox import Outcome, bwrap_status
 from .script_tool import ScriptTool, derive_name, extract_description
@@ -64,12 +66,14 @@ __all__ = [
     "bwrap_status",
     "compose_system_prompt",
     "default_catalog",
+    "default_matcher",
     "default_roots",
     "derive_name",
     "extract_description",
     "filter_tools",
     "load_embedder",
     "reset_default_catalog",
+    "reset_default_matcher",
     "system_prompt_listing",
     "validate",
 ]

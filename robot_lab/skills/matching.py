@@ -239,3 +239,23 @@ class SkillMatcher:
                 continue
             usable.append(skill)
         return SkillInjection(skills=usable, tools=tools, scores=scores)
+
+
+_default_matcher: SkillMatcher | None = None
+_default_lock = threading.Lock()
+
+
+def default_matcher() -> SkillMatcher:
+    """The process-wide matcher over ``settings.skills`` (embedder loaded on first match)."""
+    global _default_matcher
+    with _default_lock:
+        if _default_matcher is None:
+            _default_matcher = SkillMatcher()
+        return _default_matcher
+
+
+def reset_default_matcher() -> None:
+    """Forget the process-wide matcher (settings changed, tests)."""
+    global _default_matcher
+    with _default_lock:
+        _default_matcher = None
