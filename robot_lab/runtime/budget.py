@@ -105,6 +105,8 @@ class BudgetLedger(Protocol):
 
     def remaining(self, key: str) -> float: ...
 
+    def snapshot(self) -> tuple[dict[str, float], dict[str, float]]: ...
+
 
 class Ledger:
     """In-process ledger (robot_lab's ``Budget::Ledger``), thread-safe."""
@@ -135,6 +137,11 @@ class Ledger:
     def reserved(self) -> dict[str, float]:
         with self._lock:
             return dict(self._reserved)
+
+    def snapshot(self) -> tuple[dict[str, float], dict[str, float]]:
+        """``(limits, consumed)`` read together."""
+        with self._lock:
+            return dict(self._limits), dict(self._consumed)
 
     def reserve(self, key: str, amount: float) -> None:
         """Reserve ``amount``; BudgetExceeded when it would pass the limit. No-op if unlimited."""
@@ -314,14 +321,22 @@ class RedisLedger:
             pipe.expire(self.key, self.ttl, nx=True)
         pipe.execute()
 
-    def _fields(self, prefix: str) -> dict[str, float]:
-        raw = self.redis.hgetall(self.key)
-        out = {}
-        for field_name, value in raw.items():
+    def _all_fields(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {"limit": {}, "consumed": {}, "reserved": {}}
+        for field_name, value in self.redis.hgetall(self.key).items():
             name = field_name.decode() if isinstance(field_name, bytes) else field_name
-            if name.startswith(prefix):
-                out[name[len(prefix) :]] = _num(value)
+            kind, _, key = name.partition(":")
+            if kind in out:
+                out[kind][key] = _num(value)
         return out
+
+    def _fields(self, prefix: str) -> dict[str, float]:
+        return self._all_fields()[prefix.rstrip(":")]
+
+    def snapshot(self) -> tuple[dict[str, float], dict[str, float]]:
+        """``(limits, consumed)`` from one HGETALL."""
+        fields = self._all_fields()
+        return fields["limit"], fields["consumed"]
 
     @property
     def limits(self) -> dict[str, float]:
@@ -459,8 +474,7 @@ def check_budgets(
     for ledger in ledgers:
         if ledger is None:
             continue
-        limits = ledger.limits
-        consumed = ledger.consumed
+        limits, consumed = ledger.snapshot()
         suffix = f" (scope: {ledger.scope})" if ledger.scope else ""
         if TOKENS in limits and consumed.get(TOKENS, 0.0) > limits[TOKENS]:
             raise InferenceError(
