@@ -89,8 +89,9 @@ class Graph:
         }
 
     def final_task_candidates(self) -> list[str]:
-        """Sinks (no dependents), in definition order; the run's answer is the last one that ran."""
-        return [name for name in self.order if not self.children[name]]
+        """Sinks (no dependents, no routes), in definition order; the run's answer is the
+        last one of them that ran."""
+        return [name for name in self.order if not self.children[name] and not self.tasks[name].routes]
 
 
 def _check_name(kind: str, name: Any) -> str:
