@@ -202,3 +202,22 @@ def test_run_safely_turns_failures_into_error_results() -> None:
 def test_unknown_build_keyword_raises_type_error() -> None:
     with pytest.raises(TypeError):
         robot_lab.build(name="x", colour="red")
+
+
+def test_doom_loop_warning_at_third_identical_call_then_breaker() -> None:
+    robot = robot_lab.build(name="doomed", model="scripted/loop:add", local_tools=[add], max_tool_rounds=5)
+    with pytest.raises(ToolLoopError):
+        robot.run("go", tools="inherit")
+    tool_texts = [m["content"] for m in robot.messages if m["role"] == "tool"]
+    assert len(tool_texts) == 5
+    assert "⚠️" not in tool_texts[0] and "⚠️" not in tool_texts[1]
+    assert tool_texts[2].startswith("0\n\n⚠️ Tool 'add' has been called 3+ times consecutively with no progress.")
+
+
+def test_token_budget_refuses_before_the_call_once_spent() -> None:
+    robot = robot_lab.build(name="thrifty", token_budget=40)
+    robot.run("short")  # well under budget
+    with pytest.raises(robot_lab.InferenceError, match=r"Token budget exceeded: \d+ tokens used, budget is 40"):
+        robot.run("a much longer message that will push the running total past the small budget " * 3)
+    with pytest.raises(robot_lab.BudgetExceeded, match="budget exceeded for tokens"):
+        robot.run("anything")

@@ -26,6 +26,9 @@ from ..schemas.messages import (
     ToolCallMessage,
     ToolResultMessage,
 )
+from . import budget as budget_mod
+from .doom_loop import DEFAULT_THRESHOLD as DOOM_LOOP_THRESHOLD
+from .doom_loop import DoomLoopDetector, with_warning
 from .hooks import (
     HookRegistry,
     LlmGenerationHookContext,
@@ -149,6 +152,7 @@ class Robot:
         self.total_output_tokens = 0
         self.total_cost = 0.0
         self.learnings: list[str] = []
+        self.budget_ledger = budget_mod.robot_ledger(self.config.token_budget, self.config.cost_budget)
         self._templates: list[Template] = []
         self._render_deferred = False
         self._apply_template()
@@ -390,6 +394,8 @@ class Robot:
         task: str | None = None,
         memory: Any = None,
         run_id: str | None = None,
+        budgets: Iterable[Any] = (),
+        doom_loop: Any = None,
         **context: Any,
     ) -> RobotResult:
         """Send ``message`` and run the tool loop until the model answers with text.
@@ -397,6 +403,9 @@ class Robot:
         Extra keyword arguments are run-time template context and re-render the prompt.
         Raises on failure (use :meth:`run_safely` for robot_lab's network semantics).
         ``hooks`` are per-run handlers; ``network_hooks`` the enclosing network's registry.
+        ``budgets`` are extra ledgers (a network run's, a tenant's ``RedisLedger``) checked
+        beside the robot's own; ``doom_loop`` replaces the per-run detector (networks pass a
+        ``RedisDoomLoopDetector`` so a loop bouncing between robots is seen).
         """
         per_run = HookRegistry([hooks] if hooks is not None and not isinstance(hooks, (list, tuple)) else hooks or [])
         with log_context(robot=self.name, run_id=run_id, task=task), hook_scope(network_hooks, self.hooks, per_run):
@@ -419,7 +428,11 @@ class Robot:
                     request=ctx.request, run_id=run_id,
                 )
                 return run_hooks(
-                    "llm_generation", gen_ctx, lambda: self._tool_loop(gen_ctx.request, selected, on_content)
+                    "llm_generation",
+                    gen_ctx,
+                    lambda: self._tool_loop(
+                        gen_ctx.request, selected, on_content, ledgers=[self.budget_ledger, *budgets], doom=doom_loop
+                    ),
                 )
 
             return run_hooks("run", ctx, core)
@@ -435,8 +448,47 @@ class Robot:
         result.duration = time.monotonic() - started
         return result
 
-    def _tool_loop(self, message: str | None, tools: list[Tool], on_content: ContentCallback | None) -> RobotResult:
+    def _call_model(
+        self,
+        specs: list[dict[str, Any]] | None,
+        on_chunk: Callable[[Chunk], Any] | None,
+        params: dict[str, Any],
+        ledgers: list[Any],
+    ) -> LLMResponse:
+        """One model call inside the budget protocol: reserve what remains (BudgetExceeded
+        before the call when spent), reconcile actual usage, then InferenceError on overrun."""
+        if not ledgers:
+            response = self.gateway.complete(self.model, self.messages, tools=specs, on_chunk=on_chunk, params=params)
+            self._add_usage(response)
+            return response
+        caps = {budget_mod.TOKENS: float(self.config.max_tokens)} if self.config.max_tokens else None
+        reservation = budget_mod.reserve_all_remaining(ledgers, caps=caps)
+        try:
+            response = self.gateway.complete(self.model, self.messages, tools=specs, on_chunk=on_chunk, params=params)
+        except BaseException:
+            budget_mod.release(reservation)
+            raise
+        budget_mod.reconcile(reservation, response.input_tokens + response.output_tokens, response.cost)
+        self._add_usage(response)
+        budget_mod.check_budgets(
+            ledgers,
+            tokens_used=self.total_input_tokens + self.total_output_tokens if self.config.token_budget else None,
+            token_budget=self.config.token_budget,
+        )
+        return response
+
+    def _tool_loop(
+        self,
+        message: str | None,
+        tools: list[Tool],
+        on_content: ContentCallback | None,
+        *,
+        ledgers: Sequence[Any] = (),
+        doom: Any = None,
+    ) -> RobotResult:
         started = time.monotonic()
+        active_ledgers = [ledger for ledger in ledgers if ledger is not None]
+        detector = doom or DoomLoopDetector(self.config.doom_loop_threshold or DOOM_LOOP_THRESHOLD)
         if message is not None:
             self.messages.append({"role": "user", "content": message})
         specs = [t.to_openai() for t in tools] or None
@@ -452,13 +504,10 @@ class Robot:
         cost = 0.0
         calls_made = 0
         while True:
-            response: LLMResponse = self.gateway.complete(
-                self.model, self.messages, tools=specs, on_chunk=on_chunk, params=params
-            )
+            response: LLMResponse = self._call_model(specs, on_chunk, params, active_ledgers)
             input_tokens += response.input_tokens
             output_tokens += response.output_tokens
             cost += response.cost
-            self._add_usage(response)
             self.messages.append(response.assistant_message())
             if not response.tool_calls:
                 text = response.content or response.reasoning or ""
@@ -480,8 +529,11 @@ class Robot:
                 if self.config.on_tool_call:
                     self.config.on_tool_call(record)
                 text = self._execute_tool(by_name, call.name, call.arguments)
+                warning = detector.observe(call.name)
+                if warning:
+                    text = with_warning(text, warning)
                 self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": text})
-                is_error = text.startswith(f"Error ({call.name})") or text.startswith("Error:")
+                is_error = text.startswith((f"Error ({call.name})", "Error:"))
                 result_msg = ToolResultMessage(tool=record, content={"error": text} if is_error else {"data": text})
                 output.append(result_msg)
                 results.append(result_msg)
