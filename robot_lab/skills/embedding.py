@@ -264,7 +264,8 @@ def load_embedder(settings: Any = None) -> Embedder:
             embedder = TfidfEmbedder()
         else:
             try:
-                embedder = FastEmbedEmbedder(model, model_path=model_path, allow_download=skills.allow_model_download)
+                embedder = FastEmbedEmbedder(model, model_path=model_path, allow_download=skills.allow_model_download,
+                                             threads=skills.embedding_threads)
             except Exception as exc:
                 log.warning(
                     "skills.embedder_fallback",
