@@ -69,7 +69,7 @@ def worker(mode: str, robot: str, consumer: str) -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    poller.poll(block_ms=0)  # registers, replays own pending
+    poller.bus.register(robot)
     r.set(f"{test}:ready:{consumer}", 1)
     poller.run_forever(stop)
 
