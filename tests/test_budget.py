@@ -282,3 +282,10 @@ def test_two_processes_share_one_budget(real_redis_url: str, key_prefix: str, mo
         for key in client.scan_iter(match=f"{key_prefix}*"):
             client.delete(key)
         client.close()
+
+
+def test_redis_ledger_defaults_to_configured_redis_and_prefix(redis_client, key_prefix: str) -> None:
+    ledger = RedisLedger("run:defaults", {"tokens": 5})
+    assert ledger.key == f"{key_prefix}:budget:run:defaults"
+    ledger.reserve("tokens", 5)
+    assert redis_client.hget(ledger.key, "reserved:tokens") is not None

@@ -173,3 +173,10 @@ def test_redis_detector_across_processes(real_redis_url: str, key_prefix: str) -
         for key in client.scan_iter(match=f"{key_prefix}*"):
             client.delete(key)
         client.close()
+
+
+def test_redis_detector_defaults_to_configured_redis_and_prefix(redis_client, key_prefix: str) -> None:
+    d = RedisDoomLoopDetector("run-defaults")
+    assert d.key == f"{key_prefix}:run:run-defaults:tool_calls"
+    d.track("x")
+    assert redis_client.lrange(d.key, 0, -1) == [b"x"]
