@@ -70,6 +70,7 @@ _EXPORTS: dict[str, str] = {
     "Hook": "robot_lab.runtime.hooks",
     "HookRegistry": "robot_lab.runtime.hooks",
     "Narrator": "robot_lab.runtime.hooks",
+    "DelegationFuture": "robot_lab.runtime.delegation",
     "Memory": "robot_lab.runtime.memory",
     "MemoryValueError": "robot_lab.runtime.memory",
     "ReservedKeyError": "robot_lab.runtime.memory",

@@ -31,9 +31,11 @@ from .doom_loop import DEFAULT_THRESHOLD as DOOM_LOOP_THRESHOLD
 from .doom_loop import DoomLoopDetector, with_warning
 from .hooks import (
     HookRegistry,
+    LearnHookContext,
     LlmGenerationHookContext,
     RunHookContext,
     ToolCallHookContext,
+    call_point_hook,
     hook_scope,
     run_hooks,
 )
@@ -152,6 +154,7 @@ class Robot:
         self.total_output_tokens = 0
         self.total_cost = 0.0
         self.learnings: list[str] = []
+        self._memory: Any = None
         self.budget_ledger = budget_mod.robot_ledger(self.config.token_budget, self.config.cost_budget)
         self._templates: list[Template] = []
         self._render_deferred = False
@@ -431,7 +434,7 @@ class Robot:
                     "llm_generation",
                     gen_ctx,
                     lambda: self._tool_loop(
-                        gen_ctx.request, selected, on_content, ledgers=[self.budget_ledger, *budgets], doom=doom_loop
+                        self._inject_learnings(gen_ctx.request), selected, on_content, ledgers=[self.budget_ledger, *budgets], doom=doom_loop
                     ),
                 )
 
@@ -569,6 +572,66 @@ class Robot:
         self.total_input_tokens += response.input_tokens
         self.total_output_tokens += response.output_tokens
         self.total_cost += response.cost
+
+    # ------------------------------------------------------------------ learning, delegation
+    @property
+    def memory(self) -> Any:
+        """The robot's inherent memory: scope ``robot:<name>`` in Redis (embedded or real),
+        so every worker of this robot shares its learnings."""
+        if self._memory is None:
+            from .memory import Memory
+
+            self._memory = Memory.for_robot(self.name)
+        return self._memory
+
+    def learn(self, text: str) -> Robot:
+        """Remember a lesson for later runs (robot_lab's dedupe: an existing entry contained
+        in the new text is replaced; a new text contained in an existing one is dropped)."""
+        text = (text or "").strip()
+        if not text:
+            return self
+        ctx = LearnHookContext(robot=self, text=text, learnings_before=tuple(self.learnings))
+
+        def core() -> bool:
+            current = self._load_learnings()
+            if any(text in existing for existing in current):
+                return False
+            updated = [existing for existing in current if existing not in text] + [text]
+            self.learnings = updated
+            self.memory.set("learnings", updated)
+            ctx.stored = True
+            call_point_hook("on_learn", ctx)
+            return True
+
+        with hook_scope(self.hooks):
+            run_hooks("learn", ctx, core)
+        return self
+
+    def _load_learnings(self) -> list[str]:
+        if self._memory is None and not self.learnings:
+            from .. import connection
+            from ..settings import get_settings
+
+            if get_settings().embedded and connection._embedded_server is None:
+                return []  # no embedded store exists yet, so nothing can have been learned
+        stored = self.memory.get("learnings")
+        self.learnings = list(stored or self.learnings)
+        return self.learnings
+
+    def _inject_learnings(self, message: str | None) -> str | None:
+        if message is None:
+            return None
+        learnings = self._load_learnings()
+        if not learnings:
+            return message
+        return "LEARNINGS FROM PREVIOUS RUNS:\n" + "\n".join(f"- {item}" for item in learnings) + "\n\n" + message
+
+    def delegate(self, to: Any, task: str, *, async_: bool = False, timeout: float = 120.0, **run_kwargs: Any) -> Any:
+        """Hand ``task`` to another robot: a Robot here, or a robot name served by a worker.
+        Returns its RobotResult, or a DelegationFuture with ``async_=True``."""
+        from .delegation import delegate
+
+        return delegate(to, task, delegated_by=self.name, async_=async_, timeout=timeout, **run_kwargs)
 
     # ------------------------------------------------------------------ specs
     def to_spec(self) -> RobotSpec:

@@ -1,0 +1,118 @@
+"""Delegation: one robot hands a task to another and gets its result, now or later.
+
+The delegatee is a live :class:`Robot` in this process (robot_lab's behaviour), or a robot
+*name*, in which case the task travels over the bus (``Bus.request``) to whichever worker
+serves that robot, and the reply comes back on a private reply stream. A future settles
+once; ``value(timeout)`` raises ``DelegationTimeout("Delegation to 'X' timed out after
+Ns")`` and re-raises the delegatee's error on every call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import AwaitTimeout, DelegationTimeout
+from ..schemas.messages import RobotResult, TextMessage
+
+
+class DelegationFuture:
+    """The pending result of ``delegate(..., async_=True)``."""
+
+    def __init__(self, robot_name: str, delegated_by: str | None = None) -> None:
+        self.robot_name = robot_name
+        self.delegated_by = delegated_by
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._value: RobotResult | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def resolved(self) -> bool:
+        """True once the delegation succeeded or failed."""
+        return self._done.is_set()
+
+    def resolve(self, value: RobotResult) -> None:
+        with self._lock:
+            self._value, self._error = value, None
+            self._done.set()
+
+    def reject(self, error: BaseException) -> None:
+        with self._lock:
+            self._value, self._error = None, error
+            self._done.set()
+
+    def value(self, timeout: float | None = None) -> RobotResult:
+        if not self._done.wait(timeout):
+            raise DelegationTimeout(f"Delegation to '{self.robot_name}' timed out after {timeout:g}s")
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            assert self._value is not None
+            return self._value
+
+    wait = value
+
+    def __repr__(self) -> str:
+        state = "resolved" if self.resolved else "pending"
+        return f"<DelegationFuture {self.robot_name} {state}>"
+
+
+def _remote(to: str, task: str, *, delegated_by: str, timeout: float, bus: Any = None) -> RobotResult:
+    from ..bus import Bus
+
+    bus = bus or Bus()
+    started = time.monotonic()
+    try:
+        reply = bus.request(to, task, timeout=timeout, from_=delegated_by)
+    except AwaitTimeout as exc:
+        raise DelegationTimeout(f"Delegation to '{to}' timed out after {timeout:g}s") from exc
+    content = reply.content if isinstance(reply.content, str) else str(reply.content)
+    return RobotResult(
+        robot_name=to,
+        output=[TextMessage(content=content, stop_reason="stop")],
+        stop_reason="stop",
+        duration=time.monotonic() - started,
+        delegated_by=delegated_by,
+    )
+
+
+def delegate(
+    to: Any,
+    task: str,
+    *,
+    delegated_by: str,
+    async_: bool = False,
+    timeout: float = 120.0,
+    bus: Any = None,
+    **run_kwargs: Any,
+) -> RobotResult | DelegationFuture:
+    """Run ``task`` on ``to`` (a Robot or a robot name served by a worker)."""
+    name = to if isinstance(to, str) else to.name
+
+    def work() -> RobotResult:
+        if isinstance(to, str):
+            return _remote(to, task, delegated_by=delegated_by, timeout=timeout, bus=bus)
+        started = time.monotonic()
+        result = to.run(task, **run_kwargs)
+        result.duration = time.monotonic() - started
+        result.delegated_by = delegated_by
+        return result
+
+    if not async_:
+        return work()
+    future = DelegationFuture(name, delegated_by)
+    _start(work, future)
+    return future
+
+
+def _start(work: Callable[[], RobotResult], future: DelegationFuture) -> None:
+    def target() -> None:
+        try:
+            future.resolve(work())
+        except BaseException as exc:  # settled as an error; re-raised by value()
+            future.reject(exc)
+
+    threading.Thread(target=target, name=f"delegate-{future.robot_name}", daemon=True).start()

@@ -1,0 +1,91 @@
+"""learn() with robot_lab's dedupe, shared through Redis memory; delegation in process."""
+
+from __future__ import annotations
+
+import pytest
+
+import robot_lab
+from robot_lab.errors import DelegationTimeout
+from robot_lab.runtime.delegation import DelegationFuture
+from robot_lab.runtime.robot import Robot
+
+
+def test_learn_dedupes_and_is_injected(redis_client) -> None:
+    robot = robot_lab.build(name="student")
+    robot.learn("refunds need an order id")
+    robot.learn("refunds need an order id and a reason")  # contains the first: replaces it
+    robot.learn("order id")  # contained in an existing one: dropped
+    robot.learn("   ")
+    assert robot.learnings == ["refunds need an order id and a reason"]
+    reply = robot.run("help me").reply
+    assert reply.startswith("echo: LEARNINGS FROM PREVIOUS RUNS:\n- refunds need an order id and a reason\n\nhelp me")
+
+
+def test_learnings_are_shared_by_robots_of_the_same_name(redis_client) -> None:
+    robot_lab.build(name="shared-learner").learn("always greet")
+    other = Robot("shared-learner")  # e.g. the same robot on another worker
+    assert "LEARNINGS FROM PREVIOUS RUNS:\n- always greet" in other.run("hi").reply
+
+
+def test_delegate_sync_and_async_in_process() -> None:
+    boss = robot_lab.build(name="boss")
+    helper = robot_lab.build(name="helper", model="scripted/text:done it")
+    result = boss.delegate(helper, "do the thing")
+    assert result.reply == "done it" and result.delegated_by == "boss"
+    future = boss.delegate(helper, "again", async_=True)
+    assert isinstance(future, DelegationFuture)
+    assert future.value(timeout=30).reply == "done it" and future.resolved
+
+
+def test_future_timeout_and_error_re_raised() -> None:
+    future = DelegationFuture("slowpoke")
+    with pytest.raises(DelegationTimeout, match="Delegation to 'slowpoke' timed out after 0.05s"):
+        future.value(timeout=0.05)
+    future.reject(ValueError("bad"))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="bad"):
+            future.value(timeout=1)
+
+
+SERVE = """
+import sys, threading
+import robot_lab
+from robot_lab.bus import BusPoller
+robot = robot_lab.build(name=sys.argv[1], model="scripted/text:remote answer")
+poller = BusPoller(sys.argv[1], block_ms=100)
+poller.serve(robot)
+print("ready", flush=True)
+poller.run_forever(threading.Event())
+"""
+
+
+def test_delegate_async_to_a_robot_served_by_another_process(real_redis_url, key_prefix, monkeypatch) -> None:
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    from robot_lab.bus import Bus
+
+    monkeypatch.setenv("REDIS_URL", real_redis_url)
+    monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", key_prefix)
+    from robot_lab import connection
+
+    monkeypatch.setattr(connection, "_clients", {})
+    name = f"remote-{uuid.uuid4().hex[:6]}"
+    env = dict(os.environ, REDIS_URL=real_redis_url, ROBOT_LAB_KEY_PREFIX=key_prefix)
+    worker = subprocess.Popen([sys.executable, "-c", SERVE, name], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout.readline().strip() == "ready"
+        boss = robot_lab.build(name="boss")
+        future = boss.delegate(name, "please answer", async_=True, timeout=60)
+        result = future.value(timeout=60)
+        assert result.reply == "remote answer" and result.delegated_by == "boss"
+
+        Bus().register("idle-robot-" + name)  # known robot, but no worker serves it
+        late = boss.delegate("idle-robot-" + name, "anyone?", async_=True, timeout=0.5)
+        with pytest.raises(DelegationTimeout, match=r"Delegation to 'idle-robot-.*' timed out after 0.5s"):
+            late.value(timeout=10)
+    finally:
+        worker.kill()
+        worker.wait()
