@@ -632,3 +632,30 @@ def test_callback_cannot_block_on_its_own_memory(mem: Memory) -> None:
     mem["k"] = 1
     wait_for(lambda: errors, 5)
     assert "cannot block" in errors[0]
+
+
+def test_idle_listener_retires_and_restarts_on_demand(redis_client: Any, scope: str) -> None:
+    mem = Memory(scope, redis=redis_client, poll_interval=0.05, listener_idle_timeout=0.2)
+    try:
+        mem["there"] = 1
+        assert mem.get("there", wait=1) == 1  # starts a listener
+        first = mem._listener
+        assert first is not None
+        wait_for(lambda: mem._listener is None and not first.is_alive(), 5)  # nobody waits: it exits
+        result: dict[str, Any] = {}
+        thread = threading.Thread(target=lambda: result.setdefault("v", mem.get("later", wait=10)))
+        thread.start()
+        try:
+            wait_for(lambda: mem._listener is not None and mem._listener.waiters.get("later"), 5)
+            other(mem)["later"] = "woken"
+        finally:
+            thread.join(10)
+        assert result == {"v": "woken"}
+        got: list[int] = []
+        mem.subscribe("k", lambda c: got.append(c.value))
+        time.sleep(0.5)  # longer than the idle timeout: a subscription keeps the listener
+        other(mem)["k"] = 7
+        wait_for(lambda: got, 5)
+        assert got == [7] and mem._listener is not None and mem._listener.is_alive()
+    finally:
+        mem.close()

@@ -88,6 +88,7 @@ class Memory:
         writer: str | None = None,
         changes_maxlen: int = DEFAULT_CHANGES_MAXLEN,
         poll_interval: float = 1.0,
+        listener_idle_timeout: float | None = 30.0,
     ) -> None:
         if not isinstance(scope, str) or not scope.strip():
             raise ConfigurationError(f"memory scope must be a non-empty string, got {scope!r}")
@@ -104,6 +105,8 @@ class Memory:
         self._writer = writer
         self.changes_maxlen = changes_maxlen
         self.poll_interval = poll_interval
+        self.listener_idle_timeout = listener_idle_timeout
+        self._lost = 0
         self._hash_key = self.keys_layout.memory(scope)
         self._version_key = self.keys_layout.memory_version(scope)
         self._changes_key = self.keys_layout.memory_changes(scope)
@@ -115,7 +118,8 @@ class Memory:
         self._write = redis.register_script(memory_lua.WRITE)
         self._delete = redis.register_script(memory_lua.DELETE)
         self._listener: Listener | None = None
-        self._listener_lock = threading.Lock()
+        # Re-entrant: a replayed callback may subscribe again while we register it.
+        self._listener_lock = threading.RLock()
 
     # --- constructors for the usual scopes ----------------------------------------------
     @classmethod
@@ -309,13 +313,13 @@ class Memory:
     def _wait_for(self, names: list[str], timeout: float | None) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         waitable = frozenset(k for k in names if k not in RESERVED_KEYS)
-        listener = self._ensure_listener() if waitable else None
-        if listener is not None and threading.current_thread() is listener:
+        current = threading.current_thread()
+        if waitable and isinstance(current, Listener) and current.memory is self:
             raise RobotLabError(f"memory {self.scope!r}: a subscription callback cannot block on get(wait=...) "
                                 "of its own Memory (the listener delivering changes is the one waiting)")
         waiter = Waiter(waitable)
-        if listener is not None:
-            listener.add_waiter(waiter)  # register, then read: no lost wake-up
+        # Register, then read: a write after the read is notified to a registered waiter.
+        listener = self._with_listener(lambda lst: lst.add_waiter(waiter)) if waitable else None
         try:
             raws = self._read_raw(names)
             found = {k: self._value(k, raws[k]) for k in names if raws[k] is not None or k in RESERVED_KEYS}
@@ -500,19 +504,22 @@ class Memory:
             raise ConfigurationError(f"memory {self.scope!r}: subscribe needs a callback")
         if since_version is not None and (not isinstance(since_version, int) or since_version < 0):
             raise ConfigurationError(f"memory {self.scope!r}: since_version must be an int >= 0, got {since_version!r}")
-        listener = self._ensure_listener()
-        if since_version is not None:
-            start = since_version
-        else:
-            start = listener.head
-            if subscriber_id is not None:
-                # Record the starting point at once, so a crash before the first delivery
-                # doesn't make the restarted subscriber skip what came in between.
-                self.redis.hsetnx(self._cursors_key, subscriber_id, start)
-                start = self.cursor(subscriber_id) or 0
-        sub = Subscription(id=str(uuid.uuid4()), callback=callback, version=start, keys=names,
+        sub = Subscription(id=str(uuid.uuid4()), callback=callback, version=0, keys=names,
                            pattern=pattern, subscriber_id=subscriber_id, transactional=transactional)
-        listener.add_subscription(sub)
+
+        def register(listener: Listener) -> None:
+            if since_version is not None:
+                sub.version = since_version
+            else:
+                sub.version = listener.head
+                if subscriber_id is not None:
+                    # Record the starting point at once, so a crash before the first delivery
+                    # doesn't make the restarted subscriber skip what came in between.
+                    self.redis.hsetnx(self._cursors_key, subscriber_id, sub.version)
+                    sub.version = self.cursor(subscriber_id) or 0
+            listener.add_subscription(sub)
+
+        self._with_listener(register)
         return sub.id
 
     def unsubscribe(self, subscription_id: str) -> bool:
@@ -564,21 +571,28 @@ class Memory:
         return self.subscribe(BROADCAST_KEY, callback=handler, **kwargs)
 
     # --- lifecycle ------------------------------------------------------------------------
-    def _ensure_listener(self) -> Listener:
-        listener = self._listener
-        if listener is not None and listener.is_alive():
-            return listener
+    def _with_listener(self, register: Callable[[Listener], None]) -> Listener:
+        """Run ``register`` on a live listener, starting one if needed.
+
+        Under ``_listener_lock``, which an idle listener also takes to retire, so a waiter
+        or subscription is never registered on a listener that is about to exit.
+        """
         with self._listener_lock:
-            if self._listener is None or not self._listener.is_alive():
-                listener = Listener(self, self.poll_interval)
+            listener = self._listener
+            if listener is None or listener.retired or not listener.is_alive():
+                listener = Listener(self, self.poll_interval, self.listener_idle_timeout)
                 listener.start_and_wait()
                 self._listener = listener
-            return self._listener
+            register(listener)
+            return listener
+
+    def _ensure_listener(self) -> Listener:
+        return self._with_listener(lambda _: None)
 
     @property
     def lost_changes(self) -> int:
-        """Versions this process could not deliver because the stream was trimmed first."""
-        return self._listener.lost if self._listener else 0
+        """Versions this Memory could not deliver because the stream was trimmed first."""
+        return self._lost
 
     def close(self) -> None:
         """Stop the listener thread: subscriptions end, blocked waits raise. Reads and

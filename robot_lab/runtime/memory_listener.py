@@ -88,13 +88,15 @@ class Subscription:
 class Listener(threading.Thread):
     """Background pub/sub reader for one memory scope (see the module docstring)."""
 
-    def __init__(self, memory: Memory, poll_interval: float) -> None:
+    def __init__(self, memory: Memory, poll_interval: float, idle_timeout: float | None = None) -> None:
         super().__init__(name=f"robot-lab-memory:{memory.scope}", daemon=True)
         self.memory = memory
         self.redis: redis.Redis = memory.redis
         self.poll_interval = poll_interval
+        self.idle_timeout = idle_timeout
         self.head = 0
-        self.lost = 0  # versions trimmed from the change stream before we could read them
+        self.retired = False
+        self._idle_since: float | None = None
         # Held while changes are processed; subscribe() takes it to replay a backlog
         # without interleaving with live delivery. Re-entrant: callbacks may subscribe.
         self.dispatch_lock = threading.RLock()
@@ -170,6 +172,8 @@ class Listener(threading.Thread):
                         self._last_poll = time.monotonic()
                         with self.dispatch_lock:
                             self.catch_up()
+                    if self._idle_expired() and self._retire():
+                        break
                     continue
                 kind = message["type"]
                 if kind == "message":
@@ -199,6 +203,34 @@ class Listener(threading.Thread):
                 log.exception("memory.listener_error", scope=self.memory.scope, error=str(exc))
                 self._stopping.wait(0.05)
         self._close_pubsub()
+
+    def _idle_expired(self) -> bool:
+        """True once nobody has waited or subscribed for ``idle_timeout`` seconds."""
+        if self.idle_timeout is None or self.subscriptions or self.waiters:
+            self._idle_since = None
+            return False
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        return now - self._idle_since >= self.idle_timeout
+
+    def _retire(self) -> bool:
+        """Exit an idle listener, so a worker that waits on many short-lived run scopes
+        doesn't keep a thread and a connection per scope. Registration happens under the
+        same lock, so nothing can be registered on a retiring listener."""
+        lock = self.memory._listener_lock
+        if not lock.acquire(blocking=False):
+            return False
+        try:
+            if self.subscriptions or self.waiters:
+                return False
+            self.retired = True
+            if self.memory._listener is self:
+                self.memory._listener = None
+            log.debug("memory.listener_retired", scope=self.memory.scope)
+            return True
+        finally:
+            lock.release()
 
     # --- processing ----------------------------------------------------------------------
     def on_change(self, change: MemoryChange) -> None:
@@ -250,7 +282,7 @@ class Listener(threading.Thread):
             start = f"{expected}-0"
 
     def _note_lost(self, count: int) -> None:
-        self.lost += count
+        self.memory._lost += count
         log.warning("memory.changes_lost", scope=self.memory.scope, count=count,
                     hint="the change stream was trimmed; raise changes_maxlen")
 
