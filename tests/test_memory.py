@@ -659,3 +659,11 @@ def test_idle_listener_retires_and_restarts_on_demand(redis_client: Any, scope: 
         assert got == [7] and mem._listener is not None and mem._listener.is_alive()
     finally:
         mem.close()
+
+
+def test_default_client_and_key_layout_come_from_settings(redis_client: Any, scope: str, key_prefix: str) -> None:
+    """No ``redis=``: embedded fakeredis without REDIS_URL, the real server with it."""
+    mem = Memory(scope)
+    mem["k"] = {"v": 1}
+    assert redis_client.hget(f"{key_prefix}:mem:{scope}", "k") == b'{"v":1}'
+    assert Memory(scope).get("k") == {"v": 1}

@@ -58,7 +58,6 @@ DEFAULT_CHANGES_MAXLEN = 10_000
 _encoder = msgspec.json.Encoder()
 _writer_override: contextvars.ContextVar[str | None] = contextvars.ContextVar("robot_lab_memory_writer",
                                                                               default=None)
-_UNSET = object()
 
 
 class ReservedKeyError(RobotLabError, ValueError):
