@@ -97,6 +97,7 @@ def test_match_scores_every_skill(runner: CliRunner, root: Path) -> None:
                                   "--embedder", "tfidf"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "embedder tfidf, threshold 0.15" in result.output
-    lines = [line for line in result.output.splitlines() if "pdf-tools" in line or "Odd_Name" in line]
+    rows = [line for line in result.output.splitlines() if "│" in line]  # table rows, not log lines
+    lines = [line for line in rows if "pdf-tools" in line or "Odd_Name" in line]
     assert "pdf-tools" in lines[0] and "yes" in lines[0]  # sorted by score, matched
     assert "Odd_Name" in lines[1] and "yes" not in lines[1]

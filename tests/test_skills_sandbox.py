@@ -295,7 +295,7 @@ def test_timeout_kills_script_and_its_child(tmp_path: Path) -> None:
     script = f"""
 import subprocess, time
 subprocess.Popen(["sleep", "{token}"])
-subprocess.Popen(["setsid", "sleep", "{token}"])
+subprocess.Popen(["sleep", "{token}"], start_new_session=True)  # leaves the process group
 print("children started", flush=True)
 time.sleep(600)
 """
