@@ -163,8 +163,10 @@ def test_max_concurrent_robots_holds_back_ready_tasks(redis_client):
             running -= 1
 
 
-def test_context_and_task_context_reach_the_template(redis_client):
-    bot = robot("tmpl", "scripted/echo", system_prompt="Customer {{ customer }} on plan {{ plan }}.")
+def test_context_and_task_context_reach_the_template(redis_client, tmp_path):
+    template = tmp_path / "helper.md"
+    template.write_text("Customer {{ customer }} on plan {{ plan }}.\n")
+    bot = robot("tmpl", "scripted/echo", template=str(template), context={"customer": "?", "plan": "?"})
     net = create_network("ctx")
     net.task("short", bot, context={"plan": "gold"})
     net.task("long", bot, context={"plan": "platinum " * 100})

@@ -34,7 +34,7 @@ class EmbeddedWorkers:
     """``threads`` rq workers listening on ``robot:<name>`` for every name in ``queues``."""
 
     def __init__(self, connection: Any, queues: list[str], *, threads: int = 4,
-                 poll_seconds: int = 1) -> None:
+                 poll_seconds: float = 0.25) -> None:
         self.connection = connection
         self.queue_names = [queue_name(q) for q in queues]
         self.threads_count = max(1, threads)
