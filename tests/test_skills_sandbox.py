@@ -21,15 +21,19 @@ from tests.redis_server import wait_for
 from tests.test_skills import write_skill
 
 
-def _bwrap_skip_reason() -> str | None:
+@pytest.fixture
+def bwrap() -> None:
+    """Real bwrap: a missing one fails the test (CI installs bubblewrap); a bwrap that
+    cannot create namespaces on this machine (some containers) skips, saying so."""
     usable, reason = sandbox_mod.bwrap_status()
-    return None if usable else reason
+    if usable:
+        return
+    if sandbox_mod.bwrap_path() is None:
+        pytest.fail("bwrap is not installed: apt-get install bubblewrap (the sandbox tests need it)")
+    pytest.skip(f"skipped because bwrap cannot create namespaces on this machine: {reason}")
 
 
-needs_bwrap = pytest.mark.skipif(
-    _bwrap_skip_reason() is not None,
-    reason=f"bwrap cannot confine scripts here: {_bwrap_skip_reason()}",
-)
+needs_bwrap = pytest.mark.usefixtures("bwrap")
 
 
 def tools_of(directory: Path, sandbox: SandboxSettings) -> dict[str, ScriptTool]:
@@ -355,3 +359,23 @@ def test_bwrap_argv_orders_writable_inside_readonly(tmp_path: Path) -> None:
     assert argv[argv.index(str(rw)) - 1] == "--bind"
     tmpfs = argv.index("--tmpfs", argv.index("/proc"))
     assert tmpfs < argv.index(str(ro))
+
+
+@pytest.mark.parametrize("policy", ["refuse", "unconfined"])
+def test_unusable_bwrap_follows_when_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
+    monkeypatch.setattr(sandbox_mod, "_probe", (False, "bwrap cannot create namespaces on this machine: (simulated)"))
+    monkeypatch.setattr(sandbox_mod, "_warned", set())
+    marker = tmp_path / "out" / "ran"
+    marker.parent.mkdir()
+    sandbox = SandboxSettings(enabled=True, when_unavailable=policy, fs_write=[str(marker.parent)])
+    directory = write_skill(tmp_path / "skills", "nobwrap", extra=f"fs_write: [{marker.parent}]", scripts={
+        "touch.py": f"open({str(marker)!r}, 'w').write('x')\nprint('ran')\n"})
+    with capture_logs() as logs:
+        result = tools_of(directory, sandbox)["touch"].call({})
+    if policy == "refuse":
+        assert result.startswith("Error (sandbox unavailable): bwrap cannot create namespaces on this machine")
+        assert not marker.exists()
+        assert any(e["event"] == "sandbox.refused" for e in logs)
+    else:
+        assert result == "ran" and marker.exists()
+        assert any(e["event"] == "sandbox.unconfined" for e in logs)
