@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -56,11 +57,12 @@ def calc() -> Iterator[MCPClient]:
         client.close()
 
 
-@pytest.fixture(scope="module")
-def http_url() -> Iterator[str]:
+@contextmanager
+def _serve(flag: str, path: str) -> Iterator[str]:
+    """Run the calculator over HTTP in a subprocess on a free loopback port."""
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "--http", "--port", str(port)],
+        [sys.executable, str(SERVER), flag, "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
@@ -73,7 +75,7 @@ def http_url() -> Iterator[str]:
                 return False
 
         wait_for(listening, timeout=30, interval=0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}{path}"
     finally:
         proc.terminate()
         try:
@@ -81,6 +83,12 @@ def http_url() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def http_url() -> Iterator[str]:
+    with _serve("--http", "/mcp") as url:
+        yield url
 
 
 def test_stdio_lists_and_calls_tools(calc: MCPClient) -> None:
@@ -141,6 +149,16 @@ def test_streamable_http_with_headers(http_url: str) -> None:
         assert client.call_tool("add", {"a": 1, "b": 2}) == "3"
     finally:
         client.close()
+
+
+def test_sse_transport() -> None:
+    with _serve("--sse", "/sse") as url:
+        client = MCPClient({"name": "calc-sse", "transport": "sse", "url": url})
+        try:
+            assert client.connect().connected, client.last_error
+            assert client.call_tool("shout", {"text": "sse"}) == "SSE"
+        finally:
+            client.close()
 
 
 def test_disconnected_client_raises_not_connected() -> None:

@@ -4,6 +4,7 @@ Run over stdio (the default) or streamable HTTP::
 
     python tests/mcp_servers/calculator.py                       # stdio
     python tests/mcp_servers/calculator.py --http --port 8123    # http://127.0.0.1:8123/mcp
+    python tests/mcp_servers/calculator.py --sse --port 8124     # http://127.0.0.1:8124/sse
 
 It imports nothing from robot_lab, so it behaves like any third-party server.
 """
@@ -74,10 +75,13 @@ def sum_prompt(a: str, b: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", action="store_true")
+    parser.add_argument("--sse", action="store_true")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args(argv)
     if args.http:
         server.run("streamable-http", host="127.0.0.1", port=args.port)
+    elif args.sse:
+        server.run("sse", host="127.0.0.1", port=args.port)
     else:
         server.run()
 
