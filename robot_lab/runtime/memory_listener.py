@@ -141,15 +141,18 @@ class Listener(threading.Thread):
 
     def _connect(self) -> None:
         pubsub = self.redis.pubsub()
-        pubsub.subscribe(self.memory._channel)
-        deadline = time.monotonic() + 10
-        while True:
-            message = pubsub.get_message(timeout=0.5)
-            if message and message["type"] == "subscribe":
-                break
-            if time.monotonic() > deadline:
-                pubsub.close()
-                raise ConnectionError("no subscribe confirmation within 10 s")
+        try:
+            pubsub.subscribe(self.memory._channel)
+            deadline = time.monotonic() + 10
+            while True:
+                message = pubsub.get_message(timeout=0.5)
+                if message and message["type"] == "subscribe":
+                    break
+                if time.monotonic() > deadline:
+                    raise redis.ConnectionError("no subscribe confirmation within 10 s")
+        except BaseException:
+            pubsub.close()
+            raise
         self._pubsub = pubsub
         with self.dispatch_lock:
             if not self._ready.is_set():
