@@ -58,6 +58,10 @@ class Keys:
     def robot_spec(self, robot: str) -> str:
         return f"{self.prefix}:robot:{self._tag(robot)}:spec"
 
+    def conversation(self, robot: str, conversation_id: str) -> str:
+        """String: JSON list of a robot's messages in one conversation (any worker resumes it)."""
+        return f"{self.prefix}:robot:{self._tag(robot)}:conv:{conversation_id}"
+
     def network_spec(self, network: str) -> str:
         return f"{self.prefix}:network:{network}:spec"
 

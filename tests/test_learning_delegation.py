@@ -89,3 +89,38 @@ def test_delegate_async_to_a_robot_served_by_another_process(real_redis_url, key
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_conversation_history_is_continued_by_another_robot_instance(redis_client) -> None:
+    first = robot_lab.build(name="support", system_prompt="Be brief.")
+    first.run("my name is Ada", conversation_id="c-42")
+    second = Robot("support", system_prompt="Be brief.")  # another worker, fresh object
+    second.run("what is my name?", conversation_id="c-42")
+    from robot_lab.runtime.conversations import ConversationStore
+
+    history = ConversationStore().load("support", "c-42")
+    assert [m["content"] for m in history if m["role"] == "user"] == ["my name is Ada", "what is my name?"]
+    assert second.messages == [{"role": "system", "content": "Be brief."}]  # the robot's own chat untouched
+    assert ConversationStore().load("support", "other") == []
+
+
+def test_compress_history_drops_drifted_turns_and_fires_hooks() -> None:
+    from robot_lab.runtime.hooks import Hook
+
+    seen: list[int] = []
+
+    class Watch(Hook):
+        @classmethod
+        def after_compaction(cls, ctx):
+            seen.append(len(ctx.compacted_messages))
+
+    robot = robot_lab.build(name="chatty", hooks=[Watch])
+    robot.replace_messages(
+        [{"role": "user", "content": "tell me about medieval castle architecture and moats"}]
+        + [{"role": "user", "content": f"python asyncio event loop question number {i} about tasks"} for i in range(8)]
+    )
+    robot.compress_history()
+    assert all("castle" not in m["content"] for m in robot.messages)
+    assert seen == [8]
+    hits = robot.search_history("asyncio tasks", limit=2)
+    assert len(hits) == 2 and "asyncio" in hits[0].text

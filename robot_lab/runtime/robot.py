@@ -30,6 +30,7 @@ from . import budget as budget_mod
 from .doom_loop import DEFAULT_THRESHOLD as DOOM_LOOP_THRESHOLD
 from .doom_loop import DoomLoopDetector, with_warning
 from .hooks import (
+    CompactionHookContext,
     HookRegistry,
     LearnHookContext,
     LlmGenerationHookContext,
@@ -339,6 +340,66 @@ class Robot:
         self.total_cost = 0.0
         return self
 
+    def search_history(self, query: str, limit: int = 5) -> list[Any]:
+        """robot_lab's ``search_history``: messages most similar to ``query`` (TF cosine)."""
+        from .history import search_history
+
+        return search_history(self.messages, query, limit=limit)
+
+    def compress_history(
+        self,
+        recent_turns: int = 3,
+        keep_threshold: float = 0.6,
+        drop_threshold: float = 0.2,
+        summarizer: Callable[[str], str] | None = None,
+        *,
+        strategy: str = "custom",
+    ) -> Robot:
+        """Drop or summarize old turns that drifted from the recent conversation; fires the
+        ``compaction`` hooks (an ``on_compaction`` hook may supply the result itself)."""
+        from .history import compress_history
+
+        ctx = CompactionHookContext(robot=self, messages_before=tuple(self.messages), config=self.config, strategy=strategy)
+
+        def core() -> list[dict[str, Any]]:
+            call_point_hook("on_compaction", ctx)
+            if ctx.compacted_messages is None:
+                ctx.compacted_messages = compress_history(
+                    self.messages, recent_turns=recent_turns, keep_threshold=keep_threshold,
+                    drop_threshold=drop_threshold, summarizer=summarizer,
+                )
+            return ctx.compacted_messages
+
+        with hook_scope(self.hooks):
+            self.messages = list(run_hooks("compaction", ctx, core))
+        return self
+
+    def _maybe_compact(self) -> None:
+        mode = self.config.auto_compact
+        if mode in (None, "none"):
+            return
+        if callable(mode):
+            mode(self)
+            return
+        if mode != "context_window":
+            log.warning("auto_compact.unknown_mode", robot=self.name, mode=str(mode))
+            return
+        from .history import should_compact
+
+        if should_compact(self.messages, context_window=self._context_window(), threshold=self.config.compact_threshold):
+            self.compress_history(strategy="context_window")
+
+    def _context_window(self) -> int | None:
+        if self.model.startswith("scripted"):
+            return None
+        try:
+            from .llm import litellm_module
+
+            info = litellm_module().get_model_info(self.model)
+            return int(info.get("max_input_tokens") or info.get("max_tokens") or 0) or None
+        except Exception:
+            return None
+
     # ------------------------------------------------------------------ tools for a run
     def select_tools(
         self,
@@ -399,6 +460,7 @@ class Robot:
         run_id: str | None = None,
         budgets: Iterable[Any] = (),
         doom_loop: Any = None,
+        conversation_id: str | None = None,
         **context: Any,
     ) -> RobotResult:
         """Send ``message`` and run the tool loop until the model answers with text.
@@ -409,7 +471,16 @@ class Robot:
         ``budgets`` are extra ledgers (a network run's, a tenant's ``RedisLedger``) checked
         beside the robot's own; ``doom_loop`` replaces the per-run detector (networks pass a
         ``RedisDoomLoopDetector`` so a loop bouncing between robots is seen).
+        ``conversation_id`` loads that conversation's history from Redis first and saves it
+        after, so any worker of this robot can continue it.
         """
+        if conversation_id is not None:
+            return self._run_in_conversation(
+                conversation_id, message, tools=tools, mcp=mcp, network_config=network_config,
+                on_content=on_content, extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks,
+                network=network, task=task, memory=memory, run_id=run_id, budgets=budgets, doom_loop=doom_loop,
+                **context,
+            )
         per_run = HookRegistry([hooks] if hooks is not None and not isinstance(hooks, (list, tuple)) else hooks or [])
         with log_context(robot=self.name, run_id=run_id, task=task), hook_scope(network_hooks, self.hooks, per_run):
             net_config = (
@@ -439,6 +510,21 @@ class Robot:
                 )
 
             return run_hooks("run", ctx, core)
+
+    def _run_in_conversation(self, conversation_id: str, message: str | None, **kwargs: Any) -> RobotResult:
+        from .conversations import ConversationStore
+
+        store = ConversationStore()
+        system = self.messages[:1] if self.instructions is not None else []
+        saved = self.messages
+        history = [m for m in store.load(self.name, conversation_id) if m.get("role") != "system"]
+        self.messages = [*system, *history]
+        try:
+            result = self.run(message, **kwargs)
+            store.save(self.name, conversation_id, [m for m in self.messages if m.get("role") != "system"])
+            return result
+        finally:
+            self.messages = saved
 
     def run_safely(self, message: str | None = None, **kwargs: Any) -> RobotResult:
         """robot_lab's ``Robot#call``: any exception becomes an error RobotResult."""
@@ -490,6 +576,7 @@ class Robot:
         doom: Any = None,
     ) -> RobotResult:
         started = time.monotonic()
+        self._maybe_compact()
         active_ledgers = [ledger for ledger in ledgers if ledger is not None]
         detector = doom or DoomLoopDetector(self.config.doom_loop_threshold or DOOM_LOOP_THRESHOLD)
         if message is not None:
