@@ -121,6 +121,10 @@ class Robot:
         self._context_source = context
         self.mcp_servers = [dict(s) for s in mcp_servers]
         self.mcp_discovery = mcp_discovery
+        self._mcp_discovered = False
+        self._mcp_manager: Any = None
+        if self.mcp_servers:
+            self.mcp  # validate the server configs now: a bad one fails at build time
         self.enable_cache = enable_cache
         self.bus = bus
         self.skills = [str(s) for s in (skills or [])]
@@ -340,6 +344,54 @@ class Robot:
         self.total_cost = 0.0
         return self
 
+    # ------------------------------------------------------------------ MCP
+    @property
+    def mcp(self) -> Any:
+        """The robot's MCP servers (connected lazily, per process)."""
+        if self._mcp_manager is None:
+            from .mcp import MCPManager
+
+            self._mcp_manager = MCPManager(self.mcp_servers, owner=self.name)
+        return self._mcp_manager
+
+    def connect_mcp(self) -> Robot:
+        """Connect every MCP server now instead of on the first run that asks for MCP."""
+        self.mcp.ensure_connected("inherit")
+        return self
+
+    @property
+    def failed_mcp_server_names(self) -> list[str]:
+        return self.mcp.failed_server_names if self._mcp_manager is not None else []
+
+    def mcp_client(self, server_name: str) -> Any:
+        return self.mcp.client(server_name)
+
+    def disconnect(self) -> None:
+        """Close MCP connections (and the memory listener, if any)."""
+        if self._mcp_manager is not None:
+            self._mcp_manager.close()
+        if self._memory is not None:
+            self._memory.close()
+
+    def _mcp_tools(self, mcp: Any, message: str | None, network_config: RunConfig | None) -> list[Tool]:
+        """MCP tools for this run: runtime ``mcp`` none sends none; ``inherit`` takes the
+        robot's setting, else the network's, else all its servers; failures never fail the run."""
+        if _is_none_value(mcp) or not self.mcp_servers:
+            return []
+        if mcp == "inherit":
+            mcp = self.config.mcp or (network_config.mcp if network_config else None) or "inherit"
+        try:
+            names = self.mcp.resolve(mcp)
+            if names and self.mcp_discovery and not self._mcp_discovered and message:
+                names = self.mcp.discover(message, names)
+                self._mcp_discovered = True
+            return [as_tool(t) for t in self.mcp.tools(names)] if names else []
+        except ConfigurationError:
+            raise
+        except Exception as exc:  # robot_lab: MCP trouble is logged, the run goes on
+            log.warning("mcp.unavailable", robot=self.name, error=f"{type(exc).__name__}: {exc}")
+            return []
+
     def search_history(self, query: str, limit: int = 5) -> list[Any]:
         """robot_lab's ``search_history``: messages most similar to ``query`` (TF cosine)."""
         from .history import search_history
@@ -497,6 +549,11 @@ class Robot:
                 if context or self._render_deferred:
                     self._apply_system_prompt(context)
                 selected = self.select_tools(tools, network_config=net_config, extra=extra_tools)
+                mcp_tools = self._mcp_tools(mcp, ctx.request, net_config)
+                if isinstance(tools, (list, tuple)) and tools:
+                    mcp_tools = [t for t in mcp_tools if t.name in tools]  # a name list filters MCP tools too
+                taken = {t.name for t in selected}
+                selected += [t for t in mcp_tools if t.name not in taken]
                 gen_ctx = LlmGenerationHookContext(
                     robot=self, network=network, task=task, memory=memory, config=self.config,
                     request=ctx.request, run_id=run_id,
