@@ -44,7 +44,7 @@ from .dag import Graph, NetworkSpec
 
 TERMINAL = frozenset({"done", "failed", "skipped", "cancelled"})
 JOB_FUNC = "robot_lab.workers.run_task"
-DEFAULT_LEASE_MS = 3000
+DEFAULT_LEASE_MS = 5000
 DEFAULT_JOB_TIMEOUT = 600
 RUN_TTL = 7 * 86_400
 

@@ -141,8 +141,16 @@ class _Heartbeat:
         self.thread.join(timeout=2)
 
 
+def _warm() -> None:
+    from ..runtime import robot  # noqa: F401
+    from ..runtime.llm import litellm_module
+
+    litellm_module()
+
+
 def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]:
     """The rq job. Returns a small JSON summary (rq stores it as the job result)."""
+    _warm()  # heavy imports before the claim: the lease must only cover the robot's work
     connection = _connection()
     keys = Keys(prefix=prefix)
     store = RunStore(connection, keys, run_id)

@@ -1,0 +1,27 @@
+"""Settings module for the plain rq CLI: ``rq worker -S json -c robot_lab.workers.rq_config robot:billing``
+(or ``RQ_CONFIG=robot_lab.workers.rq_config``).
+
+rq imports this module in the worker's main process before it starts, so:
+
+* the robot runtime and litellm are imported (and warmed up) once, before rq forks a work
+  horse per job -- without it every job pays litellm's multi-second import in its horse;
+* ``REDIS_URL`` is taken from the environment, so ``--url`` can be left out;
+* ``ROBOT_LAB_APP`` (if set) is imported, so its robots' scripts and tools are ready.
+
+The JSON serializer still has to be named on the command line (``-S json``): rq 3 does not
+record the serializer in the job and reads no setting or environment variable for it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .process import warm_up
+
+REDIS_URL = os.environ.get("REDIS_URL") or os.environ.get("ROBOT_LAB_REDIS_URL") or "redis://localhost:6379/0"
+
+warm_up()
+if os.environ.get("ROBOT_LAB_APP"):
+    from ..app import load_app
+
+    load_app(os.environ["ROBOT_LAB_APP"])

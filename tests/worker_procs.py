@@ -1,0 +1,89 @@
+"""Helpers for tests that start real worker processes against a real Redis server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.redis_server import REPO_ROOT, wait_for
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def child_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        REDIS_URL=url,
+        ROBOT_LAB_KEY_PREFIX=prefix,
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        ROBOT_LAB_ALLOW_MODEL_REQUESTS="0",
+        ROBOT_LAB_MAX_RETRIES="0",
+        ROBOT_LAB_TASK_LEASE_MS="2000",
+        ROBOT_LAB_LOG_LEVEL="WARNING",
+        ROBOT_LAB_LOG_FORMAT="json",
+        PYTHONPATH=str(REPO_ROOT),
+    )
+    env.update(extra)
+    return env
+
+
+class Processes:
+    """Start processes in their own session; kill every one of them at the end."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, args: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
+        log = open(self.tmp_path / f"{name}.log", "wb")
+        proc = subprocess.Popen(args, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        proc.log_path = self.tmp_path / f"{name}.log"  # type: ignore[attr-defined]
+        self.procs.append(proc)
+        return proc
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.args}\n{Path(p.log_path).read_text(errors='replace')[-3000:]}" for p in self.procs  # type: ignore[attr-defined]
+        )
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+@pytest.fixture
+def processes(tmp_path: Path):
+    procs = Processes(tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.kill_all()
+
+
+def wait_for_workers(connection: Any, queues: list[str], timeout: float = 60.0) -> None:
+    from rq import Queue, Worker
+
+    def ready() -> bool:
+        return all(Worker.all(queue=Queue(q, connection=connection)) for q in queues)
+
+    wait_for(ready, timeout=timeout, interval=0.2)
