@@ -353,13 +353,15 @@ def test_serve_runs_the_robot_and_replies_with_its_answer(bus: Bus) -> None:
 def test_serve_with_the_real_robot(bus: Bus) -> None:
     robot_mod = pytest.importorskip("robot_lab.runtime.robot")
     robot = robot_mod.build(name="billing", model="scripted/echo")
+    expected = robot.run("hi there").reply  # also pays litellm's import outside the timeout
+    assert expected
     poller = make_poller(bus).serve(robot)
     poller.start()
     try:
-        reply = bus.request("billing", "hi there", timeout=20)
+        reply = bus.request("billing", "hi there", timeout=30)
     finally:
         poller.stop()
-    assert reply.content == robot.run("hi there").reply
+    assert reply.content == expected and reply.from_ == "billing"
 
 
 def test_request_round_trip_in_process_and_timeout(bus: Bus) -> None:

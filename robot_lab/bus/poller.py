@@ -116,6 +116,7 @@ class BusPoller:
         self._lost: set[str] = set()
         self._current: Delivery | None = None
         self._cursor = "0-0"
+        self._drained = False
         self._started = False
         self._last_claim = 0.0
         self._last_beat = 0.0
@@ -273,12 +274,12 @@ class BusPoller:
         if self._left(max_messages, done) == 0:
             return done
         if len(self._held) < self.max_held:
-            read = self._read()
-            done += read
-            if read == 0 and block > 0 and not self._has_ready():
-                wait_ms = self._recheck_ms(block)
-                if wait_ms > 0 and self._wait_for_entries(wait_ms):
-                    done += self._read()
+            if self._drained and block > 0 and not self._has_ready():
+                # the last read emptied the inbox: wait for news first (one round trip
+                # less per message when idle), then read
+                if not self._wait_for_entries(self._recheck_ms(block)):
+                    return done + self._process_ready(self._left(max_messages, done))
+            done += self._read()
             done += self._process_ready(self._left(max_messages, done))
         elif block > 0 and not self._has_ready():
             time.sleep(self._recheck_ms(block) / 1000)
@@ -313,10 +314,12 @@ class BusPoller:
 
     # --- reading ----------------------------------------------------------------------
     def _read(self) -> int:
-        """READ a batch (non-blocking); returns how many were dead-lettered at intake."""
+        """READ a batch (non-blocking); returns how many were dead-lettered at intake.
+        Sets ``_drained`` when the inbox had fewer new entries than asked for."""
         count = min(self.batch_size, self.max_held - len(self._held))
         if count <= 0:
             return 0
+        self._drained = False
         try:
             entries, last = self.bus._read(keys=[self.inbox], args=[self.robot, self.consumer, count])
         except _redis.ResponseError as exc:
@@ -329,6 +332,7 @@ class BusPoller:
             return 0
         if last:
             self._cursor = _s(last)
+        self._drained = len(entries) < count
         dead = 0
         for entry_id, flat, cid in entries:
             entry = _s(entry_id)
