@@ -109,6 +109,7 @@ class Robot:
         gateway: LLMGateway | None = None,
         template_dirs: Iterable[str | Path] | None = None,
         hooks: Iterable[Any] = (),
+        skill_mode: str = "match",
     ) -> None:
         self._validate_tools_filter(tools)
         self.name = str(name)
@@ -128,6 +129,10 @@ class Robot:
         self.enable_cache = enable_cache
         self.bus = bus
         self.skills = [str(s) for s in (skills or [])]
+        if skill_mode not in ("match", "tool"):
+            raise ConfigurationError(f"skill_mode must be 'match' or 'tool', got {skill_mode!r}")
+        self.skill_mode = skill_mode
+        self.agent_skills: list[Any] = []
         self.local_tools = ToolManifest()
         for item in local_tools:
             self.local_tools.add(item).robot = self
@@ -193,6 +198,7 @@ class Robot:
         if self.template:
             main = load_template(self.template, self._template_dirs)
             names += [s for s in main.skills if s not in names]
+        names = self._split_agent_skills(names)
         skill_templates = expand_skills(names, self._template_dirs) if names else []
         self._templates = [*skill_templates, *([main] if main else [])]
         if not self._templates:
@@ -214,6 +220,18 @@ class Robot:
                     log.warning("template.tool_skipped", robot=self.name, tool=path, error=str(exc))
         if extras.get("mcp") and self.config.mcp is None:
             self.config = self.config.merge({"mcp": extras["mcp"]})
+
+    def _split_agent_skills(self, names: list[str]) -> list[str]:
+        """AgentSkills (SKILL.md bundles in the catalog) are checked first, as robot_lab
+        does; the remaining names are template skills."""
+        if not names:
+            self.agent_skills = []
+            return names
+        from ..skills import default_catalog
+
+        catalog = default_catalog()
+        self.agent_skills = catalog.select(names)
+        return [n for n in names if catalog.find(n) is None]
 
     def _render_templates(self, context: Mapping[str, Any]) -> str | None:
         parts = []
@@ -558,13 +576,22 @@ class Robot:
                     robot=self, network=network, task=task, memory=memory, config=self.config,
                     request=ctx.request, run_id=run_id,
                 )
-                return run_hooks(
-                    "llm_generation",
-                    gen_ctx,
-                    lambda: self._tool_loop(
-                        self._inject_learnings(gen_ctx.request), selected, on_content, ledgers=[self.budget_ledger, *budgets], doom=doom_loop
-                    ),
-                )
+                saved_prompt = self.instructions
+                try:
+                    offered = self._with_agent_skills(ctx.request, selected, saved_prompt)
+                    return run_hooks(
+                        "llm_generation",
+                        gen_ctx,
+                        lambda: self._tool_loop(
+                            self._inject_learnings(gen_ctx.request),
+                            offered,
+                            on_content,
+                            ledgers=[self.budget_ledger, *budgets],
+                            doom=doom_loop,
+                        ),
+                    )
+                finally:
+                    self._set_system_message(saved_prompt)  # matched skills last one run only
 
             return run_hooks("run", ctx, core)
 
@@ -582,6 +609,26 @@ class Robot:
             return result
         finally:
             self.messages = saved
+
+    def _with_agent_skills(
+        self, message: str | None, selected: list[Tool], base_prompt: str | None
+    ) -> list[Tool] | Callable[[], list[Tool]]:
+        """Apply this robot's AgentSkills for one run. Match mode: matched instructions are
+        prepended and their script tools offered. Tool mode: the prompt lists the skills and
+        a ``Skill`` tool activates one, so the offered tools are recomputed every round."""
+        if not self.agent_skills:
+            return selected
+        from ..skills import SkillTool, default_catalog, default_matcher
+
+        if self.skill_mode == "tool":
+            skill_tool = SkillTool(default_catalog(), [s.name for s in self.agent_skills])
+            self._set_system_message("\n\n".join(p for p in (base_prompt, skill_tool.listing()) if p))
+            return lambda: [as_tool(t) for t in skill_tool.filter_tools(selected)]
+        injection = default_matcher().prepare(message or "", self.agent_skills)
+        if not injection:
+            return selected
+        self._set_system_message(injection.system_prompt(base_prompt))
+        return [as_tool(t) for t in injection.filter_tools(selected)]
 
     def run_safely(self, message: str | None = None, **kwargs: Any) -> RobotResult:
         """robot_lab's ``Robot#call``: any exception becomes an error RobotResult."""
@@ -626,7 +673,7 @@ class Robot:
     def _tool_loop(
         self,
         message: str | None,
-        tools: list[Tool],
+        tools: list[Tool] | Callable[[], list[Tool]],
         on_content: ContentCallback | None,
         *,
         ledgers: Sequence[Any] = (),
@@ -638,8 +685,7 @@ class Robot:
         detector = doom or DoomLoopDetector(self.config.doom_loop_threshold or DOOM_LOOP_THRESHOLD)
         if message is not None:
             self.messages.append({"role": "user", "content": message})
-        specs = [t.to_openai() for t in tools] or None
-        by_name = {t.name: t for t in tools}
+        offer = tools if callable(tools) else (lambda: tools)
         stored = self.config.on_content
         callbacks = [cb for cb in (stored, on_content) if cb is not None]
         on_chunk = (lambda chunk: [cb(chunk) for cb in callbacks]) if callbacks else None
@@ -651,6 +697,9 @@ class Robot:
         cost = 0.0
         calls_made = 0
         while True:
+            offered = offer()
+            specs = [t.to_openai() for t in offered] or None
+            by_name = {t.name: t for t in offered}
             response: LLMResponse = self._call_model(specs, on_chunk, params, active_ledgers)
             input_tokens += response.input_tokens
             output_tokens += response.output_tokens
@@ -680,7 +729,7 @@ class Robot:
                 if warning:
                     text = with_warning(text, warning)
                 self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": text})
-                is_error = text.startswith((f"Error ({call.name})", "Error:"))
+                is_error = text.startswith(("Error (", "Error:"))
                 result_msg = ToolResultMessage(tool=record, content={"error": text} if is_error else {"data": text})
                 output.append(result_msg)
                 results.append(result_msg)
