@@ -41,7 +41,7 @@ from robot_lab.settings import BusSettings  # noqa: E402
 PAYLOAD = "x" * 200
 BATCH = 16
 ROBOT = "benchbot"
-PACE_S = 0.001
+PACE_S = float(os.environ.get("BUS_BENCH_PACE_MS", "1")) / 1000
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -84,7 +84,9 @@ class Bus:
         self.keys = keys or default_keys()
         self.settings = settings or get_settings().bus
         r = self.redis
-        self._publish = r.register_script(scripts.PUBLISH)
+        self._append_reply = r.register_script(scripts.APPEND_REPLY)
+        self._trim = r.register_script(scripts.TRIM)
+        self._since_trim: dict[str, int] = {}
         self._read = r.register_script(scripts.READ)
         self._acquire = r.register_script(scripts.ACQUIRE)
         self._complete = r.register_script(scripts.COMPLETE)
@@ -184,15 +186,27 @@ class Bus:
             )
         return entry
 
-    def _append(self, robot: str, data: bytes, *, mode: str, client: Any = None) -> str | None:
+    def _append(self, robot: str, data: bytes, *, mode: str) -> str | None:
+        """XADD the envelope; None when ``mode='strict'`` and the inbox does not exist.
+
+        Trimming runs every ``maxlen // 10`` publishes of this process (TRIM script), not on
+        each one, so a publish costs one plain ``XADD ... NOMKSTREAM``.
+        """
+        inbox = self.keys.inbox(robot)
+        if mode == "strict":
+            entry = self.redis.xadd(inbox, {"envelope": data}, nomkstream=True)
+        else:
+            entry = self._append_reply(keys=[inbox], args=[data, int(self.settings.reply_ttl)])
+        if not entry:
+            return None
         maxlen = int(self.settings.maxlen)
-        slack = max(1, maxlen // 10)
-        entry = self._publish(
-            keys=[self.keys.inbox(robot)],
-            args=[data, maxlen, slack, mode, int(self.settings.reply_ttl)],
-            client=client,
-        )
-        return _s(entry) if entry else None
+        if maxlen > 0:
+            n = self._since_trim.get(robot, 0) + 1
+            if n >= max(1, maxlen // 10):
+                self._trim(keys=[inbox], args=[maxlen])
+                n = 0
+            self._since_trim[robot] = n
+        return _s(entry)
 
     def send_message(
         self, to: str, content: str | Mapping[str, Any], *, from_: str, **kwargs: Any

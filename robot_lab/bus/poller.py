@@ -117,6 +117,7 @@ class BusPoller:
         self._current: Delivery | None = None
         self._cursor = "0-0"
         self._drained = False
+        self._ack_queue: list[str] = []
         self._started = False
         self._last_claim = 0.0
         self._last_beat = 0.0
@@ -283,6 +284,8 @@ class BusPoller:
             done += self._process_ready(self._left(max_messages, done))
         elif block > 0 and not self._has_ready():
             time.sleep(self._recheck_ms(block) / 1000)
+        if block == 0:  # a non-blocking round leaves nothing unsent (deterministic tests)
+            self.flush_acks()
         return done
 
     @staticmethod
@@ -321,7 +324,13 @@ class BusPoller:
             return 0
         self._drained = False
         try:
-            entries, last = self.bus._read(keys=[self.inbox], args=[self.robot, self.consumer, count])
+            if self._ack_queue:  # acks of the last batch ride along: one round trip
+                pipe = self.redis.pipeline(transaction=False)
+                self._queue_acks_on(pipe)
+                self.bus._read(keys=[self.inbox], args=[self.robot, self.consumer, count], client=pipe)
+                entries, last = pipe.execute()[-1]
+            else:
+                entries, last = self.bus._read(keys=[self.inbox], args=[self.robot, self.consumer, count])
         except _redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
@@ -344,8 +353,24 @@ class BusPoller:
     def _wait_for_entries(self, block_ms: int) -> bool:
         """Block (plain XREAD, consumes nothing) until an entry newer than the group's last
         delivered one exists; avoids both busy polling and lost wake-ups."""
-        result = self.redis.xread({self.inbox: self._cursor}, count=1, block=block_ms)
+        if self._ack_queue:  # send pending acks with the wait: Redis runs them at once
+            pipe = self.redis.pipeline(transaction=False)
+            self._queue_acks_on(pipe)
+            pipe.xread({self.inbox: self._cursor}, count=1, block=block_ms)
+            result = pipe.execute()[-1]
+        else:
+            result = self.redis.xread({self.inbox: self._cursor}, count=1, block=block_ms)
         return bool(result and result[0][1])
+
+    def _queue_acks_on(self, pipe: Any) -> None:
+        ids, self._ack_queue = self._ack_queue, []
+        pipe.xack(self.inbox, self.robot, *ids)
+
+    def flush_acks(self) -> None:
+        """Send acknowledgements still queued (they normally ride on the next round trip)."""
+        if self._ack_queue:
+            ids, self._ack_queue = self._ack_queue, []
+            self.redis.xack(self.inbox, self.robot, *ids)
 
     def _replay_own(self) -> int:
         """On start: entries this consumer name still has pending from an earlier life."""
@@ -537,10 +562,15 @@ class BusPoller:
 
     # --- resolutions (called through Delivery) -----------------------------------------
     def _ack(self, d: Delivery) -> None:
+        # After the handler succeeded. A conversation entry is released at once (the next
+        # entry of its conversation may be waiting on another consumer); other acks are
+        # queued and sent with the next round trip (READ or the blocking wait), which saves
+        # one round trip per message. A crash before that round trip redelivers the entry,
+        # exactly like a crash between handler and XACK would.
         if d.conversation:
             self.bus._complete(keys=[self.inbox], args=[self.robot, d.entry_id, d.conversation])
         else:
-            self.redis.xack(self.inbox, self.robot, d.entry_id)
+            self._ack_queue.append(d.entry_id)
         d.state = ACKED
         self._held.pop(d.entry_id, None)
         self.counts["acked"] += 1
@@ -604,6 +634,7 @@ class BusPoller:
         """Give up entries we hold but have not started: they look idle past the visibility
         timeout (and this delivery is not counted) so another consumer reclaims them on its
         next claim round. Returns how many were handed back."""
+        self.flush_acks()
         pairs: list[Any] = []
         for d in list(self._held.values()):
             if d is self._current:

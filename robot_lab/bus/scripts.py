@@ -27,46 +27,45 @@ local function id_lt(a, b)
 end
 """
 
-# KEYS[1] inbox. ARGV: envelope, maxlen, slack, mode ('strict' | 'reply'), ttl.
-# Returns the new entry id, or false when the inbox does not exist (unknown robot).
-# 'reply' mode creates a missing reply stream (no group) with a TTL instead of refusing,
-# so a reply to a requester that already gave up is kept for a while, never lost silently.
-# Trimming keeps at most ~maxlen entries but never removes an entry that some group has
-# not yet delivered or still has pending: the trim threshold is the smaller of the
-# maxlen cut-off and every group's oldest pending id / last-delivered id.
-PUBLISH = _ID_HELPERS + """
-local created = 0
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  if ARGV[4] ~= 'reply' then return false end
-  created = 1
+# KEYS[1] reply stream. ARGV: envelope, ttl. Append a reply; a missing reply stream is
+# created (no group) with a TTL instead of refused, so a reply to a requester that already
+# gave up is kept for a while, never lost silently. (Ordinary publishes need no script:
+# XADD ... NOMKSTREAM refuses an unknown inbox atomically.)
+APPEND_REPLY = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.call('XADD', KEYS[1], '*', 'envelope', ARGV[1])
 end
 local id = redis.call('XADD', KEYS[1], '*', 'envelope', ARGV[1])
-if created == 1 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5])) end
-local maxlen = tonumber(ARGV[2])
-if maxlen > 0 then
-  local len = redis.call('XLEN', KEYS[1])
-  if len > maxlen + tonumber(ARGV[3]) then
-    local k = math.min(len - maxlen, 1000)
-    local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', k + 1)
-    local threshold = first[#first][1]
-    local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
-    for _, g in ipairs(groups) do
-      local name, pending, delivered = nil, 0, nil
-      for i = 1, #g, 2 do
-        if g[i] == 'name' then name = g[i + 1]
-        elseif g[i] == 'pending' then pending = tonumber(g[i + 1])
-        elseif g[i] == 'last-delivered-id' then delivered = g[i + 1] end
-      end
-      if delivered and id_lt(delivered, threshold) then threshold = delivered end
-      if pending > 0 then
-        local summary = redis.call('XPENDING', KEYS[1], name)
-        if summary[2] and id_lt(summary[2], threshold) then threshold = summary[2] end
-      end
-    end
-    redis.call('XTRIM', KEYS[1], 'MINID', threshold)
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+return id
+"""
+
+# KEYS[1] inbox. ARGV: maxlen. Keep at most ~maxlen entries but never remove an entry that
+# some group has not yet delivered or still has pending: the trim threshold is the smaller
+# of the maxlen cut-off and every group's oldest pending id / last-delivered id. Removes at
+# most 1000 entries per call (bounded work); returns how many went.
+TRIM = _ID_HELPERS + """
+local maxlen = tonumber(ARGV[1])
+local len = redis.call('XLEN', KEYS[1])
+if len <= maxlen then return 0 end
+local k = math.min(len - maxlen, 1000)
+local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', k + 1)
+local threshold = first[#first][1]
+local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
+for _, g in ipairs(groups) do
+  local name, pending, delivered = nil, 0, nil
+  for i = 1, #g, 2 do
+    if g[i] == 'name' then name = g[i + 1]
+    elseif g[i] == 'pending' then pending = tonumber(g[i + 1])
+    elseif g[i] == 'last-delivered-id' then delivered = g[i + 1] end
+  end
+  if delivered and id_lt(delivered, threshold) then threshold = delivered end
+  if pending > 0 then
+    local summary = redis.call('XPENDING', KEYS[1], name)
+    if summary[2] and id_lt(summary[2], threshold) then threshold = summary[2] end
   end
 end
-return id
+return redis.call('XTRIM', KEYS[1], 'MINID', threshold)
 """
 
 # KEYS[1] inbox. ARGV: group, consumer, count.
