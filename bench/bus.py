@@ -24,7 +24,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -140,7 +139,6 @@ def bus_latency(client: redis.Redis, args: argparse.Namespace) -> list[float]:
         samples.append((time.monotonic_ns() - sent) / 1e6)
 
     poller = BusPoller(ROBOT + "lat", bus, consumer="c", block_ms=1000).on_message(handler)
-    stop = threading.Event()
     poller.poll(block_ms=0)  # register before the publisher starts
     proc = spawn_child("bus", args)
     try:
@@ -148,7 +146,6 @@ def bus_latency(client: redis.Redis, args: argparse.Namespace) -> list[float]:
         while len(samples) < args.latency:
             poller.poll()
     finally:
-        stop.set()
         proc.wait(60)
     return samples
 

@@ -535,8 +535,8 @@ def test_live_consumer_keeps_its_entries_with_heartbeats(bus: Bus) -> None:
         started.set()
         release.wait(10)
 
-    owner = make_poller(bus, consumer="owner", visibility_timeout=0.15, block_ms=20).on_message(slow)
-    thief = make_poller(bus, consumer="thief", visibility_timeout=0.15, claim_interval=0.01)
+    owner = make_poller(bus, consumer="owner", visibility_timeout=0.4, block_ms=20).on_message(slow)
+    thief = make_poller(bus, consumer="thief", visibility_timeout=0.4, claim_interval=0.01)
     stolen: list[str] = []
     thief.on_message(lambda m: stolen.append(m.content))
     owner.poll()
@@ -544,7 +544,7 @@ def test_live_consumer_keeps_its_entries_with_heartbeats(bus: Bus) -> None:
     owner.start()
     try:
         assert started.wait(5)
-        end = time.monotonic() + 0.6  # four visibility timeouts
+        end = time.monotonic() + 1.2  # three visibility timeouts
         while time.monotonic() < end:
             thief.poll(block_ms=20)
         assert stolen == []
