@@ -29,7 +29,7 @@ class Keys:
         return f"{self.inbox(robot)}:outbox"
 
     def replied(self, robot: str) -> str:
-        """Hash: handled message id -> recorded reply envelope (idempotent redelivery)."""
+        """Prefix of the per-message ``replied_for`` keys (idempotent redelivery)."""
         return f"{self.inbox(robot)}:replied"
 
     def outbox_entry(self, robot: str, message_id: str) -> str:
