@@ -38,6 +38,11 @@ def connect(url: str | None = None, **kwargs: Any) -> redis.Redis:
     """A new client for ``url`` (``redis://``, ``rediss://``, ``unix://``); embedded if None."""
     if not url:
         return embedded_client()
+    # redis-py 8 defaults to RESP3 and a 5 s socket timeout; the brief keeps RESP2 shapes,
+    # and blocking reads (memory waits, XREAD BLOCK) must not trip a socket timeout.
+    kwargs.setdefault("protocol", 2)
+    kwargs.setdefault("socket_timeout", None)
+    kwargs.setdefault("socket_keepalive", True)
     kwargs.setdefault("health_check_interval", 30)
     return redis.Redis.from_url(url, **kwargs)
 

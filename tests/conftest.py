@@ -88,7 +88,7 @@ def redis_client(request: pytest.FixtureRequest, key_prefix: str, monkeypatch: p
         pytest.skip(f"real Redis unavailable: {_server.reason}")
     monkeypatch.setenv("REDIS_URL", _server.url)
     monkeypatch.setattr(connection, "_clients", {})
-    client = redis.Redis.from_url(_server.url)
+    client = redis.Redis.from_url(_server.url, protocol=2)
     yield client
     # Remove only this test's keys: the server may be shared with other users.
     keys = list(client.scan_iter(match=f"{key_prefix}*", count=1000))

@@ -54,8 +54,9 @@ from robot_lab.bus import BusPoller
 robot = robot_lab.build(name=sys.argv[1], model="scripted/text:remote answer")
 poller = BusPoller(sys.argv[1], block_ms=100)
 poller.serve(robot)
+poller.start()  # registers the inbox before it returns
 print("ready", flush=True)
-poller.run_forever(threading.Event())
+threading.Event().wait()
 """
 
 
