@@ -127,3 +127,28 @@ def test_sigterm_lets_the_task_in_hand_finish(client, real_redis_url, key_prefix
     assert handle.store.status() == "completed"
     assert handle.store.attempts()["only"] == 1
     assert handle.result().reply == "echo: finish me"
+
+
+def test_concurrency_runs_tasks_in_parallel_and_stops_on_sigterm(client, real_redis_url, key_prefix,
+                                                                  processes):  # noqa: F811
+    bot = build(f"pair-{uid()}", model="scripted/sleep:800")
+    publish_specs([bot.to_spec()], connection=client)
+    env = child_env(real_redis_url, key_prefix)
+    proc = processes.start([str(VENV_BIN / "robot-lab"), "worker", bot.name, "--concurrency", "2"], env, "worker")
+    from rq import Queue, Worker
+
+    wait_for(lambda: len(Worker.all(queue=Queue(f"robot:{bot.name}", connection=client))) == 2, timeout=60,
+             interval=0.2)
+    net = create_network("pair")
+    with net.parallel("both"):
+        net.task("left", bot)
+        net.task("right", bot)
+    handle = Coordinator(connection=client).submit(net, "x")
+    result = handle.wait(timeout=60)
+    assert result.states == {"left": "done", "right": "done"}
+    started = {e.task: e for e in _events(handle.store, "task.started")}
+    finished = {e.task: e.ts for e in _events(handle.store, "task.completed")}
+    assert started["left"].data["worker"] != started["right"].data["worker"]
+    assert max(e.ts for e in started.values()) < min(finished.values())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0

@@ -178,7 +178,7 @@ emit('task.started', t, graph(t).robot,
 return 'ok'
 """
 
-# ARGV: run_id, task, job_id, result_json, outcome, activations_json, event_data_json
+# ARGV: run_id, task, job_id, result_json, outcome, activations_json, event_data_json, usage_json
 _COMPLETE = _LIB + r"""
 local t, job, result, outcome = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local s = st(t)
@@ -200,6 +200,7 @@ for _, name in ipairs(cjson.decode(ARGV[6])) do
   end
   if ok then redis.call('SADD', R .. ':activated', name) else table.insert(ignored, name) end
 end
+if ARGV[8] and ARGV[8] ~= '' then emit('usage.updated', t, graph(t).robot, ARGV[8]) end
 local event = 'task.completed'
 if outcome == 'failed' then event = 'task.failed' end
 emit(event, t, graph(t).robot, ARGV[7])
@@ -348,6 +349,7 @@ class RunStore:
         *,
         activate: list[str] | None = None,
         data: dict[str, Any] | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> tuple[str, list[str], list[tuple[str, str, str]]]:
         """Record the result and advance. Returns (status, ignored activations, jobs to enqueue)."""
         outcome = "failed" if result.failed else "done"
@@ -359,6 +361,7 @@ class RunStore:
             outcome,
             json.dumps(activate or []),
             json.dumps(data or {}),
+            json.dumps(usage) if usage else "",
         )
         status = _decode(raw[0])
         if status != "ok":
@@ -415,11 +418,11 @@ class RunStore:
     def spec(self) -> NetworkSpec:
         return msgspec.json.decode(self.meta()["spec"], type=NetworkSpec)
 
-    def robot_specs(self) -> dict[str, Any]:
+    def robot_specs(self, meta: dict[str, str] | None = None) -> dict[str, Any]:
         """Robot name -> RobotSpec, as resolved when the run was submitted."""
         from ..schemas import RobotSpec
 
-        raw = self.r.hget(self.key, "robots")
+        raw = meta["robots"] if meta is not None and "robots" in meta else self.r.hget(self.key, "robots")
         data = json.loads(raw) if raw else {}
         return {name: msgspec.json.decode(text, type=RobotSpec) for name, text in data.items()}
 

@@ -203,7 +203,11 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
             data["activate"] = activate
         if spec.memory_key:
             _write_memory(store, keys, meta, spec.memory_key, result, task)
-        status, ignored, items = store.complete(task, job_id, result, activate=activate, data=data)
+        usage = None
+        if result.input_tokens or result.output_tokens:
+            usage = {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
+                     "cost": result.cost}
+        status, ignored, items = store.complete(task, job_id, result, activate=activate, data=data, usage=usage)
         if ignored:
             log.warning("task.activation_ignored", names=ignored, routes=spec.routes)
         if status == "ok":
@@ -242,7 +246,7 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
     from ..runtime.run_config import RunConfig
 
     spec = graph.tasks[task]
-    robot_spec = store.robot_specs().get(spec.robot)
+    robot_spec = store.robot_specs(meta).get(spec.robot)
     if robot_spec is None:
         raise ConfigurationError(f"run {store.run_id}: no spec recorded for robot {spec.robot!r}")
     stream = meta.get("stream", "1") == "1"
@@ -272,27 +276,46 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
         base = robot.select_tools(tools, network_config=network_config)
         tools = [t.name for t in base] + [route_tool.name]
 
-    def on_content(chunk: Any) -> None:
-        text = getattr(chunk, "content", str(chunk))
-        if text:
-            store.emit("text.delta", task=task, robot=spec.robot, data={"delta": text})
-
-    result = robot.run(
-        message,
-        tools=tools,
-        network_config=network_config,
-        on_content=on_content if stream else None,
-        extra_tools=extra,
-        run_id=store.run_id,
-        task=task,
-        **context,
-    )
-    if result.input_tokens or result.output_tokens:
-        store.emit("usage.updated", task=task, robot=spec.robot,
-                   data={"input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
-                         "cost": result.cost})
+    deltas = _DeltaBuffer(store, task, spec.robot)
+    try:
+        result = robot.run(
+            message,
+            tools=tools,
+            network_config=network_config,
+            on_content=deltas.add if stream else None,
+            extra_tools=extra,
+            run_id=store.run_id,
+            task=task,
+            **context,
+        )
+    finally:
+        deltas.flush()
     activate = choose_routes(spec, result, message=message, run_id=store.run_id)
     return result, activate
+
+
+class _DeltaBuffer:
+    """Streams reply chunks as ``text.delta`` events, coalesced: at most one event per
+    ``interval`` (a Redis round trip per token would cost more than the token)."""
+
+    def __init__(self, store: RunStore, task: str, robot: str, interval: float = 0.05) -> None:
+        self.store, self.task, self.robot, self.interval = store, task, robot, interval
+        self.parts: list[str] = []
+        self.last = time.monotonic()
+
+    def add(self, chunk: Any) -> None:
+        text = getattr(chunk, "content", str(chunk))
+        if not text:
+            return
+        self.parts.append(text)
+        if time.monotonic() - self.last >= self.interval:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            self.store.emit("text.delta", task=self.task, robot=self.robot, data={"delta": "".join(self.parts)})
+            self.parts = []
+        self.last = time.monotonic()
 
 
 def _sweep_soon(connection: Any, keys: Keys) -> None:

@@ -56,8 +56,6 @@ def warm_up() -> None:
     from . import jobs  # noqa: F401
 
 
-_preload = warm_up
-
 
 def resolve_worker_robots(names: list[str], *, connection: Any, keys: Keys, app: Any) -> dict[str, Any]:
     """Each robot's spec, from the app or the Redis registry; unknown names raise."""
@@ -94,6 +92,7 @@ def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool) -> None
 
 def _child_main(url: str | None, queues: list[str], name: str, burst: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards SIGTERM instead
+    warm_up()
     _rq_loop(url, queues, name, burst)
 
 
@@ -133,11 +132,14 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
     specs = resolve_worker_robots(robots, connection=connection, keys=keys, app=app)
     if app is not None:
         app.publish(connection=connection, keys=keys)
-    _preload()
     queues = [queue_name(r) for r in robots]
     base = f"robot-lab.{socket.gethostname()}.{os.getpid()}"
     log.info("worker.starting", robots=robots, queues=queues, concurrency=concurrency, app=app_path)
-
+    # Fork the rq worker children before this process runs any other thread (litellm's
+    # warm-up starts some): a fork taken while another thread holds a lock (logging, a
+    # connection pool, litellm's executor) can deadlock the child. Each child warms up itself.
+    children = _start_children(url, queues, base, burst, concurrency) if concurrency > 1 else []
+    warm_up()
     stop = threading.Event()
     threads: list[threading.Thread] = [
         threading.Thread(target=_sweeper, args=(connection, keys, stop), name="sweeper", daemon=True)
@@ -156,7 +158,7 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
         if concurrency == 1:
             _rq_loop(url, queues, base, burst)
         else:
-            _run_children(url, queues, base, burst, concurrency)
+            _wait_children(children)
     finally:
         stop.set()
         for thread in threads:
@@ -164,7 +166,7 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
         log.info("worker.stopped", robots=robots)
 
 
-def _run_children(url: str | None, queues: list[str], base: str, burst: bool, concurrency: int) -> None:
+def _start_children(url: str | None, queues: list[str], base: str, burst: bool, concurrency: int) -> list[Any]:
     ctx = multiprocessing.get_context("fork")
     children = [
         ctx.Process(target=_child_main, args=(url, queues, f"{base}.{i}", burst), name=f"rq-worker-{i}")
@@ -172,6 +174,10 @@ def _run_children(url: str | None, queues: list[str], base: str, burst: bool, co
     ]
     for child in children:
         child.start()
+    return children
+
+
+def _wait_children(children: list[Any]) -> None:
 
     def forward(signum: int, frame: Any) -> None:
         for child in children:

@@ -1,0 +1,196 @@
+"""Benchmark: per-task overhead of robot-lab networks vs raw rq, and scaling over workers.
+
+Run: ``.venv/bin/python bench/dag.py [--tasks 200] [--scale-tasks 64] [--sleep-ms 200]``
+(uses REDIS_URL or redis://127.0.0.1:6379/0 with a unique key prefix; cleans up after).
+
+(a) raw rq: enqueue N no-op jobs (JSON serializer) and drain them with one rq SimpleWorker;
+(b) robot-lab: a fan-out/fan-in network of N tasks on the scripted model, one SimpleWorker;
+both print the per-task time and the ratio (target: robot-lab <= 2x raw rq).
+(c) scaling: the same fan-out network of 64 tasks whose scripted model sleeps 200 ms per call,
+on 1, 2 and 4 worker processes (timed once they are all up), wall times and speed-up
+(target >= 3.5x at 4 workers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("ROBOT_LAB_LOG_LEVEL", "WARNING")
+os.environ.setdefault("ROBOT_LAB_ALLOW_MODEL_REQUESTS", "0")
+
+
+def noop() -> None:
+    return None
+
+
+def _url() -> str:
+    return os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+
+
+def _worker(connection, queues):
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+    from rq.worker import SimpleWorker
+
+    qs = [Queue(q, connection=connection, serializer=JSONSerializer) for q in queues]
+    return SimpleWorker(qs, connection=connection, serializer=JSONSerializer)
+
+
+def bench_raw_rq(connection, n: int) -> float:
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    name = f"bench-raw-{uuid.uuid4().hex[:6]}"
+    queue = Queue(name, connection=connection, serializer=JSONSerializer)
+    worker = _worker(connection, [name])
+    started = time.perf_counter()
+    for _ in range(n):
+        queue.enqueue_call(func="__main__.noop", result_ttl=60)
+    worker.work(burst=True, logging_level="WARNING")
+    elapsed = time.perf_counter() - started
+    queue.delete(delete_jobs=True)
+    return elapsed / n
+
+
+def fan_network(n: int, model: str, suffix: str):
+    from robot_lab.runtime.network import create_network
+    from robot_lab.runtime.robot import build
+
+    bot = build(f"bench-{suffix}", model=model)
+    net = create_network(f"fan{n}")
+    net.task("start", bot)
+    with net.parallel("fan", depends_on="start"):
+        for i in range(n - 2):
+            net.task(f"t{i}", bot)
+    net.task("join", bot, depends_on=["fan"])
+    return net, bot.name
+
+
+def bench_robot_lab(connection, keys, n: int, stream: bool) -> float:
+    from robot_lab.runtime.coordinator import Coordinator
+
+    net, robot = fan_network(n, "scripted/text:ok", uuid.uuid4().hex[:6])
+    worker = _worker(connection, [f"robot:{robot}"])
+    coordinator = Coordinator(connection=connection, keys=keys)
+    started = time.perf_counter()
+    handle = coordinator.submit(net, "go", stream=stream)
+    worker.work(burst=True, logging_level="WARNING")
+    elapsed = time.perf_counter() - started
+    assert handle.status == "completed", handle.status
+    return elapsed / n
+
+
+def bench_robot_alone(n: int) -> float:
+    """The robot's own cost per call (litellm + the scripted model), no queue, no Redis."""
+    from robot_lab.runtime.robot import Robot, build
+
+    spec = build("alone", model="scripted/text:ok").to_spec()
+    started = time.perf_counter()
+    for _ in range(n):
+        Robot.from_spec(spec).run("go")
+    return (time.perf_counter() - started) / n
+
+
+def _serve(url: str, queue: str, prefix: str) -> None:
+    os.environ["ROBOT_LAB_KEY_PREFIX"] = prefix
+    from robot_lab.workers.process import _rq_loop, warm_up
+
+    warm_up()
+    _rq_loop(url, [queue], f"bench-{os.getpid()}", False)
+
+
+def bench_scaling(url: str, keys, tasks: int, sleep_ms: int, workers: int) -> float:
+    import redis
+
+    from robot_lab.runtime.coordinator import Coordinator
+
+    connection = redis.Redis.from_url(url)
+    net, robot = fan_network(tasks, f"scripted/sleep:{sleep_ms}", uuid.uuid4().hex[:6])
+    ctx = multiprocessing.get_context("spawn")  # never fork a process that runs litellm threads
+    procs = [ctx.Process(target=_serve, args=(url, f"robot:{robot}", keys.prefix), daemon=True)
+             for _ in range(workers)]
+    for p in procs:
+        p.start()
+    try:
+        from rq import Queue, Worker
+
+        deadline = time.time() + 120
+        while len(Worker.all(queue=Queue(f"robot:{robot}", connection=connection))) < workers:
+            if time.time() > deadline:
+                raise RuntimeError("workers did not start")
+            time.sleep(0.05)
+        coordinator = Coordinator(connection=connection, keys=keys)
+        started = time.perf_counter()
+        handle = coordinator.submit(net, "go", stream=False)
+        result = handle.wait(timeout=300)
+        elapsed = time.perf_counter() - started
+        assert result.status == "completed"
+        return elapsed
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=200)
+    parser.add_argument("--scale-tasks", type=int, default=64)
+    parser.add_argument("--sleep-ms", type=int, default=200)
+    parser.add_argument("--workers", default="1,2,4")
+    args = parser.parse_args()
+
+    prefix = f"rlbench-{uuid.uuid4().hex[:8]}"
+    os.environ["ROBOT_LAB_KEY_PREFIX"] = prefix
+    import redis
+
+    from robot_lab.keys import Keys
+    from robot_lab.workers.process import warm_up
+
+    url = _url()
+    connection = redis.Redis.from_url(url)
+    keys = Keys(prefix=prefix)
+    warm_up()
+    try:
+        print(f"redis: {url}  prefix: {prefix}  cpus: {os.cpu_count()}")
+        bench_raw_rq(connection, 20)  # warm both paths
+        bench_robot_lab(connection, keys, 10, True)
+        raw = bench_raw_rq(connection, args.tasks)
+        lab = bench_robot_lab(connection, keys, args.tasks, True)
+        lab_quiet = bench_robot_lab(connection, keys, args.tasks, False)
+        print(f"(a) raw rq, {args.tasks} no-op jobs, 1 worker:           {raw * 1000:8.2f} ms/job")
+        print(f"(b) robot-lab, {args.tasks}-task fan-out network, 1 worker: {lab * 1000:8.2f} ms/task "
+              f"(ratio {lab / raw:.2f}x; target <= 2x)")
+        print(f"    same without text.delta streaming events:       {lab_quiet * 1000:8.2f} ms/task "
+              f"(ratio {lab_quiet / raw:.2f}x)")
+        alone = bench_robot_alone(args.tasks)
+        print(f"    for scale: the robot's own run alone (litellm + scripted model, no rq, no Redis): "
+              f"{alone * 1000:.2f} ms/call")
+        counts = [int(w) for w in args.workers.split(",")]
+        walls = {}
+        for count in counts:
+            walls[count] = bench_scaling(url, keys, args.scale_tasks, args.sleep_ms, count)
+            print(f"(c) {args.scale_tasks} tasks x {args.sleep_ms} ms on {count} worker process(es): "
+                  f"{walls[count]:6.2f} s  speed-up {walls[counts[0]] / walls[count]:.2f}x")
+        if 4 in walls:
+            # start -> (n-2 in parallel) -> join: 2 + ceil((n-2)/4) sequential rounds at best
+            rounds = 2 + -(-(args.scale_tasks - 2) // 4)
+            print(f"    speed-up at 4 workers: {walls[counts[0]] / walls[4]:.2f}x (target >= 3.5x; "
+                  f"this DAG's ceiling is {args.scale_tasks / rounds:.2f}x)")
+    finally:
+        found = list(connection.scan_iter(match=f"{prefix}*", count=1000))
+        if found:
+            connection.delete(*found)
+
+
+if __name__ == "__main__":
+    main()
