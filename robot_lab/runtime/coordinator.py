@@ -26,6 +26,7 @@ from .run_state import RunStore, enqueue_jobs
 
 log = get_logger("robot_lab.coordinator")
 
+SWEEP_EVERY = 0.5  # seconds between sweeps of a followed run
 _graph_cache: dict[str, Graph] = {}
 _graph_lock = threading.Lock()
 
@@ -94,6 +95,7 @@ class RunHandle:
         """Yield events as they come (replaying from the start) until ``stream.ended``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         last = "0-0"
+        last_sweep = 0.0
         while True:
             entries = self.store.events(last, block_ms=None if last == "0-0" else block_ms)
             for entry_id, event in entries:
@@ -101,7 +103,8 @@ class RunHandle:
                 yield event
                 if event.event == "stream.ended":
                     return
-            if sweep:
+            if sweep and time.monotonic() - last_sweep >= SWEEP_EVERY:
+                last_sweep = time.monotonic()
                 self.coordinator.sweep_run(self.run_id)
             if self.store.status() not in ("running", "unknown") and not entries:
                 return

@@ -33,6 +33,7 @@ RESERVED_RUN_KWARGS = frozenset(
     {"tools", "mcp", "network_config", "on_content", "extra_tools", "run_id", "task", "message"}
 )
 _imported_apps: set[str] = set()
+_last_sweep = 0.0
 _apps_lock = threading.Lock()
 
 
@@ -319,7 +320,13 @@ class _DeltaBuffer:
 
 
 def _sweep_soon(connection: Any, keys: Keys) -> None:
-    """Finishing a task is a good moment to look for lost work in any run (rate-limited)."""
+    """Finishing a task is a good moment to look for lost work in any run (rate-limited
+    in this process and, through a Redis lock, across processes)."""
+    global _last_sweep
+    now = time.monotonic()
+    if now - _last_sweep < 0.5:
+        return
+    _last_sweep = now
     try:
         from ..runtime.coordinator import Coordinator
 
