@@ -20,7 +20,7 @@ import msgspec
 from ..errors import AwaitTimeout, ConfigurationError
 from ..keys import Keys, default_keys
 from ..logging import get_logger
-from ..schemas import RobotResult, RobotSpec, RunEvent, new_id
+from ..schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new_id
 from .dag import Graph, NetworkSpec, compile_network
 from .run_state import RunStore, enqueue_jobs
 
@@ -244,6 +244,16 @@ class Coordinator:
             return 0
         items = store.reclaim()
         items += store.repair_queued()
+        for task, job_id, error in store.failed_jobs():
+            hint = ""
+            if "Deserializ" in error or "pickle" in error.lower():
+                hint = " -- start workers with `rq worker -S json ...` or `robot-lab worker`"
+            text = f"Error: WorkerError: rq could not run job {job_id}: {error}{hint}"
+            result = RobotResult(robot_name=graph_for(store).tasks[task].robot,
+                                 output=[TextMessage(content=text)], error=text, stop_reason="error")
+            log.warning("run.job_failed_in_rq", run_id=run_id, task=task, error=error)
+            _, _, more = store.complete(task, job_id, result, data={"error": text})
+            items += more
         if items:
             log.warning("run.requeued", run_id=run_id, tasks=[t for t, _, _ in items])
             enqueue_jobs(self.connection, self.keys, run_id, items, graph_for(store))

@@ -402,6 +402,35 @@ class RunStore:
                 out.append((task, job_id, json.loads(graph[task])["robot"]))
         return out
 
+    def failed_jobs(self) -> list[tuple[str, str, str]]:
+        """Queued tasks whose rq job failed *outside* our job function -- e.g. a worker that
+        could not deserialize it (a plain ``rq worker`` without ``-S json``). Returns
+        (task, job_id, error text)."""
+        from rq.job import Job, JobStatus
+        from rq.serializers import JSONSerializer
+
+        out: list[tuple[str, str, str]] = []
+        jobs = self._hash("jobs")
+        for task, state in self.states().items():
+            job_id = jobs.get(task)
+            if state != "queued" or not job_id:
+                continue
+            try:
+                job = Job.fetch(job_id, connection=self.r, serializer=JSONSerializer)
+            except Exception:
+                continue
+            if job.get_status(refresh=False) != JobStatus.FAILED:
+                continue
+            text = ""
+            try:
+                latest = job.latest_result()
+                text = (latest.exc_string or "") if latest is not None else ""
+            except Exception:
+                pass
+            last = [line for line in text.strip().splitlines() if line.strip()]
+            out.append((task, job_id, last[-1] if last else "job failed in rq"))
+        return out
+
     # --- reading ---------------------------------------------------------------------
     def _hash(self, suffix: str) -> dict[str, str]:
         return {_decode(k): _decode(v) for k, v in self.r.hgetall(f"{self.key}:{suffix}").items()}
