@@ -293,7 +293,7 @@ class Network:
                                             stream=stream)
                 return handle.wait(timeout=timeout)
             finally:
-                pool.stop()
+                pool.stop(wait=False)
         handle = coordinator.submit(self, message, context=context, max_concurrent=max_concurrent, stream=stream)
         return handle.wait(timeout=timeout) if wait else handle
 
