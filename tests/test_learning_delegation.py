@@ -125,3 +125,18 @@ def test_compress_history_drops_drifted_turns_and_fires_hooks() -> None:
     assert seen == [8]
     hits = robot.search_history("asyncio tasks", limit=2)
     assert len(hits) == 2 and "asyncio" in hits[0].text
+
+
+def test_serving_robot_keeps_conversation_history_across_pollers(redis_client) -> None:
+    from robot_lab.bus import Bus, BusPoller
+    from robot_lab.runtime.conversations import ConversationStore
+
+    bus = Bus()
+    first = BusPoller("concierge", bus, block_ms=0).serve(robot_lab.build(name="concierge"))
+    second = BusPoller("concierge", bus, consumer="other", block_ms=0).serve(robot_lab.build(name="concierge"))
+    bus.publish("concierge", "my name is Ada", conversation_id="t-1", reply_to="client", create=True)
+    assert first.poll(max_messages=1, block_ms=0) == 1
+    bus.publish("concierge", "what is my name?", conversation_id="t-1", reply_to="client")
+    assert second.poll(max_messages=1, block_ms=0) == 1
+    users = [m["content"] for m in ConversationStore().load("concierge", "t-1") if m["role"] == "user"]
+    assert users == ["my name is Ada", "what is my name?"]

@@ -154,8 +154,13 @@ class BusPoller:
         """Run ``robot.run(text, **run_kwargs)`` on each task and reply with ``.reply``
         (a dict content is flattened to ``"k: v"`` lines, as robot_lab does)."""
 
+        takes_conversation = "conversation_id" in inspect.signature(robot.run).parameters
+
         def run(message: RobotMessage) -> Any:
-            result = robot.run(flatten_content(message.content), **run_kwargs)
+            kwargs = dict(run_kwargs)
+            if takes_conversation and message.conversation_id and "conversation_id" not in kwargs:
+                kwargs["conversation_id"] = message.conversation_id  # any worker continues the chat
+            result = robot.run(flatten_content(message.content), **kwargs)
             return getattr(result, "reply", result)
 
         return self.respond_to_tasks(run, auto_reply=auto_reply)
