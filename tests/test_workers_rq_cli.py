@@ -31,9 +31,8 @@ def test_three_robots_on_three_plain_rq_workers_match_embedded_mode(real_redis_u
     robots = sorted({t.robot for t in net.spec.tasks})
     env = child_env(real_redis_url, key_prefix)
     for name in robots:
-        processes.start([str(VENV_BIN / "rq"), "worker", "-S", "json", "-c", "robot_lab.workers.rq_config",
-                         f"robot:{name}", "--url", real_redis_url],
-                        env, name)
+        # the unmodified rq CLI, no flags: `rq worker robot:<name> --url ...`
+        processes.start([str(VENV_BIN / "rq"), "worker", f"robot:{name}", "--url", real_redis_url], env, name)
     client = redis.Redis.from_url(real_redis_url)
     try:
         wait_for_workers(client, [f"robot:{r}" for r in robots], timeout=60)
@@ -56,24 +55,24 @@ def test_three_robots_on_three_plain_rq_workers_match_embedded_mode(real_redis_u
         client.close()
 
 
-def test_plain_pickle_rq_worker_cannot_run_json_jobs_and_the_task_fails_clearly(real_redis_url, key_prefix,
-                                                                                 monkeypatch, processes):  # noqa: F811
-    """rq 3 does not record the serializer in the job: a plain `rq worker robot:x` (pickle)
-    fails every JSON job with DeserializationError. The sweeper turns that into a failed task
-    whose error says how to start the worker, instead of a run that hangs."""
+def test_a_worker_with_a_foreign_serializer_fails_the_task_clearly(real_redis_url, key_prefix,
+                                                                   monkeypatch, processes):  # noqa: F811
+    """A worker started with `-S json` cannot decode robot-lab's data-only pickle jobs; the
+    sweeper turns the DeserializationError into a failed task instead of a hanging run."""
     monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", key_prefix)
-    bot = build(f"pickled-{uid()}", model="scripted/echo")
+    bot = build(f"jsonworker-{uid()}", model="scripted/echo")
     net = create_network("plain")
     net.task("only", bot)
     env = child_env(real_redis_url, key_prefix)
-    processes.start([str(VENV_BIN / "rq"), "worker", f"robot:{bot.name}", "--url", real_redis_url], env, "plain")
+    processes.start([str(VENV_BIN / "rq"), "worker", "-S", "json", f"robot:{bot.name}", "--url", real_redis_url],
+                    env, "json")
     client = redis.Redis.from_url(real_redis_url)
     try:
         wait_for_workers(client, [f"robot:{bot.name}"], timeout=30)
         result = Coordinator(connection=client).submit(net, "hi").wait(timeout=60)
         assert result.states == {"only": "failed"}
         error = result["only"].error
-        assert "DeserializationError" in error and "rq worker -S json" in error
+        assert "DeserializationError" in error and "rq worker robot:<name>" in error
     finally:
         keys = list(client.scan_iter(match=f"{key_prefix}*", count=1000))
         if keys:

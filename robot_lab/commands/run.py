@@ -82,7 +82,7 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
         as_json: bool) -> None:
     """Run network TARGET (package.module:network) on MESSAGE.
 
-    With REDIS_URL the tasks go to `robot-lab worker` / `rq worker -S json` processes;
+    With REDIS_URL the tasks go to `robot-lab worker` / `rq worker` processes;
     without, they run in this process.
     """
     from ..runtime.coordinator import Coordinator, is_embedded

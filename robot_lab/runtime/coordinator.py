@@ -247,7 +247,7 @@ class Coordinator:
         for task, job_id, error in store.failed_jobs():
             hint = ""
             if "Deserializ" in error or "pickle" in error.lower():
-                hint = " -- start workers with `rq worker -S json ...` or `robot-lab worker`"
+                hint = " -- the worker could not decode the job; start it as `rq worker robot:<name>` (no -S) or `robot-lab worker`"
             text = f"Error: WorkerError: rq could not run job {job_id}: {error}{hint}"
             result = RobotResult(robot_name=graph_for(store).tasks[task].robot,
                                  output=[TextMessage(content=text)], error=text, stop_reason="error")

@@ -404,10 +404,10 @@ class RunStore:
 
     def failed_jobs(self) -> list[tuple[str, str, str]]:
         """Queued tasks whose rq job failed *outside* our job function -- e.g. a worker that
-        could not deserialize it (a plain ``rq worker`` without ``-S json``). Returns
+        could not deserialize it (a worker started with a foreign ``-S`` serializer). Returns
         (task, job_id, error text)."""
         from rq.job import Job, JobStatus
-        from rq.serializers import JSONSerializer
+        from ..workers.serializer import JobSerializer
 
         out: list[tuple[str, str, str]] = []
         jobs = self._hash("jobs")
@@ -416,7 +416,7 @@ class RunStore:
             if state != "queued" or not job_id:
                 continue
             try:
-                job = Job.fetch(job_id, connection=self.r, serializer=JSONSerializer)
+                job = Job.fetch(job_id, connection=self.r, serializer=JobSerializer)
             except Exception:
                 continue
             if job.get_status(refresh=False) != JobStatus.FAILED:
@@ -509,21 +509,21 @@ def enqueue_jobs(connection: Any, keys: Keys, run_id: str, items: list[tuple[str
                  graph: Graph | None = None) -> None:
     """Put one rq job per (task, job_id, robot) on queue ``robot:<robot>``.
 
-    The job carries everything a plain ``rq worker -S json robot:<robot>`` needs: the key
+    The job carries everything a plain ``rq worker robot:<robot>`` needs: the key
     prefix, the run id, the task and the attempt's job id (the robot spec and app path are in
-    the run record). JSON serializer, function by import path.
+    the run record). Data-only serializer (JobSerializer), function by import path.
     """
     if not items:
         return
     from rq import Queue, Retry
-    from rq.serializers import JSONSerializer
+    from ..workers.serializer import JobSerializer
 
     pipe = connection.pipeline()
     for task, job_id, robot in items:
         spec = graph.tasks.get(task) if graph is not None else None
         retries = spec.retries if spec is not None else 2
         timeout = int(spec.timeout) if spec is not None and spec.timeout else DEFAULT_JOB_TIMEOUT
-        queue = Queue(queue_name(robot), connection=connection, serializer=JSONSerializer)
+        queue = Queue(queue_name(robot), connection=connection, serializer=JobSerializer)
         queue.enqueue_call(
             func=JOB_FUNC,
             args=[keys.prefix, run_id, task, job_id],

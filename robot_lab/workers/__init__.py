@@ -1,7 +1,7 @@
 """Workers: rq job functions for network tasks, the robot registry, and ``robot-lab worker``.
 
-``robot_lab.workers.run_task`` is the function every task job names (by import path, JSON
-serializer), so ``rq worker -S json robot:<name>`` executes a robot's tasks with nothing but
+``robot_lab.workers.run_task`` is the function every task job names (by import path, plain
+data only: :mod:`.serializer`), so ``rq worker robot:<name>`` executes a robot's tasks with nothing but
 this package importable. ``RobotWorker`` (:mod:`.process`) adds the robot's bus poller, the
 lost-work sweeper and graceful shutdown; :mod:`.embedded` runs workers as threads on the
 in-process fakeredis.

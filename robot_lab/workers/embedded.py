@@ -45,13 +45,13 @@ class EmbeddedWorkers:
 
     def start(self) -> EmbeddedWorkers:
         from rq import Queue
-        from rq.serializers import JSONSerializer
+        from .serializer import JobSerializer
 
         cls = _worker_class()
         for index in range(self.threads_count):
-            queues = [Queue(name, connection=self.connection, serializer=JSONSerializer)
+            queues = [Queue(name, connection=self.connection, serializer=JobSerializer)
                       for name in self.queue_names]
-            worker = cls(queues, connection=self.connection, serializer=JSONSerializer,
+            worker = cls(queues, connection=self.connection, serializer=JobSerializer,
                          name=f"embedded-{id(self):x}-{index}")
             self._workers.append(worker)
             thread = threading.Thread(target=self._loop, args=(worker,), name=f"robot-lab-worker-{index}",

@@ -1,9 +1,9 @@
 """The rq job function: run one task of a network run, record its result, advance the DAG.
 
 ``robot_lab.workers.run_task(prefix, run_id, task, job_id)`` is everything a job carries
-(JSON, no pickle). The robot's spec, the message and the context are read from the run
+(plain data only, see serializer.py). The robot's spec, the message and the context are read from the run
 record, so any worker on queue ``robot:<robot>`` -- ``robot-lab worker`` or a plain
-``rq worker -S json`` -- can execute it, provided the robot's tools (and the app named in the
+``rq worker`` -- can execute it, provided the robot's tools (and the app named in the
 run, if any) are importable there.
 
 Idempotency: the job first *claims* the task (Lua, see run_state.py). A task already done,

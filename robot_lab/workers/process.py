@@ -34,7 +34,7 @@ SWEEP_INTERVAL = 0.5
 
 
 def robot_worker_class() -> type:
-    """rq SimpleWorker (no fork per job: the robot runtime stays warm), JSON serializer."""
+    """rq SimpleWorker (no fork per job: the robot runtime stays warm), data-only job serializer."""
     from rq.worker import SimpleWorker
 
     class RobotWorker(SimpleWorker):
@@ -79,14 +79,14 @@ def resolve_worker_robots(names: list[str], *, connection: Any, keys: Keys, app:
 def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool) -> None:
     """One rq worker (main thread of its process: rq installs its signal handlers)."""
     from rq import Queue
-    from rq.serializers import JSONSerializer
+    from .serializer import JobSerializer
 
     from ..connection import connect
 
     connection = connect(url)
     worker_cls = robot_worker_class()
-    qs = [Queue(q, connection=connection, serializer=JSONSerializer) for q in queues]
-    worker = worker_cls(qs, connection=connection, serializer=JSONSerializer, name=name)
+    qs = [Queue(q, connection=connection, serializer=JobSerializer) for q in queues]
+    worker = worker_cls(qs, connection=connection, serializer=JobSerializer, name=name)
     worker.work(burst=burst, logging_level="WARNING")
 
 

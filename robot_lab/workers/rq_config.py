@@ -1,4 +1,4 @@
-"""Settings module for the plain rq CLI: ``rq worker -S json -c robot_lab.workers.rq_config robot:billing``
+"""Settings module for the plain rq CLI: ``rq worker -c robot_lab.workers.rq_config robot:billing``
 (or ``RQ_CONFIG=robot_lab.workers.rq_config``).
 
 rq imports this module in the worker's main process before it starts, so:
@@ -8,8 +8,8 @@ rq imports this module in the worker's main process before it starts, so:
 * ``REDIS_URL`` is taken from the environment, so ``--url`` can be left out;
 * ``ROBOT_LAB_APP`` (if set) is imported, so its robots' scripts and tools are ready.
 
-The JSON serializer still has to be named on the command line (``-S json``): rq 3 does not
-record the serializer in the job and reads no setting or environment variable for it.
+No ``-S`` flag is needed: jobs are written with pickle's data-only subset, which rq's
+default serializer reads (see :mod:`robot_lab.workers.serializer`).
 """
 
 from __future__ import annotations
