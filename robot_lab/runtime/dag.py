@@ -62,6 +62,7 @@ class NetworkSpec(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     config: RunConfigData = msgspec.field(default_factory=RunConfigData)
     app: str | None = None
     description: str | None = None
+    hooks: list[str] = msgspec.field(default_factory=list)
 
 
 @dataclass

@@ -48,6 +48,9 @@ class Network:
     def __init__(self, name: str, *, app: App | None = None, config: Any = None,
                  description: str | None = None) -> None:
         dag._check_name("network", name)
+        from .hooks import HookRegistry
+
+        self.hooks = HookRegistry()
         self.name = name
         self.app = app
         self.description = description
@@ -172,6 +175,7 @@ class Network:
             config=self.config,
             app=self.app.import_path if self.app is not None else None,
             description=self.description,
+            hooks=self.hooks.import_paths(),
         )
 
     def validate(self) -> dag.Graph:
@@ -276,6 +280,20 @@ class Network:
         Embedded mode (no REDIS_URL, or a fakeredis ``connection``): in-process workers
         (``workers`` threads, default 4) execute the tasks for the duration of the call.
         """
+        from .hooks import NetworkRunHookContext, hook_scope, run_hooks
+
+        ctx = NetworkRunHookContext(network=self, config=self.config, context=dict(context))
+        with hook_scope(self.hooks):
+            return run_hooks(
+                "network_run",
+                ctx,
+                lambda: self._run(message, wait=wait, timeout=timeout, connection=connection,
+                                  max_concurrent=max_concurrent, stream=stream, workers=workers, **ctx.context),
+            )
+
+    def _run(self, message: Any, *, wait: bool, timeout: float | None, connection: Any,
+             max_concurrent: int | None, stream: bool, workers: int | None, **context: Any
+             ) -> NetworkResult | RunHandle:
         from .coordinator import Coordinator, is_embedded
 
         coordinator = Coordinator(connection=connection)
@@ -296,6 +314,13 @@ class Network:
                 pool.stop(wait=False)
         handle = coordinator.submit(self, message, context=context, max_concurrent=max_concurrent, stream=stream)
         return handle.wait(timeout=timeout) if wait else handle
+
+    def on(self, handler: Any, context: dict[str, Any] | None = None) -> Network:
+        """Register a network-scoped hook (a Hook subclass defined at module level, or its
+        import path): ``network_run`` fires here, ``task``/``run``/``llm_generation``/
+        ``tool_call`` fire in the worker that runs each task."""
+        self.hooks.on(handler, context)
+        return self
 
     def attach(self, run_id: str, *, connection: Any = None) -> RunHandle:
         """Follow a run submitted elsewhere (e.g. by a coordinator that died)."""

@@ -181,7 +181,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
     activate: list[str] = []
     with log_context(robot=robot_name):
         try:
-            result, activate = _run_robot(store, graph, meta, task, worker)
+            result, activate = _run_task_hooks(store, graph, meta, task, worker)
         except Exception as exc:
             if retryable(exc) and _retries_left() > 0:
                 log.warning("task.retrying", error=f"{type(exc).__name__}: {exc}")
@@ -239,8 +239,30 @@ def _write_memory(store: RunStore, keys: Keys, meta: dict[str, str], key: str, r
         log.warning("task.memory_write_failed", key=key, error=f"{type(exc).__name__}: {exc}")
 
 
-def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, worker: str
-               ) -> tuple[RobotResult, list[str]]:
+def _run_task_hooks(store: RunStore, graph: Any, meta: dict[str, str], task: str, worker: str
+                    ) -> tuple[RobotResult, list[str]]:
+    """The ``task`` hook family fires here, in the worker, around the robot's run; the
+    network's hooks (import paths in its spec) also reach the robot's own families."""
+    from ..runtime.hooks import HookRegistry, TaskHookContext, hook_scope, run_hooks
+
+    registry = HookRegistry(graph.spec.hooks)
+    spec = graph.tasks[task]
+    ctx = TaskHookContext(task=spec, task_name=task, robot=spec.robot, config=graph.spec.config,
+                          run_id=store.run_id)
+    outcome: dict[str, Any] = {}
+
+    def core() -> RobotResult:
+        result, activate = _run_robot(store, graph, meta, task, worker, network_hooks=registry)
+        outcome["activate"] = activate
+        return result
+
+    with hook_scope(registry):
+        result = run_hooks("task", ctx, core)
+    return result, outcome.get("activate", [])
+
+
+def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, worker: str,
+               network_hooks: Any = None) -> tuple[RobotResult, list[str]]:
     import json
 
     from ..runtime.robot import Robot
@@ -287,12 +309,36 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
             extra_tools=extra,
             run_id=store.run_id,
             task=task,
+            network_hooks=network_hooks,
+            budgets=_run_budgets(store, network_config),
+            doom_loop=_run_doom_loop(store, network_config),
             **context,
         )
     finally:
         deltas.flush()
     activate = choose_routes(spec, result, message=message, run_id=store.run_id)
     return result, activate
+
+
+def _run_budgets(store: RunStore, network_config: Any) -> list[Any]:
+    """A network's ``token_budget``/``cost_budget`` is one ledger for the whole run, shared
+    by every worker through Redis (scope ``run:<id>``)."""
+    limits = {k: v for k, v in (("tokens", network_config.token_budget), ("cost", network_config.cost_budget))
+              if v is not None}
+    if not limits:
+        return []
+    from ..runtime.budget import RedisLedger
+
+    return [RedisLedger(f"run:{store.run_id}", limits, redis=store.r, keys=store.keys, ttl=7 * 86_400)]
+
+
+def _run_doom_loop(store: RunStore, network_config: Any) -> Any:
+    """The run's tool-call sequence lives in Redis, so a loop bouncing between robots on
+    different workers is seen."""
+    from ..runtime.doom_loop import DEFAULT_THRESHOLD, RedisDoomLoopDetector
+
+    return RedisDoomLoopDetector(store.run_id, redis=store.r, keys=store.keys,
+                                 threshold=network_config.doom_loop_threshold or DEFAULT_THRESHOLD)
 
 
 class _DeltaBuffer:
