@@ -60,6 +60,16 @@ def _deadline(value: _dt.datetime | _dt.timedelta | float | int | None) -> _dt.d
     raise BusError(f"deadline must be a datetime, timedelta or seconds, not {type(value).__name__}")
 
 
+def _with_traceparent(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """Every envelope carries a W3C ``traceparent``: the caller's, else a child of the
+    current trace, else a new one."""
+    from ..tracing import outgoing_traceparent
+
+    result = dict(headers or {})
+    result.setdefault("traceparent", outgoing_traceparent())
+    return result
+
+
 def _s(value: bytes | str | None) -> str:
     if value is None:
         return ""
@@ -162,7 +172,7 @@ class Bus:
             conversation_id=conversation_id,
             correlation_id=correlation_id,
             in_reply_to=in_reply_to,
-            headers=dict(headers or {}),
+            headers=_with_traceparent(headers),
             deadline=_deadline(deadline),
         )
         self.publish_message(message, create=create)

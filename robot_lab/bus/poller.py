@@ -37,6 +37,7 @@ import redis as _redis
 
 from ..errors import BusError, SchemaError
 from ..logging import get_logger, log_context
+from ..tracing import continue_trace
 from ..schemas import RobotMessage, decode_message, encode_message, utcnow
 from .core import Bus, check_robot_name
 from .delivery import ACKED, DEAD, NACKED, PENDING, Delivery
@@ -528,7 +529,8 @@ class BusPoller:
     def _handle(self, d: Delivery) -> None:
         msg = d.message
         assert msg is not None
-        with log_context(robot=self.robot, message_id=msg.id, conversation_id=msg.conversation_id):
+        with log_context(robot=self.robot, message_id=msg.id, conversation_id=msg.conversation_id), \
+                continue_trace(msg.headers.get("traceparent")):
             if d.deliveries > self.max_deliveries:
                 last = f"; last error: {d.last_error}" if d.last_error else ""
                 self._dead_letter(

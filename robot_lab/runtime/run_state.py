@@ -323,6 +323,7 @@ class RunStore:
                 "robots": json.dumps(robots or {}),
                 "stream": "1" if stream else "0",
                 "seq": "0",
+                "traceparent": _outgoing_traceparent(),
             },
         )
         pipe.hset(self.key + ":graph", mapping={k: json.dumps(v) for k, v in graph.lua_graph().items()})
@@ -541,3 +542,9 @@ def enqueue_jobs(connection: Any, keys: Keys, run_id: str, items: list[tuple[str
 def queue_name(robot: str) -> str:
     """The rq queue of a robot (a name users see: ``robot:billing``)."""
     return f"robot:{robot}"
+
+
+def _outgoing_traceparent() -> str:
+    from ..tracing import outgoing_traceparent
+
+    return outgoing_traceparent()

@@ -179,7 +179,9 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         _import_app(meta["app"])
     started = time.monotonic()
     activate: list[str] = []
-    with log_context(robot=robot_name):
+    from ..tracing import continue_trace
+
+    with log_context(robot=robot_name), continue_trace(meta.get("traceparent")):
         try:
             result, activate = _run_task_hooks(store, graph, meta, task, worker)
         except Exception as exc:

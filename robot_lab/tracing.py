@@ -1,0 +1,65 @@
+"""W3C trace context (``traceparent``) carried by every envelope and every task job.
+
+A process that handles a message or a task continues the sender's trace: the trace id stays,
+the span id is new, and both are bound in structlog's contextvars, so the log lines of one
+request can be joined across processes (and handed to an OpenTelemetry exporter later).
+Format: ``00-<32 hex trace id>-<16 hex span id>-01``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from .logging import log_context
+
+_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+_current: ContextVar[str | None] = ContextVar("robot_lab_traceparent", default=None)
+
+
+def _hex(nbytes: int) -> str:
+    value = os.urandom(nbytes).hex()
+    return value if value.strip("0") else _hex(nbytes)  # all-zero ids are invalid
+
+
+def new_traceparent() -> str:
+    return f"00-{_hex(16)}-{_hex(8)}-01"
+
+
+def parse(traceparent: str | None) -> tuple[str, str, str] | None:
+    """(trace id, parent span id, flags), or None when absent or malformed."""
+    match = _TRACEPARENT.match((traceparent or "").strip().lower())
+    return match.groups() if match else None  # type: ignore[return-value]
+
+
+def child_of(traceparent: str | None) -> str:
+    """A new span in the same trace (a new trace when the parent is missing or malformed)."""
+    parsed = parse(traceparent)
+    if parsed is None:
+        return new_traceparent()
+    trace_id, _, flags = parsed
+    return f"00-{trace_id}-{_hex(8)}-{flags}"
+
+
+def current_traceparent() -> str | None:
+    return _current.get()
+
+
+def outgoing_traceparent() -> str:
+    """What to put on a message or job sent now: a child of the current span, else a new trace."""
+    return child_of(_current.get())
+
+
+@contextmanager
+def continue_trace(traceparent: str | None) -> Iterator[str]:
+    """Handle work under the sender's trace (a child span), bound in the log context."""
+    span = child_of(traceparent)
+    token = _current.set(span)
+    try:
+        with log_context(trace_id=span.split("-")[1], traceparent=span):
+            yield span
+    finally:
+        _current.reset(token)
