@@ -124,6 +124,9 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("ROBOT_LAB_REDIS_URL", "REDIS_URL", "redis_url")
     )
     key_prefix: str = "robot_lab"
+    # Redis Cluster: wrap each robot / run / scope in a hash tag so multi-key scripts stay in
+    # one slot. Implied by a redis+cluster:// URL; set it when a proxy hides the cluster.
+    cluster: bool = False
     app: str | None = None
 
     template_path: list[str] = Field(default_factory=lambda: ["prompts"])
@@ -164,6 +167,13 @@ class Settings(BaseSettings):
             if os.environ.get(env_key):
                 return model
         return SCRIPTED_DEFAULT_MODEL
+
+    @property
+    def cluster_keys(self) -> bool:
+        """Whether keys need cluster hash tags (``cluster`` or a ``redis+cluster://`` URL)."""
+        from .connection import is_cluster_url
+
+        return self.cluster or is_cluster_url(self.redis_url)
 
     @property
     def embedded(self) -> bool:
