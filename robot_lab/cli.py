@@ -27,6 +27,9 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "watch": ("robot_lab.commands.run:watch", "Follow a network run live (or --all: coordinator mode)."),
     "cancel": ("robot_lab.commands.run:cancel", "Cancel a network run."),
     "demo": ("robot_lab.commands.demo:demo", "The support-desk network, live, with no setup."),
+    "status": ("robot_lab.commands.status:status", "Queues, workers, bus lag, DLQ and active runs (--json)."),
+    "health": ("robot_lab.commands.status:health", "Worker liveness/readiness probe (exit 0 = healthy)."),
+    "runs": ("robot_lab.commands.runs:runs", "Recent network runs: status, duration, tokens, cost."),
 }
 
 
