@@ -50,6 +50,10 @@ class Keys:
         """Set of robot names with a registered inbox (robot_lab's channel registry)."""
         return f"{self.prefix}:robots"
 
+    def spawned(self) -> str:
+        """Set of robot names spawned at run time; ``robot-lab worker --spawned`` serves them."""
+        return f"{self.prefix}:robots:spawned"
+
     def reply_inbox(self, name: str) -> str:
         """Stream a requester waits on for its replies."""
         return f"{self.prefix}:bus:{self._tag(name)}"
@@ -103,6 +107,15 @@ class Keys:
     def run_lease(self, run_id: str, task: str) -> str:
         """A running task's lease (worker name, PX TTL refreshed by the job's heartbeat)."""
         return f"{self.run(run_id)}:lease:{task}"
+
+    # --- worker heartbeats ---------------------------------------------------------------
+    def worker(self, name: str) -> str:
+        """String (JSON, PX TTL): a live ``robot-lab worker`` process's last healthy beat."""
+        return f"{self.prefix}:worker:{name}"
+
+    def workers(self) -> str:
+        """Zset: worker name -> time of its last beat (index of ``worker`` keys)."""
+        return f"{self.prefix}:workers"
 
     # --- budgets ------------------------------------------------------------------------
     def budget(self, scope: str) -> str:

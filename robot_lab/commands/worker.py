@@ -6,15 +6,16 @@ import click
 
 
 @click.command("worker")
-@click.argument("robots", nargs=-1, required=True)
+@click.argument("robots", nargs=-1)
 @click.option("--concurrency", "-c", type=int, default=1, show_default=True,
               help="rq worker processes (each runs one task at a time)")
 @click.option("--app", "app_path", default=None, help="App import path (default: ROBOT_LAB_APP)")
 @click.option("--url", default=None, help="Redis URL (default: REDIS_URL)")
 @click.option("--burst", is_flag=True, help="Quit when the queues are empty")
 @click.option("--no-bus", is_flag=True, help="Do not poll the robots' bus inboxes")
+@click.option("--spawned", is_flag=True, help="Also serve robots spawned at run time (Robot.spawn)")
 def worker(robots: tuple[str, ...], concurrency: int, app_path: str | None, url: str | None, burst: bool,
-           no_bus: bool) -> None:
+           no_bus: bool, spawned: bool) -> None:
     """Run ROBOTS' tasks (rq queues robot:<name>) and serve their bus inboxes.
 
     SIGTERM finishes the task and message in hand, then exits.
@@ -23,6 +24,7 @@ def worker(robots: tuple[str, ...], concurrency: int, app_path: str | None, url:
     from ..workers.process import run_worker
 
     try:
-        run_worker(list(robots), concurrency=concurrency, app_path=app_path, url=url, burst=burst, bus=not no_bus)
+        run_worker(list(robots), concurrency=concurrency, app_path=app_path, url=url, burst=burst, bus=not no_bus,
+                   spawned=spawned)
     except ConfigurationError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -826,6 +826,16 @@ class Robot:
 
         return delegate(to, task, delegated_by=self.name, async_=async_, timeout=timeout, **run_kwargs)
 
+    def spawn(self, name: str, **kwargs: Any) -> Any:
+        """Create a new robot at run time for the generic worker pool (``robot-lab worker
+        --spawned``); it inherits this robot's model and provider unless given. Returns a
+        handle with ``send`` and ``ask``."""
+        from .spawn import spawn
+
+        kwargs.setdefault("model", self.config.model)
+        kwargs.setdefault("provider", self.provider)
+        return spawn(Robot(name, **kwargs).to_spec())
+
     # ------------------------------------------------------------------ specs
     def to_spec(self) -> RobotSpec:
         """The robot as data. Every tool needs an import path (no lambdas or closures)."""

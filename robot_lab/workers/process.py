@@ -37,8 +37,10 @@ def robot_worker_class() -> type:
     """rq SimpleWorker (no fork per job: the robot runtime stays warm), data-only job serializer."""
     from rq.worker import SimpleWorker
 
-    class RobotWorker(SimpleWorker):
-        pass
+    from .health import LoopProgress
+
+    class RobotWorker(LoopProgress, SimpleWorker):
+        """Records loop progress for the heartbeat (workers/health.py)."""
 
     return RobotWorker
 
@@ -79,6 +81,7 @@ def resolve_worker_robots(names: list[str], *, connection: Any, keys: Keys, app:
 def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool) -> None:
     """One rq worker (main thread of its process: rq installs its signal handlers)."""
     from rq import Queue
+    from .health import RQ_WORKER_TTL, WorkerHeartbeat, rq_loop_problem, threads_problem
     from .serializer import JobSerializer
 
     from ..connection import connect
@@ -86,8 +89,20 @@ def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool) -> None
     connection = connect(url)
     worker_cls = robot_worker_class()
     qs = [Queue(q, connection=connection, serializer=JobSerializer) for q in queues]
-    worker = worker_cls(qs, connection=connection, serializer=JobSerializer, name=name)
-    worker.work(burst=burst, logging_level="WARNING")
+    worker = worker_cls(qs, connection=connection, serializer=JobSerializer, name=name, worker_ttl=RQ_WORKER_TTL)
+    # The beat (workers/health.py) also watches this process's bus pollers and sweeper.
+    watched = [t for t in threading.enumerate() if t.name.startswith("bus-") or t.name == "sweeper"]
+    heartbeat = WorkerHeartbeat(
+        connection, default_keys(), name, [q.split(":", 1)[1] for q in queues],
+        role="worker" if watched else "rq",
+        checks=[lambda: rq_loop_problem(worker), lambda: threads_problem(watched)],
+        info=lambda: {"queues": queues, "bus": sorted(t.name[4:] for t in watched if t.name != "sweeper"),
+                      **worker.progress()},
+    ).start()
+    try:
+        worker.work(burst=burst, logging_level="WARNING")
+    finally:
+        heartbeat.stop()
 
 
 def _child_main(url: str | None, queues: list[str], name: str, burst: bool) -> None:
@@ -107,8 +122,35 @@ def _sweeper(connection: Any, keys: Keys, stop: threading.Event) -> None:
             log.warning("worker.sweep_failed", error=f"{type(exc).__name__}: {exc}")
 
 
+def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: set[str],
+                   interval: float = 1.0) -> None:
+    """Serve every robot spawned at run time (``<prefix>:robots:spawned``): a bus poller per
+    new name, built from its published spec. A spec that cannot be built is logged and
+    retried on the next pass."""
+    from ..app import published_spec
+    from ..bus import BusPoller
+    from ..runtime.robot import Robot
+
+    while not stop.is_set():
+        try:
+            names = sorted(n.decode() if isinstance(n, bytes) else n for n in connection.smembers(keys.spawned()))
+            for name in names:
+                if name in serving:
+                    continue
+                spec = published_spec(name, connection=connection, keys=keys)
+                if spec is None:
+                    continue
+                poller = BusPoller(name, redis=connection).serve(Robot.from_spec(spec))
+                threading.Thread(target=poller.run_forever, args=(stop,), name=f"bus-{name}", daemon=True).start()
+                serving.add(name)
+                log.info("worker.serving_spawned", robot=name)
+        except Exception as exc:
+            log.warning("worker.spawn_watch_failed", error=f"{type(exc).__name__}: {exc}")
+        stop.wait(interval)
+
+
 def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None = None,
-               url: str | None = None, burst: bool = False, bus: bool = True) -> None:
+               url: str | None = None, burst: bool = False, bus: bool = True, spawned: bool = False) -> None:
     """The body of ``robot-lab worker``."""
     from ..app import load_app
     from ..connection import connect
@@ -121,8 +163,10 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
             "robot-lab worker needs a Redis server: set REDIS_URL (with no REDIS_URL, networks run "
             "with in-process workers; see `robot-lab demo`)"
         )
-    if not robots:
-        raise ConfigurationError("name at least one robot: robot-lab worker billing [technical ...]")
+    if not robots and not spawned:
+        raise ConfigurationError(
+            "name at least one robot (robot-lab worker billing [technical ...]) or serve spawned robots (--spawned)"
+        )
     if concurrency < 1:
         raise ConfigurationError(f"--concurrency must be >= 1, got {concurrency}")
     app_path = app_path or settings.app
@@ -152,10 +196,17 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
             poller = BusPoller(name, redis=connection).serve(Robot.from_spec(spec))
             threads.append(threading.Thread(target=poller.run_forever, args=(stop,), name=f"bus-{name}",
                                             daemon=True))
+    if spawned:
+        threads.append(threading.Thread(target=_spawn_watcher, args=(connection, keys, stop, set(robots)),
+                                        name="spawn-watcher", daemon=True))
     for thread in threads:
         thread.start()
     try:
-        if concurrency == 1:
+        if not queues:  # only spawned robots: nothing for rq to do; wait for SIGTERM/SIGINT
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+            stop.wait()
+        elif concurrency == 1:
             _rq_loop(url, queues, base, burst)
         else:
             _wait_children(children)
