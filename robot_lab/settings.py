@@ -128,6 +128,10 @@ class Settings(BaseSettings):
     # one slot. Implied by a redis+cluster:// URL; set it when a proxy hides the cluster.
     cluster: bool = False
     app: str | None = None
+    # Worker health: seconds between heartbeats (Redis key TTL = 3 beats) and the folder of
+    # the heartbeat files `robot-lab health` reads (liveness probes); None = <tmp>/robot-lab-health.
+    worker_heartbeat: float = 5.0
+    health_dir: str | None = None
 
     template_path: list[str] = Field(default_factory=lambda: ["prompts"])
     max_iterations: int = 10

@@ -1,0 +1,37 @@
+"""``robot-lab runs``: recent network runs from the run records in Redis."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import click
+
+
+@click.command("runs")
+@click.option("--limit", "-n", type=int, default=20, show_default=True)
+@click.option("--status", "status_filter", type=click.Choice(["running", "completed", "cancelled"]), default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON")
+def runs(limit: int, status_filter: str | None, as_json: bool) -> None:
+    """Recent runs: status, duration, tasks, tokens and cost (newest first)."""
+    from ..workers.status import recent_runs
+
+    rows = recent_runs(limit=limit, status=status_filter)
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"recent runs ({len(rows)})")
+    for col, justify in (("run", "left"), ("network", "left"), ("status", "left"), ("started", "left"),
+                         ("duration", "right"), ("tasks d/f/s", "right"), ("tokens", "right"), ("cost $", "right")):
+        table.add_column(col, justify=justify, no_wrap=col == "run")
+    style = {"completed": "green", "running": "cyan", "cancelled": "magenta"}
+    for row in rows:
+        started = dt.datetime.fromtimestamp(row["created_at"]).strftime("%Y-%m-%d %H:%M:%S") if row["created_at"] else ""
+        duration = f"{row['duration']:.2f}s" if row["duration"] is not None else ""
+        table.add_row(row["run_id"], row["network"], f"[{style.get(row['status'], '')}]{row['status']}[/]", started,
+                      duration, f"{row['done']}/{row['failed']}/{row['skipped']} of {row['tasks']}",
+                      str(row["tokens"]), f"{row['cost']:.4f}")
+    Console().print(table)

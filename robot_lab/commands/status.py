@@ -1,0 +1,104 @@
+"""``robot-lab status`` (queues, workers, bus, DLQ, active runs; ``--json`` for scripts) and
+``robot-lab health`` (the worker liveness / readiness probe)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+
+def _fmt_age(seconds: float) -> str:
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def render_status(data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]robot-lab[/] prefix [cyan]{data['prefix']}[/] on {data['redis']}")
+    table = Table(title="robots", expand=False)
+    for col, justify in (("robot", "left"), ("queued", "right"), ("started", "right"), ("failed", "right"),
+                         ("workers", "right"), ("rq workers", "right"), ("running", "right"),
+                         ("abandoned", "right"), ("bus lag", "right"), ("pending", "right"), ("DLQ", "right")):
+        table.add_column(col, justify=justify, no_wrap=col == "robot")
+    for row in data["robots"]:
+        workers = f"[red]0[/]" if not row["workers"] and (row["queued"] or row["running"]) else str(row["workers"])
+        abandoned = f"[bold red]{row['abandoned']}[/]" if row["abandoned"] else "0"
+        dlq = f"[yellow]{row['dlq']}[/]" if row["dlq"] else "0"
+        table.add_row(row["robot"], str(row["queued"]), str(row["started"]), str(row["failed"]), workers,
+                      str(row["rq_workers"]), str(row["running"]), abandoned,
+                      "-" if row["bus_lag"] is None else str(row["bus_lag"]), str(row["bus_pending"]), dlq)
+    console.print(table)
+    if data["runs"]:
+        runs = Table(title="active runs")
+        for col in ("run", "network", "age", "progress", "running", "abandoned / lost"):
+            runs.add_column(col, no_wrap=col == "run")
+        for run in data["runs"]:
+            bar = int(run["progress"] * 20)
+            runs.add_row(run["run_id"], run["network"], _fmt_age(run["age"]),
+                         f"{'█' * bar}{'░' * (20 - bar)} {run['finished']}/{run['tasks']}",
+                         ", ".join(f"{t['task']}@{t['robot']}" for t in run["running"]) or "-",
+                         ", ".join(t["task"] for t in run["abandoned"] + run["lost"]) or "-")
+        console.print(runs)
+    else:
+        console.print("[dim]no active runs[/]")
+    for problem in data["problems"]:
+        console.print(f"[yellow]! {problem}[/]")
+
+
+@click.command("status")
+@click.argument("robots", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print the status document as JSON")
+def status(robots: tuple[str, ...], as_json: bool) -> None:
+    """Queues, workers, bus lag, dead letters and active runs of ROBOTS (default: every
+    robot this key prefix knows). Read-only: it never requeues anything."""
+    from ..workers.status import collect_status
+
+    data = collect_status(robots=list(robots) or None)
+    if as_json:
+        click.echo(json.dumps(data, default=str))
+    else:
+        render_status(data)
+
+
+@click.command("health")
+@click.option("--worker", default=None, help="Only heartbeats whose worker name contains this")
+@click.option("--max-age", type=float, default=None, help="Seconds a heartbeat may be old (default 6 beats, >= 30)")
+@click.option("--ready", is_flag=True, help="Readiness: also require Redis to answer and the worker's beat in Redis")
+def health(worker: str | None, max_age: float | None, ready: bool) -> None:
+    """Probe for the workers of this machine/pod: exit 0 when every `robot-lab worker`
+    process beats (its rq loop makes progress, its bus pollers live), 1 otherwise.
+
+    Liveness reads only the local heartbeat files (a Redis outage must not restart every
+    worker); --ready also checks Redis.
+    """
+    from ..workers.health import check_health, health_dir
+
+    ok, lines = check_health(worker=worker, max_age=max_age)
+    if ok and ready:
+        import socket
+
+        from ..connection import get_redis
+        from ..keys import default_keys
+
+        try:
+            client = get_redis()
+            client.ping()
+            keys = default_keys()
+            for path in sorted(health_dir().glob("*.json")):
+                data = json.loads(path.read_text())
+                if worker and worker not in data.get("name", ""):
+                    continue
+                if data.get("host") == socket.gethostname() and not client.exists(keys.worker(data["name"])):
+                    ok = False
+                    lines.append(f"{data['name']}: no heartbeat in Redis")
+        except Exception as exc:
+            ok = False
+            lines.append(f"redis: {type(exc).__name__}: {exc}")
+    for line in lines:
+        click.echo(line)
+    sys.exit(0 if ok else 1)

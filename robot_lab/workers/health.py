@@ -1,0 +1,250 @@
+"""Worker heartbeats that mean something: a beat is written only while the worker makes
+progress, so a wedged worker stops beating and its probe fails.
+
+Each ``robot-lab worker`` process (and each rq child with ``--concurrency N``) runs one
+:class:`WorkerHeartbeat` thread. Every ``interval`` seconds it asks its checks whether the
+process is healthy; only then it writes
+
+* ``<prefix>:worker:<name>`` -- JSON record, ``PX`` = 3 intervals (read by ``robot-lab status``:
+  a killed worker disappears within three beats), indexed in the zset ``<prefix>:workers``;
+* ``<health dir>/<name>.json`` -- the same record in a local file whose age the liveness
+  probe ``robot-lab health`` checks (no Redis needed: a Redis outage must not restart every
+  worker pod).
+
+"Healthy" for the rq loop (:func:`rq_loop_problem`): idle, the loop came back from its
+blocking dequeue within ``dequeue_timeout`` + slack; busy, the job in hand is not past its rq
+timeout + slack (rq's death penalty should have stopped it). For the bus: every poller thread
+is alive. A Redis error while beating is logged and retried (the file is not touched, so a
+long outage does fail liveness -- after ``max_age``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..keys import Keys
+from ..logging import get_logger
+
+log = get_logger("robot_lab.health")
+
+# rq's idle loop returns from its blocking dequeue every worker_ttl - 15 s and heartbeats.
+RQ_WORKER_TTL = 45
+LOOP_SLACK = 30.0
+JOB_SLACK = 60.0
+
+Check = Callable[[], "str | None"]
+
+
+def health_dir() -> Path:
+    from ..settings import get_settings
+
+    configured = get_settings().health_dir
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / "robot-lab-health"
+
+
+class LoopProgress:
+    """Mixin for rq workers: remember when the work loop last came around and which job it
+    holds, so a heartbeat thread can tell "busy" from "wedged"."""
+
+    loop_beat: float = 0.0
+    busy: tuple[str, float, float | None] | None = None
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
+        self.loop_beat = time.monotonic()
+        return super().heartbeat(*args, **kwargs)  # type: ignore[misc]
+
+    def execute_job(self, job: Any, queue: Any) -> Any:
+        timeout = job.timeout if isinstance(job.timeout, (int, float)) and job.timeout > 0 else None
+        self.busy = (job.id, time.monotonic(), timeout)
+        try:
+            return super().execute_job(job, queue)  # type: ignore[misc]
+        finally:
+            self.busy = None
+            self.loop_beat = time.monotonic()
+
+    def progress(self) -> dict[str, Any]:
+        if self.busy:
+            return {"state": "busy", "job": self.busy[0], "busy_for": round(time.monotonic() - self.busy[1], 1)}
+        return {"state": "idle"}
+
+
+def rq_loop_problem(worker: Any) -> str | None:
+    """Why ``worker`` (a LoopProgress rq worker) looks wedged, or None."""
+    now = time.monotonic()
+    if worker.busy:
+        job_id, since, timeout = worker.busy
+        if timeout is not None and now - since > timeout + JOB_SLACK:
+            return f"job {job_id} running {now - since:.0f}s, past its {timeout:.0f}s timeout"
+        return None
+    if not worker.loop_beat:
+        return None  # still starting (bootstrap registers and beats first)
+    limit = worker.dequeue_timeout + LOOP_SLACK
+    if now - worker.loop_beat > limit:
+        return f"rq loop silent for {now - worker.loop_beat:.0f}s (limit {limit:.0f}s)"
+    return None
+
+
+def threads_problem(threads: list[threading.Thread]) -> str | None:
+    dead = [t.name for t in threads if not t.is_alive()]
+    return f"threads died: {', '.join(dead)}" if dead else None
+
+
+class WorkerHeartbeat:
+    """The beat thread of one worker process (see the module docstring)."""
+
+    def __init__(self, connection: Any, keys: Keys, name: str, robots: list[str], *, role: str,
+                 checks: list[Check] | None = None, info: Callable[[], dict[str, Any]] | None = None,
+                 interval: float | None = None, directory: Path | None = None) -> None:
+        from ..settings import get_settings
+
+        self.connection = connection
+        self.keys = keys
+        self.name = name
+        self.robots = list(robots)
+        self.role = role
+        self.checks = list(checks or [])
+        self.info = info
+        self.interval = float(interval if interval is not None else get_settings().worker_heartbeat)
+        self.directory = directory or health_dir()
+        self.started_at = time.time()
+        self.problem: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def file(self) -> Path:
+        return self.directory / f"{self.name}.json"
+
+    def record(self) -> dict[str, Any]:
+        data = {"name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "role": self.role,
+                "robots": self.robots, "started_at": self.started_at, "beat": time.time(),
+                "interval": self.interval}
+        if self.info is not None:
+            data.update(self.info())
+        return data
+
+    def beat(self) -> bool:
+        """One tick: run the checks, write the beat if healthy. Returns whether it beat."""
+        for check in self.checks:
+            problem = check()
+            if problem:
+                if problem != self.problem:
+                    log.error("worker.unhealthy", worker=self.name, problem=problem)
+                self.problem = problem
+                return False
+        self.problem = None
+        data = self.record()
+        text = json.dumps(data)
+        try:
+            pipe = self.connection.pipeline(transaction=False)
+            pipe.set(self.keys.worker(self.name), text, px=max(1, int(self.interval * 3000)))
+            pipe.zadd(self.keys.workers(), {self.name: data["beat"]})
+            pipe.execute()
+        except Exception as exc:  # Redis down: no beat, the file ages, liveness decides
+            log.warning("worker.heartbeat_failed", worker=self.name, error=f"{type(exc).__name__}: {exc}")
+            return False
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.file)
+        return True
+
+    def start(self) -> WorkerHeartbeat:
+        prune_dead_files(self.directory)
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.beat()
+            except Exception as exc:
+                log.warning("worker.heartbeat_error", worker=self.name, error=f"{type(exc).__name__}: {exc}")
+            if self._stop.wait(self.interval):
+                return
+
+    def stop(self) -> None:
+        """A clean exit: stop beating and withdraw the record and the file."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        try:
+            self.connection.delete(self.keys.worker(self.name))
+            self.connection.zrem(self.keys.workers(), self.name)
+        except Exception:
+            pass
+        self.file.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def prune_dead_files(directory: Path) -> None:
+    """Remove heartbeat files of this host's processes that no longer exist (a previous
+    container incarnation, a killed dev worker), so they do not fail the next probe."""
+    if not directory.is_dir():
+        return
+    host = socket.gethostname()
+    for path in directory.glob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("host") == host and not _pid_alive(int(data.get("pid", 0))):
+            path.unlink(missing_ok=True)
+
+
+def check_health(directory: Path | None = None, *, worker: str | None = None,
+                 max_age: float | None = None) -> tuple[bool, list[str]]:
+    """The liveness verdict from the heartbeat files: (ok, one line per worker/problem).
+
+    ``worker`` limits the check to names containing it. Unhealthy: no file at all, a file
+    older than ``max_age`` (default 6 beats, at least 30 s), or a file of a process of this
+    host that is gone (a dead rq child of a multi-process worker).
+    """
+    directory = directory or health_dir()
+    files = sorted(directory.glob("*.json")) if directory.is_dir() else []
+    lines: list[str] = []
+    ok = True
+    found = 0
+    host = socket.gethostname()
+    for path in files:
+        try:
+            data = json.loads(path.read_text())
+            age = time.time() - path.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        name = str(data.get("name", path.stem))
+        if worker and worker not in name:
+            continue
+        found += 1
+        limit = max_age if max_age is not None else max(30.0, 6 * float(data.get("interval", 5.0)))
+        if data.get("host") == host and not _pid_alive(int(data.get("pid", 0))):
+            ok = False
+            lines.append(f"{name}: process {data.get('pid')} is gone")
+        elif age > limit:
+            ok = False
+            lines.append(f"{name}: no healthy beat for {age:.0f}s (limit {limit:.0f}s)")
+        else:
+            lines.append(f"{name}: ok ({data.get('role')}, {data.get('state', 'up')}, beat {age:.1f}s ago)")
+    if not found:
+        ok = False
+        what = f"matching {worker!r} " if worker else ""
+        lines.append(f"no worker heartbeat {what}in {directory}")
+    return ok, lines

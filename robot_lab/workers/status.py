@@ -1,0 +1,234 @@
+"""What ``robot-lab status`` and ``robot-lab runs`` report, computed from Redis alone.
+
+Per robot: its rq queue (queued, started, failed, rq-registered workers), live robot-lab
+workers (heartbeat keys, ``workers/health.py``), tasks running and tasks *abandoned* (state
+``running`` but the lease expired: the worker died and no sweeper requeued it yet), tasks
+*lost* (state ``queued`` but the rq job is gone), and the bus inbox (length, pending, lag,
+consumers, DLQ). Plus the active runs with their progress, and recent runs with duration,
+tokens and cost summed over their task results.
+
+Everything is read-only: status never sweeps (``robot-lab watch --all`` does), so it shows
+the damage as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ..keys import Keys
+
+FINISHED = ("done", "failed", "skipped", "cancelled")
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def live_workers(connection: Any, keys: Keys) -> list[dict[str, Any]]:
+    """Heartbeat records still alive; index entries whose key expired are pruned."""
+    names = [_s(n) for n in connection.zrange(keys.workers(), 0, -1)]
+    if not names:
+        return []
+    raws = connection.mget([keys.worker(n) for n in names])
+    out, gone = [], []
+    for name, raw in zip(names, raws):
+        if raw is None:
+            gone.append(name)
+            continue
+        try:
+            out.append(json.loads(raw))
+        except ValueError:
+            gone.append(name)
+    if gone:
+        connection.zrem(keys.workers(), *gone)
+    return out
+
+
+def _run_ids(connection: Any, keys: Keys) -> list[str]:
+    return sorted(_s(r) for r in connection.smembers(keys.runs_active()))
+
+
+def active_runs(connection: Any, keys: Keys) -> list[dict[str, Any]]:
+    """Each unfinished run: progress, running / abandoned / lost tasks."""
+    from rq.job import Job
+
+    out = []
+    now = time.time()
+    for run_id in _run_ids(connection, keys):
+        key = keys.run(run_id)
+        meta = connection.hmget(key, "network", "status", "created_at")
+        if meta[0] is None or _s(meta[1]) != "running":
+            continue
+        states = {_s(k): _s(v) for k, v in connection.hgetall(key + ":state").items()}
+        graph = {_s(k): json.loads(v) for k, v in connection.hgetall(key + ":graph").items()}
+        jobs = {_s(k): _s(v) for k, v in connection.hgetall(key + ":jobs").items()}
+        attempts = {_s(k): int(v) for k, v in connection.hgetall(key + ":attempts").items()}
+        running = [t for t, s in states.items() if s == "running"]
+        leases = connection.mget([keys.run_lease(run_id, t) for t in running]) if running else []
+        abandoned, live = [], []
+        for task, lease in zip(running, leases):
+            robot = graph.get(task, {}).get("robot", "")
+            if lease is not None:
+                live.append({"task": task, "robot": robot, "worker": _s(lease)})
+                continue
+            worker = None
+            job_id = jobs.get(task)
+            if job_id:
+                worker = connection.hget(f"{Job.redis_job_namespace_prefix}{job_id}", "worker_name")
+            abandoned.append({"run_id": run_id, "task": task, "robot": robot, "job_id": job_id,
+                              "attempt": attempts.get(task, 1), "worker": _s(worker) if worker else None,
+                              "reason": "worker lost (lease expired)"})
+        lost = []
+        for task, state in states.items():
+            job_id = jobs.get(task)
+            if state == "queued" and job_id and not connection.exists(f"{Job.redis_job_namespace_prefix}{job_id}"):
+                lost.append({"run_id": run_id, "task": task, "robot": graph.get(task, {}).get("robot", ""),
+                             "job_id": job_id, "reason": "rq job missing"})
+        done = sum(1 for s in states.values() if s in FINISHED)
+        out.append({
+            "run_id": run_id, "network": _s(meta[0]), "status": "running",
+            "age": round(now - float(meta[2] or now), 1),
+            "tasks": len(states), "finished": done,
+            "progress": round(done / len(states), 3) if states else 0.0,
+            "states": states, "running": live, "abandoned": abandoned, "lost": lost,
+        })
+    return out
+
+
+def known_robots(connection: Any, keys: Keys, workers: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
+    """Robots of this prefix: the bus registry, published specs, live workers, active runs."""
+    names = {_s(r) for r in connection.smembers(keys.registry())}
+    spec_prefix, spec_suffix = keys.robot_spec("\0").split("\0")
+    for raw in connection.scan_iter(match=f"{spec_prefix}*{spec_suffix}", count=500):
+        name = _s(raw)[len(spec_prefix):-len(spec_suffix)]
+        names.add(name)
+    for worker in workers:
+        names.update(worker.get("robots", []))
+    for run in runs:
+        names.update(t["robot"] for t in run["running"] + run["abandoned"] + run["lost"])
+    return sorted(n for n in names if n)
+
+
+def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dict[str, Any]],
+               runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from rq import Queue, Worker
+    from rq.registry import FailedJobRegistry, StartedJobRegistry
+
+    from ..bus import Bus
+    from ..runtime.run_state import queue_name
+    from .serializer import JobSerializer
+
+    bus = Bus(redis=connection, keys=keys)
+    inbox = {s.robot: s for s in bus.stats(robots)} if robots else {}
+    rows = []
+    for robot in robots:
+        queue = Queue(queue_name(robot), connection=connection, serializer=JobSerializer)
+        alive = [w["name"] for w in workers if robot in w.get("robots", []) and w.get("role") != "bus"]
+        bus_alive = [w["name"] for w in workers if robot in w.get("bus", [])]
+        stats = inbox.get(robot)
+        rows.append({
+            "robot": robot,
+            "queue": queue.name,
+            "queue_key": queue.key,
+            "queued": queue.count,
+            "started": StartedJobRegistry(queue=queue).count,
+            "failed": FailedJobRegistry(queue=queue).count,
+            "workers": len(alive),
+            "worker_names": alive,
+            "bus_workers": len(bus_alive),
+            "rq_workers": Worker.count(queue=queue),
+            "running": sum(1 for r in runs for t in r["running"] if t["robot"] == robot),
+            "abandoned": sum(1 for r in runs for t in r["abandoned"] if t["robot"] == robot),
+            "lost": sum(1 for r in runs for t in r["lost"] if t["robot"] == robot),
+            "bus_length": stats.length if stats else 0,
+            "bus_pending": stats.pending if stats else 0,
+            "bus_lag": stats.lag if stats else None,
+            "bus_consumers": stats.consumers if stats else 0,
+            "dlq": stats.dlq if stats else 0,
+        })
+    return rows
+
+
+def collect_status(connection: Any = None, keys: Keys | None = None, robots: list[str] | None = None) -> dict[str, Any]:
+    """The whole ``robot-lab status --json`` document."""
+    from ..connection import get_redis, redact_url
+    from ..keys import default_keys
+    from ..settings import get_settings
+
+    connection = connection if connection is not None else get_redis()
+    keys = keys or default_keys()
+    workers = live_workers(connection, keys)
+    runs = active_runs(connection, keys)
+    names = robots or known_robots(connection, keys, workers, runs)
+    rows = robot_rows(connection, keys, names, workers, runs)
+    problems = []
+    for row in rows:
+        if row["abandoned"]:
+            problems.append(f"{row['robot']}: {row['abandoned']} abandoned task(s) (worker lost); "
+                            "a running worker or `robot-lab watch --all` requeues them")
+        if row["lost"]:
+            problems.append(f"{row['robot']}: {row['lost']} queued task(s) whose rq job is missing")
+        if row["queued"] and not row["workers"] and not row["rq_workers"]:
+            problems.append(f"{row['robot']}: {row['queued']} queued job(s) and no worker")
+        if row["dlq"]:
+            problems.append(f"{row['robot']}: {row['dlq']} dead letter(s) (robot-lab dlq list {row['robot']})")
+    settings = get_settings()
+    return {
+        "prefix": keys.prefix,
+        "redis": redact_url(settings.redis_url) or "embedded",
+        "time": time.time(),
+        "robots": rows,
+        "workers": workers,
+        "runs": runs,
+        "abandoned": [t for r in runs for t in r["abandoned"]],
+        "lost": [t for r in runs for t in r["lost"]],
+        "problems": problems,
+    }
+
+
+def recent_runs(connection: Any = None, keys: Keys | None = None, limit: int = 20,
+                status: str | None = None) -> list[dict[str, Any]]:
+    """The latest runs (newest first): status, duration, task counts, tokens and cost."""
+    from ..connection import get_redis
+    from ..keys import default_keys
+
+    connection = connection if connection is not None else get_redis()
+    keys = keys or default_keys()
+    out: list[dict[str, Any]] = []
+    now = time.time()
+    for raw in connection.zrevrange(keys.runs_index(), 0, max(limit * 4, limit) - 1):
+        run_id = _s(raw)
+        key = keys.run(run_id)
+        meta = connection.hmget(key, "network", "status", "created_at", "finished_at")
+        if meta[0] is None:
+            continue
+        run_status = _s(meta[1])
+        if status and run_status != status:
+            continue
+        created = float(meta[2] or 0)
+        finished = float(meta[3]) if meta[3] else None
+        states = [_s(v) for v in connection.hvals(key + ":state")]
+        tokens_in = tokens_out = 0
+        cost = 0.0
+        for value in connection.hvals(key + ":results"):
+            try:
+                result = json.loads(value)
+            except ValueError:
+                continue
+            tokens_in += int(result.get("input_tokens") or 0)
+            tokens_out += int(result.get("output_tokens") or 0)
+            cost += float(result.get("cost") or 0.0)
+        out.append({
+            "run_id": run_id, "network": _s(meta[0]), "status": run_status,
+            "created_at": created, "finished_at": finished,
+            "duration": round((finished or now) - created, 3) if created else None,
+            "tasks": len(states), "done": states.count("done"), "failed": states.count("failed"),
+            "skipped": states.count("skipped"),
+            "input_tokens": tokens_in, "output_tokens": tokens_out, "tokens": tokens_in + tokens_out,
+            "cost": round(cost, 6),
+        })
+        if len(out) >= limit:
+            break
+    return out
