@@ -1,0 +1,53 @@
+"""A network-run token budget shared by two worker processes on real Redis: robots running
+concurrently on the scripted model never spend more than the budget plus one call, and the
+call that would overspend is refused with BudgetExceeded naming the run's scope."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from robot_lab.runtime.budget import RedisLedger
+from robot_lab.runtime.coordinator import Coordinator
+from robot_lab.runtime.network import create_network
+from robot_lab.runtime.robot import build
+from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+BUDGET = 150
+
+
+def test_two_workers_share_a_network_budget(real_redis_url, key_prefix, monkeypatch, processes):  # noqa: F811
+    monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", key_prefix)
+    suffix = uid()
+    robots = [build(f"spender{i}-{suffix}", model="scripted/sleep:150") for i in range(4)]
+    net = create_network("budgeted", config={"token_budget": BUDGET})
+    with net.parallel("spenders"):
+        for i, robot in enumerate(robots):
+            net.task(f"s{i}", robot)
+    env = child_env(real_redis_url, key_prefix)
+    queues = [f"robot:{r.name}" for r in robots]
+    for n in range(2):  # two plain rq workers, each listening on every queue
+        processes.start([str(VENV_BIN / "rq"), "worker", *queues, "--url", real_redis_url], env, f"w{n}")
+    client = redis.Redis.from_url(real_redis_url)
+    try:
+        wait_for_workers(client, queues, timeout=60)
+        message = "please spend some tokens on this rather long request about invoices " * 2
+        result = Coordinator(connection=client).submit(net, message).wait(timeout=120)
+        ledger = RedisLedger(f"run:{result.run_id}", redis=client)
+        consumed = ledger.consumed.get("tokens", 0.0)
+        per_call = max(r.input_tokens + r.output_tokens for r in result.context.values())
+        assert per_call > 0
+        assert consumed <= BUDGET + per_call, (consumed, per_call)
+        errors = [r.error for r in result.context.values() if r.error]
+        assert errors, "some call must have been refused"
+        assert any("BudgetExceeded" in e and f"scope: run:{result.run_id}" in e for e in errors), errors
+    except Exception:
+        print(processes.logs())
+        raise
+    finally:
+        keys = list(client.scan_iter(match=f"{key_prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
