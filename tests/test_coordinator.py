@@ -256,6 +256,31 @@ def test_duplicate_job_and_lost_worker_never_run_a_recorded_task_twice(redis_cli
     assert [e.data["reason"] for e in events(handle, "task.retrying")] == ["worker lost (lease expired)"]
 
 
+def test_a_task_that_keeps_losing_its_worker_fails_after_max_attempts(redis_client, monkeypatch):
+    from tests.redis_server import wait_for
+
+    monkeypatch.setenv("ROBOT_LAB_TASK_MAX_ATTEMPTS", "2")
+    net = create_network("cursed")
+    net.task("bad", robot("bad", "scripted/text:never"))
+    net.task("after", robot("after", "scripted/echo"), depends_on="bad")
+    coordinator = Coordinator(connection=redis_client)
+    handle = coordinator.submit(net, "x")
+    store = handle.store
+    for attempt in (1, 2):
+        job = store.job_id("bad")
+        assert store.claim("bad", job, f"doomed-{attempt}", lease_ms=30) == "ok"  # then the worker dies
+        wait_for(lambda: not redis_client.exists(default_keys().run_lease(handle.run_id, "bad")), timeout=5)
+        coordinator.sweep_run(handle.run_id)
+    assert store.states()["bad"] == "failed"
+    assert store.attempts()["bad"] == 2
+    failed = events(handle, "task.failed", "bad")
+    assert "lost its worker 2 times (max_attempts 2)" in failed[0].data["error"]
+    with EmbeddedWorkers(redis_client, [t.robot for t in net.spec.tasks], threads=2):
+        result = handle.wait(timeout=30)
+    assert result.states == {"bad": "failed", "after": "done"}  # the run goes on, robot_lab style
+    assert result["bad"].error.startswith("Error: WorkerLost")
+
+
 def test_embedded_network_run_uses_in_process_workers(redis_client, request):
     if request.node.callspec.params["redis_client"] != "fake":
         pytest.skip("embedded mode is the fakeredis path")

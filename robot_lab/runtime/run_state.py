@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from typing import Any
 
@@ -45,6 +46,7 @@ from .dag import Graph, NetworkSpec
 TERMINAL = frozenset({"done", "failed", "skipped", "cancelled"})
 JOB_FUNC = "robot_lab.workers.run_task"
 DEFAULT_LEASE_MS = 5000
+DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_JOB_TIMEOUT = 600
 RUN_TTL = 7 * 86_400
 
@@ -228,9 +230,22 @@ if redis.call('HGET', R, 'status') ~= 'running' then return {} end
 local order = cjson.decode(redis.call('HGET', R, 'order'))
 for _, t in ipairs(order) do
   if st(t) == 'running' and redis.call('EXISTS', R .. ':lease:' .. t) == 0 then
-    redis.call('HSET', R .. ':state', t, 'ready')
-    emit('task.retrying', t, graph(t).robot,
-         '{"reason":"worker lost (lease expired)","job_id":' .. cjson.encode(redis.call('HGET', R .. ':jobs', t)) .. '}')
+    local attempts = tonumber(redis.call('HGET', R .. ':attempts', t) or '0')
+    local max_attempts = tonumber(ARGV[2] or '0')
+    if max_attempts > 0 and attempts >= max_attempts then
+      -- a task that keeps killing its workers (or cannot even load) must not loop forever
+      local robot = graph(t).robot
+      local text = 'Error: WorkerLost: task ' .. t .. ' lost its worker ' .. attempts ..
+                   ' times (max_attempts ' .. max_attempts .. ')'
+      redis.call('HSET', R .. ':results', t, cjson.encode({robot_name = robot, error = text,
+                 stop_reason = 'error', output = {{type = 'text', content = text}}}))
+      redis.call('HSET', R .. ':state', t, 'failed')
+      emit('task.failed', t, robot, cjson.encode({error = text}))
+    else
+      redis.call('HSET', R .. ':state', t, 'ready')
+      emit('task.retrying', t, graph(t).robot,
+           '{"reason":"worker lost (lease expired)","job_id":' .. cjson.encode(redis.call('HGET', R .. ':jobs', t)) .. '}')
+    end
   end
 end
 return advance()
@@ -377,8 +392,13 @@ class RunStore:
         self._eval(_EMIT, event, task or "", robot or "", json.dumps(data) if data else "")
 
     # --- recovery / control ----------------------------------------------------------
-    def reclaim(self) -> list[tuple[str, str, str]]:
-        return _triples(self._eval(_RECLAIM))
+    def reclaim(self, max_attempts: int | None = None) -> list[tuple[str, str, str]]:
+        """Running tasks whose lease expired go back to ready (a new attempt); after
+        ``max_attempts`` lost workers (``ROBOT_LAB_TASK_MAX_ATTEMPTS``, default 5) the task is
+        recorded as failed instead, and the run goes on."""
+        if max_attempts is None:
+            max_attempts = int(os.environ.get("ROBOT_LAB_TASK_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS))
+        return _triples(self._eval(_RECLAIM, max_attempts))
 
     def advance(self) -> list[tuple[str, str, str]]:
         return _triples(self._eval(_ADVANCE))
