@@ -28,3 +28,8 @@ def worker(robots: tuple[str, ...], concurrency: int, app_path: str | None, url:
                    spawned=spawned)
     except ConfigurationError as exc:
         raise click.ClickException(str(exc)) from exc
+    # The interpreter's final garbage collection walks litellm's whole heap: seconds on a busy
+    # machine, past honcho's / Kubernetes' kill timeout. The work is done; skip that walk.
+    import gc
+
+    gc.freeze()

@@ -1,0 +1,116 @@
+"""The Procfile, started by the real ``honcho`` against a real Redis, runs the demo network
+end to end and stops cleanly on SIGTERM (no process of its session left behind).
+
+rq queues (``robot:classifier`` ...) are not prefixed, so this test uses its own Redis
+database (index 9 of the test server) and a unique key prefix: no other test's worker can
+take the demo's jobs, and its workers take no one else's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import redis
+
+from tests.redis_server import REPO_ROOT, wait_for
+from tests.worker_procs import VENV_BIN, child_env
+
+pytestmark = pytest.mark.slow
+
+DEMO_ROBOTS = ("classifier", "billing", "technical", "general", "sentiment", "urgency", "summarizer")
+PROCFILE = REPO_ROOT / "Procfile"
+
+
+def _db_url(url: str, db: int) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{db}", parts.query, ""))
+
+
+def _session_pids(sid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry.name)) == sid:
+                stat = (entry / "stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                    pids.append(int(entry.name))
+        except (ProcessLookupError, PermissionError, FileNotFoundError):
+            continue
+    return pids
+
+
+def test_procfile_process_types():
+    lines = [ln for ln in PROCFILE.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    types = dict(ln.split(":", 1) for ln in lines)
+    served = " ".join(cmd for name, cmd in types.items() if name != "coordinator")
+    for robot in DEMO_ROBOTS:
+        assert f" {robot}" in served, robot
+    assert all("--app robot_lab.demo:app" in cmd for name, cmd in types.items() if name != "coordinator")
+    assert types["coordinator"].strip() == "robot-lab watch --all"
+
+
+def test_honcho_start_runs_the_demo_network_and_stops_cleanly(real_redis_url, key_prefix, tmp_path):
+    url = _db_url(real_redis_url, 9)
+    conn = redis.Redis.from_url(url)
+    env = child_env(url, key_prefix, ROBOT_LAB_DEMO_DELAY_MS="0", ROBOT_LAB_HEALTH_DIR=str(tmp_path / "health"))
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("ROBOT_LAB_TASK_LEASE_MS")
+    log = open(tmp_path / "honcho.log", "wb")
+    honcho = subprocess.Popen([str(VENV_BIN / "honcho"), "start", "-f", str(PROCFILE), "-d", str(REPO_ROOT)],
+                              env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        from rq import Queue, Worker
+
+        def all_listening() -> bool:
+            return all(Worker.all(queue=Queue(f"robot:{r}", connection=conn)) for r in DEMO_ROBOTS)
+
+        wait_for(all_listening, timeout=75, interval=0.3)
+        run = subprocess.run(
+            [str(VENV_BIN / "robot-lab"), "run", "robot_lab.demo:support", "The app crashes on login",
+             "--json", "--timeout", "40"],
+            env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr + (tmp_path / "honcho.log").read_text()[-3000:]
+        data = json.loads(run.stdout.strip().splitlines()[-1])
+        assert data["status"] == "completed" and data["final_task"] == "summarize"
+        assert data["states"]["technical"] == "done" and data["states"]["billing"] == "skipped"
+        assert "Technical: the login crash" in data["reply"] and "urgency: high" in data["reply"]
+        workers = {w.name for r in DEMO_ROBOTS for w in Worker.all(queue=Queue(f"robot:{r}", connection=conn))}
+        assert len(workers) == len(DEMO_ROBOTS)  # one process type per robot
+
+        assert _session_pids(honcho.pid)
+        honcho.send_signal(signal.SIGTERM)
+        honcho.wait(30)
+        deadline = time.monotonic() + 15
+        while _session_pids(honcho.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _session_pids(honcho.pid) == [], (tmp_path / "honcho.log").read_text()[-3000:]
+        text = (tmp_path / "honcho.log").read_text()
+        assert "SIGTERM received" in text
+        assert all(f"{name}.1 stopped" in text for name in (*DEMO_ROBOTS, "coordinator"))
+    finally:
+        for pid in _session_pids(honcho.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if honcho.poll() is None:
+            honcho.kill()
+        honcho.wait(5)
+        log.close()
+        keys = list(conn.scan_iter(match=f"{key_prefix}*", count=1000))
+        if keys:
+            conn.delete(*keys)
+        for robot in DEMO_ROBOTS:
+            Queue(f"robot:{robot}", connection=conn).delete(delete_jobs=True)
+        conn.close()
