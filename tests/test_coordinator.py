@@ -237,7 +237,7 @@ def test_duplicate_job_and_lost_worker_never_run_a_recorded_task_twice(redis_cli
     store = handle.store
     first_job = store.job_id("only")
     # a worker claims the task and dies: no heartbeat, its lease runs out
-    assert store.claim("only", first_job, "dead-worker", lease_ms=30) == "ok"
+    assert store.claim("only", first_job, "dead-worker", lease_ms=1500) == "ok"
     assert store.claim("only", first_job, "other-worker") == "busy"
     from tests.redis_server import wait_for
 
@@ -268,7 +268,7 @@ def test_a_task_that_keeps_losing_its_worker_fails_after_max_attempts(redis_clie
     store = handle.store
     for attempt in (1, 2):
         job = store.job_id("bad")
-        assert store.claim("bad", job, f"doomed-{attempt}", lease_ms=30) == "ok"  # then the worker dies
+        assert store.claim("bad", job, f"doomed-{attempt}", lease_ms=200) == "ok"  # then the worker dies
         wait_for(lambda: not redis_client.exists(default_keys().run_lease(handle.run_id, "bad")), timeout=5)
         coordinator.sweep_run(handle.run_id)
     assert store.states()["bad"] == "failed"
