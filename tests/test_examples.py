@@ -21,6 +21,15 @@ EXPECTED = {
     "02_tools.py": "stopped: Circuit breaker triggered",
     "03_streaming.py": "streams arrive word by word",
     "04_templates.py": "support agent of Acme",
+    "05_routing_network.py": "'The app crashes at login' -> routed to ['tech']",
+    "06_mcp.py": "MCP tool multiply({'a': 5, 'b': 7}) -> 35",
+    "07_network_memory.py": "tickets handled: 3 -- subscriber saw [1, 2, 3]",
+    "08_message_bus.py": "dead letter: reason=invalid",
+    "09_skills.py": "matched refund-policy: True",
+    "10_budgets.py": "circuit breaker: Circuit breaker triggered: 5 tool calls exceeded max_tool_rounds (4)",
+    "11_delegation.py": "timeout: Delegation to 'nobody11' timed out after 0.5s",
+    "12_hooks.py": "'delete_account': 'refused by policy'",
+    "13_multiprocess.py": "'Do you have an office in Lisbon?': routed to ['general'], completed",
 }
 
 RUNNER = r"""
