@@ -34,4 +34,7 @@ def runs(limit: int, status_filter: str | None, as_json: bool) -> None:
         table.add_row(row["run_id"], row["network"], f"[{style.get(row['status'], '')}]{row['status']}[/]", started,
                       duration, f"{row['done']}/{row['failed']}/{row['skipped']} of {row['tasks']}",
                       str(row["tokens"]), f"{row['cost']:.4f}")
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in __import__("os").environ:
+        console = Console(width=160)  # piped: do not squeeze the table into 80 columns
+    console.print(table)

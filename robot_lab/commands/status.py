@@ -19,6 +19,8 @@ def render_status(data: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
+    if not console.is_terminal and "COLUMNS" not in __import__("os").environ:
+        console = Console(width=160)  # piped: do not squeeze the table into 80 columns
     console.print(f"[bold]robot-lab[/] prefix [cyan]{data['prefix']}[/] on {data['redis']}")
     table = Table(title="robots", expand=False)
     for col, justify in (("robot", "left"), ("queued", "right"), ("started", "right"), ("failed", "right"),
