@@ -51,63 +51,88 @@ def _run_ids(connection: Any, keys: Keys) -> list[str]:
 
 
 def active_runs(connection: Any, keys: Keys) -> list[dict[str, Any]]:
-    """Each unfinished run: progress, running / abandoned / lost tasks."""
+    """Each unfinished run: progress, running / abandoned / lost tasks (three pipelined round
+    trips in all, whatever the number of runs)."""
     from rq.job import Job
 
-    out = []
+    job_key = Job.redis_job_namespace_prefix
     now = time.time()
-    for run_id in _run_ids(connection, keys):
+    run_ids = _run_ids(connection, keys)
+    pipe = connection.pipeline(transaction=False)
+    for run_id in run_ids:
         key = keys.run(run_id)
-        meta = connection.hmget(key, "network", "status", "created_at")
+        pipe.hmget(key, "network", "status", "created_at")
+        for suffix in (":state", ":graph", ":jobs", ":attempts"):
+            pipe.hgetall(key + suffix)
+    raw = pipe.execute()
+    runs = []
+    for i, run_id in enumerate(run_ids):
+        meta, states, graph, jobs, attempts = raw[i * 5:(i + 1) * 5]
         if meta[0] is None or _s(meta[1]) != "running":
             continue
-        states = {_s(k): _s(v) for k, v in connection.hgetall(key + ":state").items()}
-        graph = {_s(k): json.loads(v) for k, v in connection.hgetall(key + ":graph").items()}
-        jobs = {_s(k): _s(v) for k, v in connection.hgetall(key + ":jobs").items()}
-        attempts = {_s(k): int(v) for k, v in connection.hgetall(key + ":attempts").items()}
-        running = [t for t, s in states.items() if s == "running"]
-        leases = connection.mget([keys.run_lease(run_id, t) for t in running]) if running else []
-        abandoned, live = [], []
-        for task, lease in zip(running, leases):
-            robot = graph.get(task, {}).get("robot", "")
-            if lease is not None:
-                live.append({"task": task, "robot": robot, "worker": _s(lease)})
-                continue
-            worker = None
-            job_id = jobs.get(task)
-            if job_id:
-                worker = connection.hget(f"{Job.redis_job_namespace_prefix}{job_id}", "worker_name")
-            abandoned.append({"run_id": run_id, "task": task, "robot": robot, "job_id": job_id,
-                              "attempt": attempts.get(task, 1), "worker": _s(worker) if worker else None,
-                              "reason": "worker lost (lease expired)"})
-        lost = []
+        runs.append({
+            "run_id": run_id, "meta": meta,
+            "states": {_s(k): _s(v) for k, v in states.items()},
+            "graph": {_s(k): json.loads(v) for k, v in graph.items()},
+            "jobs": {_s(k): _s(v) for k, v in jobs.items()},
+            "attempts": {_s(k): int(v) for k, v in attempts.items()},
+        })
+    # second round trip: leases of running tasks, rq job records of running / queued tasks
+    pipe = connection.pipeline(transaction=False)
+    probes: list[tuple[int, str, str]] = []
+    for index, run in enumerate(runs):
+        for task, state in run["states"].items():
+            job_id = run["jobs"].get(task)
+            if state == "running":
+                pipe.get(keys.run_lease(run["run_id"], task))
+                pipe.hget(f"{job_key}{job_id}", "worker_name") if job_id else pipe.echo("")
+                probes.append((index, task, "running"))
+            elif state == "queued" and job_id:
+                pipe.exists(f"{job_key}{job_id}")
+                probes.append((index, task, "queued"))
+    answers = iter(pipe.execute())
+    found: dict[tuple[int, str], tuple[Any, ...]] = {}
+    for index, task, kind in probes:
+        found[(index, task)] = (next(answers), next(answers)) if kind == "running" else (next(answers),)
+    out = []
+    for index, run in enumerate(runs):
+        states, graph, jobs = run["states"], run["graph"], run["jobs"]
+        live, abandoned, lost = [], [], []
         for task, state in states.items():
-            job_id = jobs.get(task)
-            if state == "queued" and job_id and not connection.exists(f"{Job.redis_job_namespace_prefix}{job_id}"):
-                lost.append({"run_id": run_id, "task": task, "robot": graph.get(task, {}).get("robot", ""),
-                             "job_id": job_id, "reason": "rq job missing"})
-        done = sum(1 for s in states.values() if s in FINISHED)
+            robot = graph.get(task, {}).get("robot", "")
+            if state == "running":
+                lease, worker = found[(index, task)]
+                if lease is not None:
+                    live.append({"task": task, "robot": robot, "worker": _s(lease)})
+                else:
+                    abandoned.append({"run_id": run["run_id"], "task": task, "robot": robot,
+                                      "job_id": jobs.get(task), "attempt": run["attempts"].get(task, 1),
+                                      "worker": _s(worker) if worker else None,
+                                      "reason": "worker lost (lease expired)"})
+            elif state == "queued" and (index, task) in found and not found[(index, task)][0]:
+                lost.append({"run_id": run["run_id"], "task": task, "robot": robot, "job_id": jobs.get(task),
+                             "reason": "rq job missing"})
+        done = sum(1 for v in states.values() if v in FINISHED)
+        meta = run["meta"]
         out.append({
-            "run_id": run_id, "network": _s(meta[0]), "status": "running",
+            "run_id": run["run_id"], "network": _s(meta[0]), "status": "running",
             "age": round(now - float(meta[2] or now), 1),
             "tasks": len(states), "finished": done,
             "progress": round(done / len(states), 3) if states else 0.0,
             "states": states, "running": live, "abandoned": abandoned, "lost": lost,
+            "robots": sorted({g.get("robot", "") for g in graph.values()} - {""}),
         })
     return out
 
 
 def known_robots(connection: Any, keys: Keys, workers: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
-    """Robots of this prefix: the bus registry, published specs, live workers, active runs."""
+    """Robots of this prefix: the bus registry, live workers, robots of active runs. (No SCAN
+    of published specs: on a large keyspace that is thousands of round trips.)"""
     names = {_s(r) for r in connection.smembers(keys.registry())}
-    spec_prefix, spec_suffix = keys.robot_spec("\0").split("\0")
-    for raw in connection.scan_iter(match=f"{spec_prefix}*{spec_suffix}", count=500):
-        name = _s(raw)[len(spec_prefix):-len(spec_suffix)]
-        names.add(name)
     for worker in workers:
         names.update(worker.get("robots", []))
     for run in runs:
-        names.update(t["robot"] for t in run["running"] + run["abandoned"] + run["lost"])
+        names.update(run["robots"])
     return sorted(n for n in names if n)
 
 
@@ -133,8 +158,9 @@ def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dic
             "queue": queue.name,
             "queue_key": queue.key,
             "queued": queue.count,
-            "started": StartedJobRegistry(queue=queue).count,
-            "failed": FailedJobRegistry(queue=queue).count,
+            # cleanup=False: status is read-only (rq's cleanup would move expired jobs)
+            "started": StartedJobRegistry(queue=queue).get_job_count(cleanup=False),
+            "failed": FailedJobRegistry(queue=queue).get_job_count(cleanup=False),
             "workers": len(alive),
             "worker_names": alive,
             "bus_workers": len(bus_alive),
