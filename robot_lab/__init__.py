@@ -45,6 +45,10 @@ _EXPORTS: dict[str, str] = {
     "configure": "robot_lab.settings",
     "reload_settings": "robot_lab.settings",
     "get_redis": "robot_lab.connection",
+    "parse_redis_url": "robot_lab.connection",
+    "redact_url": "robot_lab.connection",
+    "collect_status": "robot_lab.workers.status",
+    "recent_runs": "robot_lab.workers.status",
     "Keys": "robot_lab.keys",
     "configure_logging": "robot_lab.logging",
     # bus
