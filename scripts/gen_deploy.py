@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rq.defaults import RQ_KEY_PREFIX  # "rq", or RQ_KEY_PREFIX from the environment ({rq} on Cluster)
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "ghcr.io/robot-lab/robot-lab:0.1.0"
@@ -101,7 +102,7 @@ def scaled_object(robot: str) -> dict[str, Any]:
             "triggers": [
                 {   # rq queue length: network tasks waiting for this robot
                     "type": "redis",
-                    "metadata": {"listName": f"rq:queue:robot:{robot}", "listLength": "5",
+                    "metadata": {"listName": f"{RQ_KEY_PREFIX}:queue:robot:{robot}", "listLength": "5",
                                  "activationListLength": "0", **common},
                     "authenticationRef": {"name": "robot-lab-redis"},
                 },
