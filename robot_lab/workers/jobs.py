@@ -153,7 +153,9 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
     """The rq job. Returns a small JSON summary (rq stores it as the job result)."""
     _warm()  # heavy imports before the claim: the lease must only cover the robot's work
     connection = _connection()
-    keys = Keys(prefix=prefix)
+    from ..settings import get_settings
+
+    keys = Keys(prefix=prefix, cluster=get_settings().cluster_keys)  # same layout as the coordinator
     store = RunStore(connection, keys, run_id)
     worker = worker_identity()
     lease_ms = int(os.environ.get("ROBOT_LAB_TASK_LEASE_MS", DEFAULT_LEASE_MS))
