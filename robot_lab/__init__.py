@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "DelegationTimeout": "robot_lab.errors",
     "SchemaError": "robot_lab.errors",
     "SandboxError": "robot_lab.errors",
+    "RemoteError": "robot_lab.errors",
     # wire types
     "RobotMessage": "robot_lab.schemas",
     "RobotResult": "robot_lab.schemas",

@@ -62,6 +62,15 @@ class BusError(RobotLabError):
     """Bus misuse: unknown channel (robot), bad envelope, closed poller."""
 
 
+class RemoteError(BusError):
+    """The robot a request went to gave up on it (dead-lettered); ``reason`` says why
+    (``failed``, ``invalid``, ``expired``, ...)."""
+
+    def __init__(self, message: str = "", *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class BudgetExceeded(RobotLabError):
     """Refused *before* a call because the budget is already spent (not an InferenceError)."""
 
@@ -109,6 +118,7 @@ __all__ = [
     "Error",
     "InferenceError",
     "MCPError",
+    "RemoteError",
     "RobotLabError",
     "SandboxError",
     "SchemaError",

@@ -634,3 +634,19 @@ def test_encode_roundtrip_keeps_unknown_fields(bus: Bus) -> None:
     bus.redis.xadd(bus.keys.inbox("billing"), {"envelope": json.dumps(doc)})
     drain(poller)
     assert seen[0].extensions == {"x_priority": "high"}
+
+
+def test_request_to_a_robot_that_dead_letters_it_fails_fast(redis_client) -> None:
+    from robot_lab.errors import RemoteError
+
+    bus = Bus(redis_client)
+    poller = BusPoller("grumpy", bus, max_deliveries=1, retry_delay=0.01, block_ms=50)
+    poller.respond_to_tasks(lambda message: (_ for _ in ()).throw(RuntimeError("cannot do it")))
+    poller.start()
+    try:
+        with pytest.raises(RemoteError, match="robot 'grumpy' could not handle message .*cannot do it") as info:
+            bus.request("grumpy", "please", timeout=30)
+        assert info.value.reason == "failed"
+        assert bus.dlq_size("grumpy") == 1  # the dead letter is still recorded
+    finally:
+        poller.stop()

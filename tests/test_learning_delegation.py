@@ -140,3 +140,20 @@ def test_serving_robot_keeps_conversation_history_across_pollers(redis_client) -
     assert second.poll(max_messages=1, block_ms=0) == 1
     users = [m["content"] for m in ConversationStore().load("concierge", "t-1") if m["role"] == "user"]
     assert users == ["my name is Ada", "what is my name?"]
+
+
+def test_a_failing_remote_delegatee_fails_the_future_fast(redis_client) -> None:
+    from robot_lab.bus import BusPoller
+    from robot_lab.runtime.llm import LLMGateway
+
+    broken = robot_lab.build(name="fragile-remote", model="scripted/fail:model down")
+    broken._gateway = LLMGateway(max_retries=0)
+    poller = BusPoller("fragile-remote", max_deliveries=2, retry_delay=0.01, block_ms=50,
+                       visibility_timeout=5).serve(broken)
+    poller.start()
+    try:
+        future = robot_lab.build(name="boss").delegate("fragile-remote", "please", async_=True, timeout=60)
+        with pytest.raises(robot_lab.InferenceError, match="Delegation to 'fragile-remote' failed: .*model down"):
+            future.value(timeout=60)
+    finally:
+        poller.stop()

@@ -21,7 +21,7 @@ from typing import Any
 
 import redis as _redis
 
-from ..errors import AwaitTimeout, BusError, SchemaError
+from ..errors import AwaitTimeout, BusError, RemoteError, SchemaError
 from ..keys import Keys, default_keys
 from ..logging import get_logger
 from ..schemas import RobotMessage, decode_message, encode_message, new_id, utcnow
@@ -344,6 +344,11 @@ class Bus:
                         log.warning("bus.bad_reply", stream=reply_key, error=str(exc))
                         continue
                     if reply.in_reply_to == message.id:
+                        if reply.kind == "error":
+                            raise RemoteError(
+                                f"robot {to!r} could not handle message {message.id}: {reply.content}",
+                                reason=reply.headers.get("error"),
+                            )
                         return reply
 
     def outbox(self, robot: str, message_id: str) -> OutboxEntry | None:

@@ -617,6 +617,21 @@ class BusPoller:
         self.counts["dead"] += 1
         log.warning("bus.dead_lettered", robot=self.robot, entry=d.entry_id, reason=reason, error=text,
                     deliveries=d.deliveries)
+        self._report_failure(d, reason, text)
+
+    def _report_failure(self, d: Delivery, reason: str, text: str) -> None:
+        """A message that asked for a reply (``reply_to``) and was dead-lettered gets an
+        ``error`` envelope there, so a requester or delegator fails at once instead of
+        waiting out its timeout."""
+        msg = d.message
+        if msg is None or msg.is_reply or not msg.reply_to:
+            return
+        try:
+            error = self.bus.build_reply(msg, f"Error: {reason}: {text}", from_=self.robot,
+                                         headers={"error": reason})
+            self.bus.deliver_reply(msgspec.structs.replace(error, kind="error"))
+        except Exception as exc:  # the dead letter is recorded; the notice is best effort
+            log.warning("bus.error_reply_failed", robot=self.robot, entry=d.entry_id, error=str(exc))
 
     # --- keeping what we hold ----------------------------------------------------------
     def _heartbeat(self) -> None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import AwaitTimeout, DelegationTimeout
+from ..errors import AwaitTimeout, DelegationTimeout, InferenceError, RemoteError
 from ..schemas.messages import RobotResult, TextMessage
 
 
@@ -69,6 +69,8 @@ def _remote(to: str, task: str, *, delegated_by: str, timeout: float, bus: Any =
         reply = bus.request(to, task, timeout=timeout, from_=delegated_by)
     except AwaitTimeout as exc:
         raise DelegationTimeout(f"Delegation to '{to}' timed out after {timeout:g}s") from exc
+    except RemoteError as exc:  # the delegatee's worker gave up on the task: re-raise here
+        raise InferenceError(f"Delegation to '{to}' failed: {exc}") from exc
     content = reply.content if isinstance(reply.content, str) else str(reply.content)
     return RobotResult(
         robot_name=to,
