@@ -117,3 +117,21 @@ def test_offline_guard_fails_fast_for_real_providers(monkeypatch: pytest.MonkeyP
     with pytest.raises(ConfigurationError, match="model requests are disabled"):
         LLMGateway(sleep=delays.append).complete("openai/gpt-4o-mini", user("x"))
     assert delays == []
+
+
+def test_streaming_logging_is_quiet_unless_a_litellm_callback_listens() -> None:
+    from robot_lab.runtime.llm import litellm_module
+    from tests.redis_server import wait_for
+
+    litellm = litellm_module()
+    gateway = LLMGateway()
+    gateway.complete("scripted/echo", user("quiet"), on_chunk=lambda chunk: None)
+    assert litellm.disable_streaming_logging is True  # nothing listens: no per-chunk logging work
+    seen: list[object] = []
+    litellm.success_callback = [lambda kwargs, response, start, end: seen.append(response)]
+    try:
+        gateway.complete("scripted/echo", user("loud"), on_chunk=lambda chunk: None)
+        assert litellm.disable_streaming_logging is False  # a user's callback still sees streamed calls
+        wait_for(lambda: seen, timeout=10)
+    finally:
+        litellm.success_callback = []
