@@ -37,19 +37,19 @@ def _url() -> str:
 
 def _worker(connection, queues):
     from rq import Queue
-    from rq.serializers import JSONSerializer
+    from robot_lab.workers.serializer import JobSerializer
     from rq.worker import SimpleWorker
 
-    qs = [Queue(q, connection=connection, serializer=JSONSerializer) for q in queues]
-    return SimpleWorker(qs, connection=connection, serializer=JSONSerializer)
+    qs = [Queue(q, connection=connection, serializer=JobSerializer) for q in queues]
+    return SimpleWorker(qs, connection=connection, serializer=JobSerializer)
 
 
 def bench_raw_rq(connection, n: int) -> float:
     from rq import Queue
-    from rq.serializers import JSONSerializer
+    from robot_lab.workers.serializer import JobSerializer
 
     name = f"bench-raw-{uuid.uuid4().hex[:6]}"
-    queue = Queue(name, connection=connection, serializer=JSONSerializer)
+    queue = Queue(name, connection=connection, serializer=JobSerializer)
     worker = _worker(connection, [name])
     started = time.perf_counter()
     for _ in range(n):
