@@ -63,3 +63,17 @@ def test_a_loop_across_robots_of_one_run_gets_the_warning() -> None:
     assert [task for task, _ in outputs] == ["a", "a", "b", "b"]
     assert all("⚠️" not in out for _, out in outputs[:2])
     assert "⚠️ Tool 'add' has been called 3+ times consecutively" in outputs[2][1]
+
+
+def test_cluster_key_layout_end_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the cluster layout, coordinator and workers agree on hash-tagged run keys (a real
+    Redis Cluster is not available here; this checks the layout, not the cluster)."""
+    monkeypatch.setenv("ROBOT_LAB_CLUSTER", "true")
+    connection = fakeredis.FakeRedis()
+    net = create_network("clustered")
+    net.task("a", build("cl-a", model="scripted/text:one"))
+    net.task("b", build("cl-b", model="scripted/echo"), depends_on="a")
+    result = net.run("go", connection=connection)
+    assert result.status == "completed" and result.reply == "echo: one"
+    run_keys = {k.decode() for k in connection.scan_iter(match=f"robot_lab:run:*{result.run_id}*")}
+    assert run_keys and all(f"{{{result.run_id}}}" in k for k in run_keys)

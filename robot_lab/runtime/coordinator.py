@@ -270,6 +270,9 @@ class Coordinator:
             store = RunStore(self.connection, self.keys, run_id)
             status = store.status()
             if status == "unknown":
+                created = self.connection.zscore(self.keys.runs_index(), run_id)
+                if created is not None and time.time() - float(created) < 60:
+                    continue  # indexed a moment ago; its record is being written (run_state.create)
                 self.connection.srem(self.keys.runs_active(), run_id)
                 continue
             if status != "running":

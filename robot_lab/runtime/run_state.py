@@ -321,6 +321,14 @@ class RunStore:
         stream: bool = True,
     ) -> list[tuple[str, str, str]]:
         spec_json = msgspec.json.encode(graph.spec).decode()
+        # The indexes live in other cluster slots than the run's own keys, so they are written
+        # first and outside the transaction: a run id in the index whose record never got
+        # written is ignored by sweepers and listings, while a run missing from the active set
+        # would never be swept.
+        index = self.r.pipeline(transaction=False)
+        index.sadd(self.keys.runs_active(), self.run_id)
+        index.zadd(self.keys.runs_index(), {self.run_id: time.time()})
+        index.execute()
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(
             self.key,
@@ -343,8 +351,6 @@ class RunStore:
         )
         pipe.hset(self.key + ":graph", mapping={k: json.dumps(v) for k, v in graph.lua_graph().items()})
         pipe.hset(self.key + ":state", mapping={name: "pending" for name in graph.order})
-        pipe.sadd(self.keys.runs_active(), self.run_id)
-        pipe.zadd(self.keys.runs_index(), {self.run_id: time.time()})
         pipe.execute()
         data = json.dumps({"network": graph.spec.name, "tasks": graph.order})
         return _triples(self._eval(_START, data))
