@@ -438,15 +438,21 @@ class RunStore:
 
         out: list[tuple[str, str, str]] = []
         jobs = self._hash("jobs")
-        for task, state in self.states().items():
-            job_id = jobs.get(task)
-            if state != "queued" or not job_id:
+        candidates = [(task, jobs[task]) for task, state in self.states().items()
+                      if state == "queued" and jobs.get(task)]
+        if not candidates:
+            return out
+        # one pipelined HGET of each job's status; only failed jobs are loaded in full
+        pipe = self.r.pipeline(transaction=False)
+        for _, job_id in candidates:
+            pipe.hget(Job.key_for(job_id), "status")
+        statuses = pipe.execute()
+        for (task, job_id), status in zip(candidates, statuses):
+            if _decode(status or b"") != JobStatus.FAILED.value:
                 continue
             try:
                 job = Job.fetch(job_id, connection=self.r, serializer=JobSerializer)
             except Exception:
-                continue
-            if job.get_status(refresh=False) != JobStatus.FAILED:
                 continue
             text = ""
             try:

@@ -369,12 +369,17 @@ class _DeltaBuffer:
         self.last = time.monotonic()
 
 
+# Sweeping inside a job delays that job's completion, so it runs at most every 2 s per
+# process; `robot-lab worker` also sweeps from a thread, and waiting coordinators sweep too.
+JOB_SWEEP_INTERVAL = 2.0
+
+
 def _sweep_soon(connection: Any, keys: Keys) -> None:
     """Finishing a task is a good moment to look for lost work in any run (rate-limited
     in this process and, through a Redis lock, across processes)."""
     global _last_sweep
     now = time.monotonic()
-    if now - _last_sweep < 0.5:
+    if now - _last_sweep < JOB_SWEEP_INTERVAL:
         return
     _last_sweep = now
     try:
