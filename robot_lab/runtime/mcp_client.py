@@ -86,6 +86,24 @@ def _dump(model: Any) -> dict[str, Any]:
     return model.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+def _paged(method: str, field: str) -> Callable[[Any], Any]:
+    """A session call that follows ``next_cursor`` through every page of a list request
+    (at most ``_PAGE_CAP`` pages, so a misbehaving server cannot loop us forever)."""
+
+    async def fetch(session: Any) -> list[Any]:
+        items: list[Any] = []
+        cursor = None
+        for _ in range(_PAGE_CAP):
+            page = await getattr(session, method)(cursor=cursor)
+            items.extend(getattr(page, field))
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return items
+
+    return fetch
+
+
 class MCPClient:
     """One MCP server connection with a blocking API (robot_lab's ``MCP::Client``)."""
 
@@ -326,18 +344,7 @@ class MCPClient:
 
     def list_tools(self) -> list[dict[str, Any]]:
         """Tool definitions in MCP wire form: ``name``, ``description``, ``inputSchema``..."""
-
-        async def fetch(session: Any) -> list[Any]:
-            items: list[Any] = []
-            cursor = None
-            for _ in range(_PAGE_CAP):
-                page = await session.list_tools(cursor=cursor)
-                items.extend(page.tools)
-                cursor = page.next_cursor
-                if not cursor:
-                    break
-            return items
-
+        fetch = _paged("list_tools", "tools")
         return [_dump(tool) for tool in self._request("tools/list", fetch)]
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> str:
@@ -360,17 +367,7 @@ class MCPClient:
         return text
 
     def list_resources(self) -> list[dict[str, Any]]:
-        async def fetch(session: Any) -> list[Any]:
-            items: list[Any] = []
-            cursor = None
-            for _ in range(_PAGE_CAP):
-                page = await session.list_resources(cursor=cursor)
-                items.extend(page.resources)
-                cursor = page.next_cursor
-                if not cursor:
-                    break
-            return items
-
+        fetch = _paged("list_resources", "resources")
         return [_dump(item) for item in self._request("resources/list", fetch)]
 
     def read_resource(self, uri: str) -> str:
@@ -387,17 +384,7 @@ class MCPClient:
         return "\n".join(parts)
 
     def list_prompts(self) -> list[dict[str, Any]]:
-        async def fetch(session: Any) -> list[Any]:
-            items: list[Any] = []
-            cursor = None
-            for _ in range(_PAGE_CAP):
-                page = await session.list_prompts(cursor=cursor)
-                items.extend(page.prompts)
-                cursor = page.next_cursor
-                if not cursor:
-                    break
-            return items
-
+        fetch = _paged("list_prompts", "prompts")
         return [_dump(item) for item in self._request("prompts/list", fetch)]
 
     def get_prompt(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
