@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from robot_lab.logging import configure_logging  # noqa: E402
-from robot_lab.runtime.mcp import MCPClient  # noqa: E402
+from robot_lab.runtime.mcp.servers import MCPClient  # noqa: E402
 
 SERVER = ROOT / "tests" / "mcp_servers" / "calculator.py"
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from robot_lab.keys import Keys  # noqa: E402
-from robot_lab.runtime.memory import Memory  # noqa: E402
+from robot_lab.memory.store import Memory  # noqa: E402
 
 WRITER_DELAY = 0.002
 

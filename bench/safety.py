@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from robot_lab.keys import Keys  # noqa: E402
 from robot_lab.logging import configure_logging  # noqa: E402
-from robot_lab.runtime.budget import Ledger, RedisLedger, check_budgets, reconcile, reserve_all_remaining  # noqa: E402
-from robot_lab.runtime.doom_loop import DoomLoopDetector, RedisDoomLoopDetector  # noqa: E402
+from robot_lab.runtime.rails.budget import Ledger, RedisLedger, check_budgets, reconcile, reserve_all_remaining  # noqa: E402
+from robot_lab.runtime.rails.doom_loop import DoomLoopDetector, RedisDoomLoopDetector  # noqa: E402
 from robot_lab.runtime.history import compress_history, search_history  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import robot_lab
-from robot_lab.runtime.scripted import register_script
+from robot_lab.runtime.llm.scripted import register_script
 from robot_lab.settings import get_settings
 
 OFFLINE = get_settings().default_model().startswith("scripted/")

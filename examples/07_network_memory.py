@@ -7,7 +7,7 @@ is read back -- from any process, since it lives in Redis (here: the embedded on
 
 import robot_lab
 from robot_lab.logging import configure_logging
-from robot_lab.runtime.memory import Memory
+from robot_lab.memory.store import Memory
 from robot_lab.settings import get_settings
 
 configure_logging(level="WARNING", force=True)

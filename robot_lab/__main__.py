@@ -1,6 +1,6 @@
 """``python -m robot_lab`` is the ``robot-lab`` command."""
 
-from .cli import main
+from robot_lab.cli import main
 
 if __name__ == "__main__":
     main()

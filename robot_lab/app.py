@@ -8,21 +8,27 @@ robot it was not started with -- its tools still have to be importable there.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 
-from .errors import ConfigurationError
-from .schemas import RobotSpec
-from .schemas.codec import convert
+from robot_lab.errors import ConfigurationError
+from robot_lab.schemas import RobotSpec
+from robot_lab.runtime.registry import (  # noqa: F401  (publish_specs, published_spec, check_importable: re-exported)
+    check_importable,
+    import_app_object,
+    publish_specs,
+    published_spec,
+    read_yaml_app,
+    read_yaml_robots,
+    remember_app,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .keys import Keys
-    from .runtime.network import Network
-    from .runtime.robot import Robot
+    from robot_lab.keys import Keys
+    from robot_lab.runtime.network.dsl import Network
+    from robot_lab.runtime.robot import Robot
 
 
 class App:
@@ -49,7 +55,7 @@ class App:
 
     def robot(self, name: str, **kwargs: Any) -> Robot:
         """Build a robot (``robot_lab.build`` arguments) and register it."""
-        from .runtime.robot import build
+        from robot_lab.runtime.robot import build
 
         return self.add_robot(build(name, **kwargs))
 
@@ -70,14 +76,14 @@ class App:
 
     def build_robot(self, name: str, **overrides: Any) -> Robot:
         """A fresh robot (empty conversation) built from the definition."""
-        from .runtime.robot import Robot
+        from robot_lab.runtime.robot import Robot
 
         return Robot.from_spec(self.robot_spec(name), **overrides)
 
     # --- networks --------------------------------------------------------------------
     def network(self, name: str, **kwargs: Any) -> Network:
         """Create a network bound to this app and register it."""
-        from .runtime.network import create_network
+        from robot_lab.runtime.network.dsl import create_network
 
         return self.add_network(create_network(name, app=self, **kwargs))
 
@@ -113,28 +119,12 @@ class App:
     @classmethod
     def from_yaml(cls, path: str | Path, *, name: str | None = None) -> App:
         """Robots and networks from a YAML file (see docs/networks.md for the format)."""
-        import yaml
-
         path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except OSError as exc:
-            raise ConfigurationError(f"cannot read app file {path}: {exc}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigurationError(f"app file {path}: invalid YAML: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigurationError(f"app file {path}: expected a mapping with 'robots' and 'networks'")
-        unknown = set(data) - {"name", "robots", "networks"}
-        if unknown:
-            raise ConfigurationError(f"app file {path}: unknown top-level keys {sorted(unknown)}")
+        data = read_yaml_app(path)
         app = cls(name or data.get("name") or path.stem, import_path=str(path))
-        for index, raw in enumerate(data.get("robots") or []):
-            try:
-                spec = convert(raw, RobotSpec)
-            except Exception as exc:
-                raise ConfigurationError(f"app file {path}: robots[{index}]: {exc}") from exc
+        for spec in read_yaml_robots(path, data):
             app.add_robot(spec)
-        from .runtime.network import Network
+        from robot_lab.runtime.network.dsl import Network
 
         for index, raw in enumerate(data.get("networks") or []):
             try:
@@ -163,61 +153,20 @@ def load_app(path: str) -> App:
         if path.endswith((".yml", ".yaml")):
             app = App.from_yaml(path)
         else:
-            module_name, _, attr = path.partition(":")
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError as exc:
-                raise ConfigurationError(f"cannot import app {path!r}: {exc}") from exc
-            obj = getattr(module, attr or "app", None)
-            if obj is None:
-                raise ConfigurationError(f"app {path!r}: module {module_name} has no attribute {attr or 'app'!r}")
-            if callable(obj) and not isinstance(obj, App):
-                obj = obj()
+            obj = import_app_object(path)
             if not isinstance(obj, App):
                 raise ConfigurationError(f"app {path!r} is a {type(obj).__name__}, not a robot_lab.App")
             app = obj
         if app.import_path is None:
             app.import_path = path
         _apps[path] = app
+        remember_app(path, app)
         return app
 
 
 def configured_app() -> App | None:
     """The app named by ``ROBOT_LAB_APP`` / ``settings.app``, if any."""
-    from .settings import get_settings
+    from robot_lab.settings import get_settings
 
     path = get_settings().app
     return load_app(path) if path else None
-
-
-def publish_specs(specs: list[RobotSpec], *, connection: Any = None, keys: Keys | None = None) -> None:
-    from .connection import get_redis
-    from .keys import default_keys
-
-    connection = connection if connection is not None else get_redis()
-    keys = keys or default_keys()
-    pipe = connection.pipeline(transaction=False)
-    for spec in specs:
-        pipe.set(keys.robot_spec(spec.name), msgspec.json.encode(spec))
-    pipe.execute()
-
-
-def published_spec(name: str, *, connection: Any = None, keys: Keys | None = None) -> RobotSpec | None:
-    from .connection import get_redis
-    from .keys import default_keys
-
-    connection = connection if connection is not None else get_redis()
-    keys = keys or default_keys()
-    raw = connection.get(keys.robot_spec(name))
-    return msgspec.json.decode(raw, type=RobotSpec) if raw is not None else None
-
-
-def check_importable(spec: RobotSpec) -> None:
-    """Import every tool path of ``spec`` now, so a typo fails before any job is enqueued."""
-    from .runtime.tools import import_object
-
-    for path in spec.local_tools:
-        try:
-            import_object(path)
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"robot {spec.name!r}: tool {exc}") from exc

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from . import __version__
+from robot_lab import __version__
 
 # command name -> "module:attribute" of a click.Command; one line per command.
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {

@@ -23,22 +23,25 @@ Passwords never reach a log line: use :func:`redact_url` for anything printed.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 
-from .errors import ConfigurationError
+from robot_lab.errors import ConfigurationError
+from robot_lab.redis_url import (  # noqa: F401  (re-exported: the public names live here too)
+    CLUSTER_SCHEMES,
+    PLAIN_SCHEMES,
+    SENTINEL_SCHEMES,
+    RedisURL,
+    is_cluster_url,
+    parse_redis_url,
+    redact_url,
+)
 
 _embedded_lock = threading.Lock()
 _embedded_server: Any = None
 _clients: dict[str, redis.Redis] = {}
 
-SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
-CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
-PLAIN_SCHEMES = ("redis", "rediss", "unix")
-_BOOL_TRUE = {"1", "true", "yes", "on"}
 # Query parameters passed on to the connections of sentinel/cluster URLs (typed).
 _FLOAT_OPTIONS = {"socket_connect_timeout", "socket_timeout", "health_check_interval"}
 _STR_OPTIONS = {"ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "client_name", "ssl_ca_path"}
@@ -59,119 +62,6 @@ def embedded_client() -> redis.Redis:
     import fakeredis
 
     return fakeredis.FakeRedis(server=embedded_server())
-
-
-@dataclass(frozen=True)
-class RedisURL:
-    """A parsed Redis URL. ``kind`` is ``standalone``, ``sentinel`` or ``cluster``."""
-
-    kind: str
-    scheme: str
-    hosts: tuple[tuple[str, int], ...] = ()
-    service: str | None = None
-    db: int = 0
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    ssl: bool = False
-    options: dict[str, str] = field(default_factory=dict, repr=False)
-
-    @property
-    def cluster(self) -> bool:
-        return self.kind == "cluster"
-
-
-def parse_redis_url(url: str) -> RedisURL:
-    """Parse any supported URL; a malformed one raises ConfigurationError naming the part
-    (with the password masked)."""
-    if not url or "://" not in url:
-        raise ConfigurationError(f"Redis URL {redact_url(url)!r} has no scheme (expected redis://host:6379/0)")
-    scheme = url.split("://", 1)[0].lower()
-    if scheme not in (*PLAIN_SCHEMES, *SENTINEL_SCHEMES, *CLUSTER_SCHEMES):
-        raise ConfigurationError(
-            f"Redis URL {redact_url(url)!r}: unknown scheme {scheme!r} (use redis, rediss, unix, "
-            "redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster)"
-        )
-    if scheme in PLAIN_SCHEMES:
-        return RedisURL(kind="standalone", scheme=scheme, ssl=scheme == "rediss")
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    userinfo, at, hostlist = netloc.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, pw = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(pw) if colon else None
-        if not colon:  # "redis+sentinel://secret@host" -> a password, as redis-py reads it
-            username, password = None, unquote(user) or None
-    hosts = tuple(_host_port(item, url, 26379 if scheme in SENTINEL_SCHEMES else 6379)
-                  for item in hostlist.split(",") if item.strip())
-    if not hosts:
-        raise ConfigurationError(f"Redis URL {redact_url(url)!r}: no host given")
-    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    path = [p for p in parts.path.split("/") if p]
-    service = None
-    db = 0
-    if scheme in SENTINEL_SCHEMES:
-        if not path:
-            raise ConfigurationError(
-                f"Redis URL {redact_url(url)!r}: name the Sentinel service, e.g. "
-                "redis+sentinel://host:26379/mymaster/0"
-            )
-        service = unquote(path[0])
-        db_part = path[1] if len(path) > 1 else options.pop("db", "0")
-    else:
-        db_part = path[0] if path else options.pop("db", "0")
-    try:
-        db = int(db_part)
-    except ValueError:
-        raise ConfigurationError(f"Redis URL {redact_url(url)!r}: database {db_part!r} is not a number") from None
-    if scheme in CLUSTER_SCHEMES and db != 0:
-        raise ConfigurationError(f"Redis URL {redact_url(url)!r}: Redis Cluster has only database 0")
-    return RedisURL(
-        kind="sentinel" if scheme in SENTINEL_SCHEMES else "cluster",
-        scheme=scheme,
-        hosts=hosts,
-        service=service,
-        db=db,
-        username=username,
-        password=password,
-        ssl=scheme.startswith("rediss") or options.pop("ssl", "").lower() in _BOOL_TRUE,
-        options=options,
-    )
-
-
-def _host_port(item: str, url: str, default_port: int) -> tuple[str, int]:
-    item = item.strip()
-    if item.startswith("["):  # [::1]:26379
-        host, _, rest = item[1:].partition("]")
-        port_text = rest.lstrip(":")
-    else:
-        host, _, port_text = item.rpartition(":") if ":" in item else (item, "", "")
-    if not host:
-        raise ConfigurationError(f"Redis URL {redact_url(url)!r}: bad host {item!r}")
-    try:
-        port = int(port_text) if port_text else default_port
-    except ValueError:
-        raise ConfigurationError(f"Redis URL {redact_url(url)!r}: bad port in {item!r}") from None
-    return host, port
-
-
-def redact_url(url: str | None) -> str:
-    """``url`` with any password replaced by ``***`` (safe to log or print)."""
-    if not url or "://" not in url:
-        return url or ""
-    scheme, rest = url.split("://", 1)
-    netloc, slash, tail = rest.partition("/")
-    userinfo, at, hosts = netloc.rpartition("@")
-    if at:
-        user, colon, _ = userinfo.partition(":")
-        userinfo = f"{user}:***" if colon else "***"
-        netloc = f"{userinfo}@{hosts}"
-    if "password=" in tail:
-        import re
-
-        tail = re.sub(r"(password=)[^&]*", r"\1***", tail)
-    return f"{scheme}://{netloc}{slash}{tail}"
 
 
 def _defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -252,14 +142,10 @@ def connect(url: str | None = None, **kwargs: Any) -> redis.Redis:
     return RedisCluster(**cluster_kwargs(parsed, **kwargs))  # type: ignore[return-value]
 
 
-def is_cluster_url(url: str | None) -> bool:
-    return bool(url) and url.split("://", 1)[0].lower() in CLUSTER_SCHEMES  # type: ignore[union-attr]
-
-
 def get_redis(url: str | None = None) -> redis.Redis:
     """A shared client per URL (clients are thread-safe connection pools)."""
     if url is None:
-        from .settings import get_settings
+        from robot_lab.settings import get_settings
 
         url = get_settings().redis_url
     key = url or "embedded"

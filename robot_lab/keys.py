@@ -130,7 +130,7 @@ class Keys:
 def default_keys() -> Keys:
     """Keys of the configured prefix; cluster hash tags when the ``cluster`` setting is on or
     ``REDIS_URL`` is a ``redis+cluster://`` URL."""
-    from .settings import get_settings
+    from robot_lab.settings import get_settings
 
     settings = get_settings()
     return Keys(prefix=settings.key_prefix, cluster=settings.cluster_keys)

@@ -83,7 +83,7 @@ def configure_logging(level: str | None = None, fmt: str | None = None, *, force
     global _configured
     if _configured and not force:
         return
-    from .settings import get_settings
+    from robot_lab.settings import get_settings
 
     settings = get_settings()
     level = (level or settings.log_level).upper()

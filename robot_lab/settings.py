@@ -175,7 +175,7 @@ class Settings(BaseSettings):
     @property
     def cluster_keys(self) -> bool:
         """Whether keys need cluster hash tags (``cluster`` or a ``redis+cluster://`` URL)."""
-        from .connection import is_cluster_url
+        from robot_lab.redis_url import is_cluster_url
 
         return self.cluster or is_cluster_url(self.redis_url)
 

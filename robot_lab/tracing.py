@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from .logging import log_context
+from robot_lab.logging import log_context
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _current: ContextVar[str | None] = ContextVar("robot_lab_traceparent", default=None)

@@ -13,7 +13,7 @@ import time
 
 from robot_lab.connection import connect
 from robot_lab.errors import AwaitTimeout
-from robot_lab.runtime.memory import Memory
+from robot_lab.memory.store import Memory
 
 
 def _memory(scope: str) -> Memory:

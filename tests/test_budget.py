@@ -15,7 +15,7 @@ import pytest
 
 from robot_lab.errors import BudgetExceeded, ConfigurationError, InferenceError
 from robot_lab.keys import Keys
-from robot_lab.runtime.budget import (
+from robot_lab.runtime.rails.budget import (
     Ledger,
     RedisLedger,
     Reservation,
@@ -198,7 +198,7 @@ _WORKER = textwrap.dedent(
     import redis
     from robot_lab.errors import BudgetExceeded, InferenceError
     from robot_lab.keys import Keys
-    from robot_lab.runtime.budget import RedisLedger, check_budgets, reconcile, reserve_all_remaining
+    from robot_lab.runtime.rails.budget import RedisLedger, check_budgets, reconcile, reserve_all_remaining
 
     url, prefix, scope, seed, mode, cap = sys.argv[1:7]
     cap = int(cap)

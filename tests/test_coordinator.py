@@ -11,12 +11,12 @@ from rq import Queue
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import default_keys
-from robot_lab.runtime.coordinator import Coordinator
-from robot_lab.runtime.network import create_network
+from robot_lab.runtime.network.coordinator import Coordinator
+from robot_lab.runtime.network.dsl import create_network
 from robot_lab.runtime.robot import build
-from robot_lab.runtime.run_state import RunStore, enqueue_jobs
+from robot_lab.runtime.network.run_state import RunStore, enqueue_jobs
 from robot_lab.schemas import RobotResult, RobotSpec, TextMessage
-from robot_lab.workers.embedded import EmbeddedWorkers
+from robot_lab.runtime.network.embedded import EmbeddedWorkers
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from robot_lab.keys import Keys
-from robot_lab.runtime.doom_loop import (
+from robot_lab.runtime.rails.doom_loop import (
     DoomLoopDetector,
     RedisDoomLoopDetector,
     detect_period,
@@ -153,7 +153,7 @@ def test_redis_detector_across_processes(real_redis_url: str, key_prefix: str) -
         """
         import sys, redis
         from robot_lab.keys import Keys
-        from robot_lab.runtime.doom_loop import RedisDoomLoopDetector
+        from robot_lab.runtime.rails.doom_loop import RedisDoomLoopDetector
         url, prefix, name = sys.argv[1:4]
         d = RedisDoomLoopDetector("shared-run", redis=redis.Redis.from_url(url), keys=Keys(prefix=prefix))
         print(d.observe(name) or "none")

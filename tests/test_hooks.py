@@ -7,8 +7,8 @@ import io
 import pytest
 
 import robot_lab
-from robot_lab.runtime import hooks as hooks_mod
-from robot_lab.runtime.hooks import Hook, HookRegistry, Narrator
+from robot_lab.runtime.rails import hooks as hooks_mod
+from robot_lab.runtime.rails.hooks import Hook, HookRegistry, Narrator
 from robot_lab.runtime.robot import Robot
 from tests.fixtures import hooks as fixture_hooks
 from tests.fixtures.tools import add
@@ -46,7 +46,7 @@ def make_tracer(name: str, log: list[str]) -> type[Hook]:
 
 def test_order_global_robot_per_run_and_first_around_outermost() -> None:
     log: list[str] = []
-    robot_lab.runtime.hooks.on(make_tracer("g", log))
+    robot_lab.runtime.rails.hooks.on(make_tracer("g", log))
     robot = robot_lab.build(name="h", hooks=[make_tracer("r", log)])
     robot.run("hi", hooks=make_tracer("p", log))
     assert log == [

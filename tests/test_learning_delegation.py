@@ -106,7 +106,7 @@ def test_conversation_history_is_continued_by_another_robot_instance(redis_clien
 
 
 def test_compress_history_drops_drifted_turns_and_fires_hooks() -> None:
-    from robot_lab.runtime.hooks import Hook
+    from robot_lab.runtime.rails.hooks import Hook
 
     seen: list[int] = []
 
@@ -144,7 +144,7 @@ def test_serving_robot_keeps_conversation_history_across_pollers(redis_client) -
 
 def test_a_failing_remote_delegatee_fails_the_future_fast(redis_client) -> None:
     from robot_lab.bus import BusPoller
-    from robot_lab.runtime.llm import LLMGateway
+    from robot_lab.runtime.llm.gateway import LLMGateway
 
     broken = robot_lab.build(name="fragile-remote", model="scripted/fail:model down")
     broken._gateway = LLMGateway(max_retries=0)

@@ -17,7 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from robot_lab.errors import MCPError
-from robot_lab.runtime.mcp import MCPClient, MCPManager, MCPTool
+from robot_lab.runtime.mcp.servers import MCPClient, MCPManager, MCPTool
 from tests.redis_server import wait_for
 
 SERVER = Path(__file__).parent / "mcp_servers" / "calculator.py"

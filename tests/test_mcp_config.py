@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from robot_lab.errors import ConfigurationError
-from robot_lab.runtime.mcp import MCPServerConfig, ServerDiscovery, normalize_timeout
+from robot_lab.runtime.mcp.servers import MCPServerConfig, ServerDiscovery, normalize_timeout
 
 
 def test_flat_stdio_config() -> None:

@@ -18,7 +18,7 @@ import pytest
 from robot_lab import AwaitTimeout, Memory, MemoryValueError, ReservedKeyError
 from robot_lab.errors import ConfigurationError, RobotLabError, SchemaError
 from robot_lab.keys import default_keys
-from robot_lab.runtime.memory import BROADCAST_KEY
+from robot_lab.memory.store import BROADCAST_KEY
 from robot_lab.schemas import MemoryChange, RobotResult, TextMessage
 from tests.redis_server import wait_for
 

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from robot_lab.keys import Keys
-from robot_lab.runtime.memory import Memory
+from robot_lab.memory.store import Memory
 from tests.redis_server import REPO_ROOT, wait_for
 
 pytestmark = [pytest.mark.real_redis, pytest.mark.slow]

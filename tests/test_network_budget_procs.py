@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from robot_lab.runtime.budget import RedisLedger
-from robot_lab.runtime.coordinator import Coordinator
-from robot_lab.runtime.network import create_network
+from robot_lab.runtime.rails.budget import RedisLedger
+from robot_lab.runtime.network.coordinator import Coordinator
+from robot_lab.runtime.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
 

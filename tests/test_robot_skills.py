@@ -54,7 +54,7 @@ def test_matched_skill_is_injected_for_one_run_only(skills_root: Path) -> None:
 
 def test_prompt_restored_when_the_run_fails(skills_root: Path) -> None:
     robot = robot_lab.build(name="fragile", system_prompt="BASE", skills=["greeter"], model="scripted/fail:down")
-    robot._gateway = robot_lab.runtime.llm.LLMGateway(max_retries=0)  # type: ignore[attr-defined]
+    robot._gateway = robot_lab.runtime.llm.gateway.LLMGateway(max_retries=0)  # type: ignore[attr-defined]
     with pytest.raises(robot_lab.InferenceError):
         robot.run("greet people warmly by name")
     assert robot.instructions == "BASE"

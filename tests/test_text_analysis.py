@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from robot_lab.runtime import text_analysis as ta
-from robot_lab.runtime.stemmer import stem
+from robot_lab.text import analysis as ta
+from robot_lab.text.stemmer import stem
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,10 @@ and dead letters; ``BusPoller`` consumes one robot's inbox as one consumer of it
 See docs/bus.md.
 """
 
-from .core import REPLY_PREFIX, Bus, check_robot_name
-from .delivery import Delivery
-from .poller import BusPoller, default_consumer_name, flatten_content
-from .records import DeadLetter, InboxStats, OutboxEntry
+from robot_lab.bus.core import REPLY_PREFIX, Bus, check_robot_name
+from robot_lab.bus.delivery import Delivery
+from robot_lab.bus.poller import BusPoller, default_consumer_name, flatten_content
+from robot_lab.bus.records import DeadLetter, InboxStats, OutboxEntry
 
 __all__ = [
     "REPLY_PREFIX",

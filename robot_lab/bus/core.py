@@ -21,13 +21,13 @@ from typing import Any
 
 import redis as _redis
 
-from ..errors import AwaitTimeout, BusError, RemoteError, SchemaError
-from ..keys import Keys, default_keys
-from ..logging import get_logger
-from ..schemas import RobotMessage, decode_message, encode_message, new_id, utcnow
-from ..settings import BusSettings, get_settings
-from . import scripts
-from .records import DeadLetter, InboxStats, OutboxEntry
+from robot_lab.errors import AwaitTimeout, BusError, RemoteError, SchemaError
+from robot_lab.keys import Keys, default_keys
+from robot_lab.logging import get_logger
+from robot_lab.schemas import RobotMessage, decode_message, encode_message, new_id, utcnow
+from robot_lab.settings import BusSettings, get_settings
+from robot_lab.bus import scripts
+from robot_lab.bus.records import DeadLetter, InboxStats, OutboxEntry
 
 log = get_logger("robot_lab.bus")
 
@@ -63,7 +63,7 @@ def _deadline(value: _dt.datetime | _dt.timedelta | float | int | None) -> _dt.d
 def _with_traceparent(headers: Mapping[str, str] | None) -> dict[str, str]:
     """Every envelope carries a W3C ``traceparent``: the caller's, else a child of the
     current trace, else a new one."""
-    from ..tracing import outgoing_traceparent
+    from robot_lab.tracing import outgoing_traceparent
 
     result = dict(headers or {})
     result.setdefault("traceparent", outgoing_traceparent())
@@ -87,7 +87,7 @@ class Bus:
         settings: BusSettings | None = None,
     ) -> None:
         if redis is None:
-            from ..connection import get_redis
+            from robot_lab.connection import get_redis
 
             redis = get_redis()
         self.redis = redis

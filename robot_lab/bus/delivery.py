@@ -8,13 +8,25 @@ raises BusError, as in robot_lab.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..errors import BusError, SchemaError
-from ..schemas import RobotMessage
+from robot_lab.errors import BusError, SchemaError
+from robot_lab.schemas import RobotMessage
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .poller import BusPoller
+
+
+class DeliveryOwner(Protocol):
+    """What a delivery needs of the poller that read it (the poller implements it), so this
+    module does not import the poller that imports it."""
+
+    robot: str
+    bus: Any
+
+    def _ack(self, delivery: Delivery) -> None: ...
+
+    def _nack(self, delivery: Delivery, error: Any, *, requeue: bool, delay: float) -> None: ...
+
+    def _dead_letter(self, delivery: Delivery, reason: str, error: Any) -> None: ...
 
 PENDING, ACKED, NACKED, DEAD = "pending", "acked", "nacked", "dead"
 
@@ -30,7 +42,7 @@ class Delivery:
 
     def __init__(
         self,
-        poller: BusPoller,
+        poller: DeliveryOwner,
         entry_id: str,
         fields: Mapping[bytes, bytes],
         deliveries: int,

@@ -35,12 +35,12 @@ from typing import Any
 import msgspec
 import redis as _redis
 
-from ..errors import BusError, SchemaError
-from ..logging import get_logger, log_context
-from ..tracing import continue_trace
-from ..schemas import RobotMessage, decode_message, encode_message, utcnow
-from .core import Bus, check_robot_name
-from .delivery import ACKED, DEAD, NACKED, PENDING, Delivery
+from robot_lab.errors import BusError, SchemaError
+from robot_lab.logging import get_logger, log_context
+from robot_lab.tracing import continue_trace
+from robot_lab.schemas import RobotMessage, decode_message, encode_message, utcnow
+from robot_lab.bus.core import Bus, check_robot_name
+from robot_lab.bus.delivery import ACKED, DEAD, NACKED, PENDING, Delivery
 
 log = get_logger("robot_lab.bus.poller")
 

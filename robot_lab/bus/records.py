@@ -10,8 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import SchemaError
-from ..schemas import RobotMessage, decode_message
+from robot_lab.errors import SchemaError
+from robot_lab.schemas import RobotMessage, decode_message
 
 
 def _text(value: bytes | str | None) -> str:

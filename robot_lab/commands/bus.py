@@ -12,11 +12,11 @@ from typing import Any
 
 import click
 
-from ..errors import AwaitTimeout, BusError, SchemaError
+from robot_lab.errors import AwaitTimeout, BusError, SchemaError
 
 
 def _bus() -> Any:
-    from ..bus import Bus
+    from robot_lab.bus import Bus
 
     return Bus()
 
@@ -67,7 +67,7 @@ def send(
 
 
 def _format_entry(entry_id: str, fields: dict[bytes, bytes], as_json: bool) -> str:
-    from ..schemas import decode_message
+    from robot_lab.schemas import decode_message
 
     raw = fields.get(b"envelope")
     if as_json:

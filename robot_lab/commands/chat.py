@@ -35,8 +35,8 @@ def chat(
       robot-lab chat -m openai/gpt-4o-mini "hello"   # needs OPENAI_API_KEY
       robot-lab chat --tool mypkg.tools:lookup "find order 42"
     """
-    from ..errors import RobotLabError
-    from ..runtime.robot import build
+    from robot_lab.errors import RobotLabError
+    from robot_lab.runtime.robot import build
 
     try:
         robot = build(

@@ -105,7 +105,7 @@ def follow_live(handle: Any, *, title: str, timeout: float | None = None) -> Run
     from rich.console import Console
     from rich.live import Live
 
-    from ..runtime.coordinator import graph_for
+    from robot_lab.runtime.network.coordinator import graph_for
 
     view = RunView(graph_for(handle.store), title)
     console = Console()
@@ -127,14 +127,14 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
     from rich.console import Console
     from rich.panel import Panel
 
-    from .. import demo as demo_app
-    from ..runtime.coordinator import Coordinator, is_embedded
-    from ..runtime.memory import Memory
+    from robot_lab import demo as demo_app
+    from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
+    from robot_lab.memory.store import Memory
 
     import os
 
-    from ..logging import configure_logging
-    from ..workers.process import warm_up
+    from robot_lab.logging import configure_logging
+    from robot_lab.workers.process import warm_up
 
     if "ROBOT_LAB_LOG_LEVEL" not in os.environ:
         configure_logging(level="WARNING", force=True)  # keep the live view readable
@@ -147,7 +147,7 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
     embedded = is_embedded(coordinator.connection)
     pool = None
     if embedded:
-        from ..workers.embedded import EmbeddedWorkers
+        from robot_lab.runtime.network.embedded import EmbeddedWorkers
 
         pool = EmbeddedWorkers(coordinator.connection, sorted({t.robot for t in network.spec.tasks}),
                                threads=4).start()

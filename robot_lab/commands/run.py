@@ -10,14 +10,14 @@ from typing import Any
 
 import click
 
-from ..errors import ConfigurationError
+from robot_lab.errors import ConfigurationError
 
 
 def resolve_target(target: str) -> Any:
     """``pkg.mod:network``, ``pkg.mod:app`` (its only network), ``pkg.mod:<network name>``
     (of the module's ``app``) or ``file.yml[:network]``."""
-    from ..app import App, load_app
-    from ..runtime.network import Network
+    from robot_lab.app import App, load_app
+    from robot_lab.runtime.network.dsl import Network
 
     if ".yml" in target or ".yaml" in target:
         path, _, name = target.partition(".yml") if ".yml" in target else target.partition(".yaml")
@@ -85,7 +85,7 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
     With REDIS_URL the tasks go to `robot-lab worker` / `rq worker` processes;
     without, they run in this process.
     """
-    from ..runtime.coordinator import Coordinator, is_embedded
+    from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
 
     try:
         network = resolve_target(target)
@@ -114,7 +114,7 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
 @click.option("--timeout", type=float, default=None)
 def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None) -> None:
     """Follow RUN_ID until it ends (sweeping lost tasks back to the queues meanwhile)."""
-    from ..runtime.coordinator import Coordinator, is_embedded
+    from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
 
     coordinator = Coordinator()
     if is_embedded(coordinator.connection):
@@ -128,7 +128,7 @@ def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None
         handle = coordinator.attach(run_id)
     except ConfigurationError as exc:
         raise click.ClickException(str(exc)) from exc
-    from .demo import follow_live, print_event
+    from robot_lab.commands.demo import follow_live, print_event
 
     if plain:
         for event in handle.follow(timeout=timeout):
@@ -140,7 +140,7 @@ def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None
 
 def _watch_all(coordinator: Any) -> None:
     """Long-running coordinator process (Procfile): sweep all runs, print finished ones."""
-    from ..logging import get_logger
+    from robot_lab.logging import get_logger
 
     log = get_logger("robot_lab.coordinator")
     seen: set[str] = set()
@@ -161,7 +161,7 @@ def _watch_all(coordinator: Any) -> None:
 @click.argument("run_id")
 def cancel(run_id: str) -> None:
     """Cancel RUN_ID: queued tasks are dropped, running ones finish but nothing new starts."""
-    from ..runtime.coordinator import Coordinator
+    from robot_lab.runtime.network.coordinator import Coordinator
 
     try:
         status = Coordinator().cancel(run_id)

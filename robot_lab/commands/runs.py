@@ -14,7 +14,7 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON")
 def runs(limit: int, status_filter: str | None, as_json: bool) -> None:
     """Recent runs: status, duration, tasks, tokens and cost (newest first)."""
-    from ..workers.status import recent_runs
+    from robot_lab.workers.status import recent_runs
 
     rows = recent_runs(limit=limit, status=status_filter)
     if as_json:

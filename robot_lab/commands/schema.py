@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..schemas.codec import SCHEMA_TYPES, schema_text
+from robot_lab.schemas.codec import SCHEMA_TYPES, schema_text
 
 
 @click.command()

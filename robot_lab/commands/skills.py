@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..errors import ConfigurationError
+from robot_lab.errors import ConfigurationError
 
 SKILL_TEMPLATE = """---
 name: {name}
@@ -50,7 +50,7 @@ def _console() -> Any:
 
 
 def _catalog(roots: tuple[str, ...]) -> Any:
-    from ..skills.catalog import Root, SkillCatalog, default_roots
+    from robot_lab.skills.catalog import Root, SkillCatalog, default_roots
 
     extra = [Root(Path(r).expanduser(), "--root") for r in roots]
     return SkillCatalog([*extra, *default_roots()])
@@ -98,7 +98,7 @@ def list_skills(roots: tuple[str, ...]) -> None:
 @root_option
 def show(name: str, roots: tuple[str, ...]) -> None:
     """Front matter, capabilities, script tools and instructions of one skill."""
-    from ..skills.capabilities import Capabilities
+    from robot_lab.skills.capabilities import Capabilities
 
     catalog = _catalog(roots)
     try:
@@ -143,7 +143,7 @@ def _bundles(path: Path) -> list[Path]:
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 def validate_cmd(strict: bool, paths: tuple[str, ...]) -> None:
     """Check skill bundles (a skill folder, its SKILL.md, or a folder of skills)."""
-    from ..skills.skill import validate
+    from robot_lab.skills.skill import validate
 
     failed = 0
     for given in paths:
@@ -168,7 +168,7 @@ def validate_cmd(strict: bool, paths: tuple[str, ...]) -> None:
 @click.option("--description", default=None, help="The description (what the skill does and when to use it).")
 def create(name: str, root: str, description: str | None) -> None:
     """Create a template skill bundle NAME (SKILL.md and scripts/hello.py)."""
-    from ..skills.skill import MAX_NAME, NAME_RE
+    from robot_lab.skills.skill import MAX_NAME, NAME_RE
 
     if not NAME_RE.match(name) or len(name) > MAX_NAME:
         raise click.ClickException(
@@ -194,9 +194,9 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
     """Score MESSAGE against every skill in the catalog."""
     from rich.table import Table
 
-    from ..settings import get_settings
-    from ..skills.embedding import TfidfEmbedder, load_embedder
-    from ..skills.matching import SkillMatcher
+    from robot_lab.settings import get_settings
+    from robot_lab.skills.embedding import TfidfEmbedder, load_embedder
+    from robot_lab.skills.matching import SkillMatcher
 
     settings = get_settings()
     if embedder == "tfidf":

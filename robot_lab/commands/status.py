@@ -58,7 +58,7 @@ def render_status(data: dict[str, Any]) -> None:
 def status(robots: tuple[str, ...], as_json: bool) -> None:
     """Queues, workers, bus lag, dead letters and active runs of ROBOTS (default: every
     robot this key prefix knows). Read-only: it never requeues anything."""
-    from ..workers.status import collect_status
+    from robot_lab.workers.status import collect_status
 
     data = collect_status(robots=list(robots) or None)
     if as_json:
@@ -78,14 +78,14 @@ def health(worker: str | None, max_age: float | None, ready: bool) -> None:
     Liveness reads only the local heartbeat files (a Redis outage must not restart every
     worker); --ready also checks Redis.
     """
-    from ..workers.health import check_health, health_dir
+    from robot_lab.workers.health import check_health, health_dir
 
     ok, lines = check_health(worker=worker, max_age=max_age)
     if ok and ready:
         import socket
 
-        from ..connection import get_redis
-        from ..keys import default_keys
+        from robot_lab.connection import get_redis
+        from robot_lab.keys import default_keys
 
         try:
             client = get_redis()

@@ -20,8 +20,8 @@ def worker(robots: tuple[str, ...], concurrency: int, app_path: str | None, url:
 
     SIGTERM finishes the task and message in hand, then exits.
     """
-    from ..errors import ConfigurationError
-    from ..workers.process import run_worker
+    from robot_lab.errors import ConfigurationError
+    from robot_lab.workers.process import run_worker
 
     try:
         run_worker(list(robots), concurrency=concurrency, app_path=app_path, url=url, burst=burst, bus=not no_bus,

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 
-from ..app import App
-from ..runtime.network import create_network
-from ..runtime.robot import build
-from ..runtime.scripted import register_script
+from robot_lab.app import App
+from robot_lab.runtime.network.dsl import create_network
+from robot_lab.runtime.robot import build
+from robot_lab.runtime.llm.scripted import register_script
 
 DEFAULT_DELAY_MS = int(os.environ.get("ROBOT_LAB_DEMO_DELAY_MS", "400"))
 SAMPLE_MESSAGES = (

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from ..keys import Keys, default_keys
+from robot_lab.keys import Keys, default_keys
 
 DEFAULT_TTL = 7 * 86_400
 
@@ -20,7 +20,7 @@ DEFAULT_TTL = 7 * 86_400
 class ConversationStore:
     def __init__(self, redis: Any = None, keys: Keys | None = None, ttl: int = DEFAULT_TTL) -> None:
         if redis is None:
-            from ..connection import get_redis
+            from robot_lab.connection import get_redis
 
             redis = get_redis()
         self.redis = redis

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import AwaitTimeout, DelegationTimeout, InferenceError, RemoteError
-from ..schemas.messages import RobotResult, TextMessage
+from robot_lab.errors import AwaitTimeout, DelegationTimeout, InferenceError, RemoteError
+from robot_lab.schemas.messages import RobotResult, TextMessage
 
 
 class DelegationFuture:
@@ -61,7 +61,7 @@ class DelegationFuture:
 
 
 def _remote(to: str, task: str, *, delegated_by: str, timeout: float, bus: Any = None) -> RobotResult:
-    from ..bus import Bus
+    from robot_lab.bus import Bus
 
     bus = bus or Bus()
     started = time.monotonic()

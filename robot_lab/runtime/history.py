@@ -3,7 +3,7 @@
 All three work on what the Robot keeps: OpenAI-style message dicts
 (``{"role": "user", "content": "..."}``, content either a string or a list of parts such as
 ``{"type": "text", "text": "..."}``). Objects with ``role``/``content`` attributes work too.
-Similarity is the stemmed TF cosine of :mod:`robot_lab.runtime.text_analysis` (no IDF: on a
+Similarity is the stemmed TF cosine of :mod:`robot_lab.text.analysis` (no IDF: on a
 topic-focused conversation IDF would suppress exactly the terms that mark relevance).
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..logging import get_logger
-from . import text_analysis as ta
+from robot_lab.logging import get_logger
+from robot_lab.text import analysis as ta
 
 MIN_SCORE_LENGTH = 20
 DEFAULT_RECENT_TURNS = 3

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigurationError, ToolLoopError
-from ..logging import get_logger, log_context
-from ..schemas.messages import (
+from robot_lab.errors import ConfigurationError, ToolLoopError
+from robot_lab.logging import get_logger, log_context
+from robot_lab.schemas.messages import (
     Message,
     RobotResult,
     RobotSpec,
@@ -26,10 +26,10 @@ from ..schemas.messages import (
     ToolCallMessage,
     ToolResultMessage,
 )
-from . import budget as budget_mod
-from .doom_loop import DEFAULT_THRESHOLD as DOOM_LOOP_THRESHOLD
-from .doom_loop import DoomLoopDetector, with_warning
-from .hooks import (
+from robot_lab.runtime.rails import budget as budget_mod
+from robot_lab.runtime.rails.doom_loop import DEFAULT_THRESHOLD as DOOM_LOOP_THRESHOLD
+from robot_lab.runtime.rails.doom_loop import DoomLoopDetector, with_warning
+from robot_lab.runtime.rails.hooks import (
     CompactionHookContext,
     HookRegistry,
     LearnHookContext,
@@ -40,10 +40,10 @@ from .hooks import (
     hook_scope,
     run_hooks,
 )
-from .llm import Chunk, LLMGateway, LLMResponse, default_gateway
-from .run_config import RunConfig
-from .templates import Template, expand_skills, load_template
-from .tools import Tool, ToolManifest, as_tool
+from robot_lab.runtime.llm.gateway import Chunk, LLMGateway, LLMResponse, default_gateway
+from robot_lab.runtime.run_config import RunConfig
+from robot_lab.runtime.templates import Template, expand_skills, load_template
+from robot_lab.runtime.tools import Tool, ToolManifest, as_tool
 
 log = get_logger("robot_lab.robot")
 
@@ -227,7 +227,7 @@ class Robot:
         if not names:
             self.agent_skills = []
             return names
-        from ..skills import default_catalog
+        from robot_lab.skills import default_catalog
 
         catalog = default_catalog()
         self.agent_skills = catalog.select(names)
@@ -273,7 +273,7 @@ class Robot:
     def model(self) -> str:
         if self.config.model:
             return str(self.config.model)
-        from ..settings import get_settings
+        from robot_lab.settings import get_settings
 
         return get_settings().default_model()
 
@@ -367,7 +367,7 @@ class Robot:
     def mcp(self) -> Any:
         """The robot's MCP servers (connected lazily, per process)."""
         if self._mcp_manager is None:
-            from .mcp import MCPManager
+            from robot_lab.runtime.mcp.servers import MCPManager
 
             self._mcp_manager = MCPManager(self.mcp_servers, owner=self.name)
         return self._mcp_manager
@@ -412,7 +412,7 @@ class Robot:
 
     def search_history(self, query: str, limit: int = 5) -> list[Any]:
         """robot_lab's ``search_history``: messages most similar to ``query`` (TF cosine)."""
-        from .history import search_history
+        from robot_lab.runtime.history import search_history
 
         return search_history(self.messages, query, limit=limit)
 
@@ -427,7 +427,7 @@ class Robot:
     ) -> Robot:
         """Drop or summarize old turns that drifted from the recent conversation; fires the
         ``compaction`` hooks (an ``on_compaction`` hook may supply the result itself)."""
-        from .history import compress_history
+        from robot_lab.runtime.history import compress_history
 
         ctx = CompactionHookContext(robot=self, messages_before=tuple(self.messages), config=self.config, strategy=strategy)
 
@@ -454,7 +454,7 @@ class Robot:
         if mode != "context_window":
             log.warning("auto_compact.unknown_mode", robot=self.name, mode=str(mode))
             return
-        from .history import should_compact
+        from robot_lab.runtime.history import should_compact
 
         if should_compact(self.messages, context_window=self._context_window(), threshold=self.config.compact_threshold):
             self.compress_history(strategy="context_window")
@@ -463,7 +463,7 @@ class Robot:
         if self.model.startswith("scripted"):
             return None
         try:
-            from .llm import litellm_module
+            from robot_lab.runtime.llm.gateway import litellm_module
 
             info = litellm_module().get_model_info(self.model)
             return int(info.get("max_input_tokens") or info.get("max_tokens") or 0) or None
@@ -484,7 +484,7 @@ class Robot:
         attached = [*self.local_tools.values(), *extra]
         if _is_none_value(tools):
             return []
-        from ..settings import get_settings
+        from robot_lab.settings import get_settings
 
         parent_value = (network_config.tools if network_config else None) or get_settings().tools
         parent = resolve_tool_setting(parent_value, None)
@@ -596,7 +596,7 @@ class Robot:
             return run_hooks("run", ctx, core)
 
     def _run_in_conversation(self, conversation_id: str, message: str | None, **kwargs: Any) -> RobotResult:
-        from .conversations import ConversationStore
+        from robot_lab.runtime.conversations import ConversationStore
 
         store = ConversationStore()
         system = self.messages[:1] if self.instructions is not None else []
@@ -618,7 +618,7 @@ class Robot:
         a ``Skill`` tool activates one, so the offered tools are recomputed every round."""
         if not self.agent_skills:
             return selected
-        from ..skills import SkillTool, default_catalog, default_matcher
+        from robot_lab.skills import SkillTool, default_catalog, default_matcher
 
         if self.skill_mode == "tool":
             skill_tool = SkillTool(default_catalog(), [s.name for s in self.agent_skills])
@@ -772,7 +772,7 @@ class Robot:
         """The robot's inherent memory: scope ``robot:<name>`` in Redis (embedded or real),
         so every worker of this robot shares its learnings."""
         if self._memory is None:
-            from .memory import Memory
+            from robot_lab.memory.store import Memory
 
             self._memory = Memory.for_robot(self.name)
         return self._memory
@@ -802,8 +802,8 @@ class Robot:
 
     def _load_learnings(self) -> list[str]:
         if self._memory is None and not self.learnings:
-            from .. import connection
-            from ..settings import get_settings
+            from robot_lab import connection
+            from robot_lab.settings import get_settings
 
             if get_settings().embedded and connection._embedded_server is None:
                 return []  # no embedded store exists yet, so nothing can have been learned
@@ -822,7 +822,7 @@ class Robot:
     def delegate(self, to: Any, task: str, *, async_: bool = False, timeout: float = 120.0, **run_kwargs: Any) -> Any:
         """Hand ``task`` to another robot: a Robot here, or a robot name served by a worker.
         Returns its RobotResult, or a DelegationFuture with ``async_=True``."""
-        from .delegation import delegate
+        from robot_lab.runtime.delegation import delegate
 
         return delegate(to, task, delegated_by=self.name, async_=async_, timeout=timeout, **run_kwargs)
 
@@ -830,7 +830,7 @@ class Robot:
         """Create a new robot at run time for the generic worker pool (``robot-lab worker
         --spawned``); it inherits this robot's model and provider unless given. Returns a
         handle with ``send`` and ``ask``."""
-        from .spawn import spawn
+        from robot_lab.runtime.spawn import spawn
 
         kwargs.setdefault("model", self.config.model)
         kwargs.setdefault("provider", self.provider)

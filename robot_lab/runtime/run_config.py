@@ -13,9 +13,9 @@ from typing import Any
 
 import msgspec
 
-from ..errors import ConfigurationError
-from ..schemas.codec import convert
-from ..schemas.messages import RunConfigData
+from robot_lab.errors import ConfigurationError
+from robot_lab.schemas.codec import convert
+from robot_lab.schemas.messages import RunConfigData
 
 LLM_FIELDS = ("model", "temperature", "top_p", "top_k", "max_tokens", "presence_penalty", "frequency_penalty", "stop")
 TOOL_FIELDS = ("mcp", "tools")

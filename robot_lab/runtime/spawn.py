@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..schemas.messages import RobotMessage, RobotSpec
+from robot_lab.schemas.messages import RobotMessage, RobotSpec
 
 
 class SpawnedRobot:
@@ -38,10 +38,10 @@ class SpawnedRobot:
 
 def spawn(spec: RobotSpec, *, connection: Any = None, keys: Any = None) -> SpawnedRobot:
     """Publish ``spec`` for the generic worker pool and return a handle on it."""
-    from ..app import check_importable, publish_specs
-    from ..bus import Bus
-    from ..connection import get_redis
-    from ..keys import default_keys
+    from robot_lab.runtime.registry import check_importable, publish_specs
+    from robot_lab.bus import Bus
+    from robot_lab.connection import get_redis
+    from robot_lab.keys import default_keys
 
     check_importable(spec)  # an unimportable tool fails here, not later on a worker
     connection = connection if connection is not None else get_redis()

@@ -20,8 +20,8 @@ from typing import Any
 import jinja2
 import yaml
 
-from ..errors import ConfigurationError
-from ..logging import get_logger
+from robot_lab.errors import ConfigurationError
+from robot_lab.logging import get_logger
 
 log = get_logger("robot_lab.templates")
 
@@ -100,7 +100,7 @@ class Template:
 
 
 def template_dirs() -> list[Path]:
-    from ..settings import get_settings
+    from robot_lab.settings import get_settings
 
     return [Path(p).expanduser() for p in get_settings().template_path]
 

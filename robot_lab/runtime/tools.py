@@ -19,8 +19,8 @@ from typing import Any, ClassVar, get_type_hints
 
 import pydantic
 
-from ..errors import ConfigurationError, ToolError, ToolNotFoundError
-from ..logging import get_logger
+from robot_lab.errors import ConfigurationError, ToolError, ToolNotFoundError
+from robot_lab.logging import get_logger
 
 log = get_logger("robot_lab.tools")
 

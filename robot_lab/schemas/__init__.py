@@ -1,6 +1,6 @@
 """msgspec wire types and their JSON codec; the contract between processes and languages."""
 
-from .codec import (
+from robot_lab.schemas.codec import (
     SCHEMA_TYPES,
     convert,
     decode,
@@ -10,8 +10,8 @@ from .codec import (
     json_schema,
     schema_text,
 )
-from .ids import new_id, uuid7
-from .messages import (
+from robot_lab.schemas.ids import new_id, uuid7
+from robot_lab.schemas.messages import (
     ENVELOPE_VERSION,
     RUN_EVENT_NAMES,
     MemoryChange,

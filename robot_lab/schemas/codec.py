@@ -7,15 +7,15 @@ that path on :class:`SchemaError` so a dead-letter entry or a CLI message can na
 from __future__ import annotations
 
 import json
-import re
 from functools import lru_cache
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
-from ..errors import SchemaError
-from .messages import (
+from robot_lab.errors import SchemaError
+from robot_lab.schemas.validation import T, convert, schema_error as _schema_error  # noqa: F401 (convert re-exported)
+from robot_lab.schemas.messages import (
     MemoryChange,
     RobotMessage,
     RobotResult,
@@ -24,11 +24,7 @@ from .messages import (
     RunEvent,
 )
 
-T = TypeVar("T")
-
 _encoder = msgspec.json.Encoder()
-_PATH_RE = re.compile(r" - at `(?P<path>\$[^`]*)`$")
-_MISSING_RE = re.compile(r"missing required field `(?P<field>[^`]+)`")
 _ENVELOPE_FIELDS = frozenset(
     (f.encode_name for f in msgspec.structs.fields(RobotMessage) if f.name != "extensions")
 )
@@ -41,20 +37,6 @@ SCHEMA_TYPES: dict[str, type] = {
     "run-event": RunEvent,
     "memory-change": MemoryChange,
 }
-
-
-def _schema_error(exc: Exception, kind: str) -> SchemaError:
-    text = str(exc)
-    path: str | None = None
-    match = _PATH_RE.search(text)
-    if match:
-        path = match.group("path")
-        text = text[: match.start()]
-    missing = _MISSING_RE.search(text)
-    if missing:
-        path = f"{path or '$'}.{missing.group('field')}"
-    where = f" at {path}" if path else ""
-    return SchemaError(f"invalid {kind}{where}: {text}", path=path, kind=kind)
 
 
 def encode(obj: Any) -> bytes:
@@ -74,14 +56,6 @@ def decode(data: bytes | str, type_: type[T]) -> T:
     try:
         return msgspec.json.decode(data, type=type_)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise _schema_error(exc, type_.__name__) from exc
-
-
-def convert(obj: Any, type_: type[T]) -> T:
-    """Validate already-decoded builtins (a dict from YAML, say) into ``type_``."""
-    try:
-        return msgspec.convert(obj, type_)
-    except msgspec.ValidationError as exc:
         raise _schema_error(exc, type_.__name__) from exc
 
 

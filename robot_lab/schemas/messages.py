@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .ids import new_id
+from robot_lab.schemas.ids import new_id
 
 ENVELOPE_VERSION = 1
 
@@ -158,7 +158,7 @@ class RobotResult(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RobotResult:
-        from .codec import convert
+        from robot_lab.schemas.validation import convert
 
         return convert(data, cls)
 

@@ -9,8 +9,8 @@ model is first loaded. See docs/skills.md.
 
 from __future__ import annotations
 
-from .capabilities import DEFAULT_TIMEOUT, TRUST_LEVELS, Capabilities
-from .catalog import (
+from robot_lab.skills.capabilities import DEFAULT_TIMEOUT, TRUST_LEVELS, Capabilities
+from robot_lab.skills.catalog import (
     ENTRY_POINT_GROUP,
     Problem,
     Root,
@@ -19,7 +19,7 @@ from .catalog import (
     default_roots,
     reset_default_catalog,
 )
-from .embedding import (
+from robot_lab.skills.embedding import (
     Embedder,
     EmbeddingCache,
     FakeEmbedder,
@@ -27,7 +27,7 @@ from .embedding import (
     TfidfEmbedder,
     load_embedder,
 )
-from .matching import (
+from robot_lab.skills.matching import (
     SkillInjection,
     SkillMatcher,
     allowed_tool_names,
@@ -36,10 +36,10 @@ from .matching import (
     filter_tools,
     reset_default_matcher,
 )
-from .sandbox import Outcome, bwrap_status
-from .script_tool import ScriptTool, derive_name, extract_description
-from .skill import AgentSkill, Issue, validate
-from .skill_tool import Activation, SkillTool, system_prompt_listing
+from robot_lab.skills.sandbox import Outcome, bwrap_status
+from robot_lab.skills.script_tool import ScriptTool, derive_name, extract_description
+from robot_lab.skills.skill import AgentSkill, Issue, validate
+from robot_lab.skills.skill_tool import Activation, SkillTool, system_prompt_listing
 
 __all__ = [
     "DEFAULT_TIMEOUT",

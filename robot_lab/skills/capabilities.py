@@ -128,7 +128,7 @@ class Capabilities:
         A ceiling never carries trust, env or secrets: those belong to the skill.
         """
         if sandbox is None:
-            from ..settings import get_settings
+            from robot_lab.settings import get_settings
 
             sandbox = get_settings().sandbox
         return cls(

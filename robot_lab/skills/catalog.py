@@ -28,9 +28,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..logging import get_logger
-from .skill import SKILL_FILE, AgentSkill
+from robot_lab.errors import ConfigurationError
+from robot_lab.logging import get_logger
+from robot_lab.skills.skill import SKILL_FILE, AgentSkill
 
 log = get_logger("robot_lab.skills.catalog")
 
@@ -94,7 +94,7 @@ def entry_point_roots(group: str = ENTRY_POINT_GROUP) -> list[Root]:
 def default_roots(settings: Any = None, *, entry_points: bool = True) -> list[Root]:
     """The standard root order (see the module docstring)."""
     if settings is None:
-        from ..settings import get_settings
+        from robot_lab.settings import get_settings
 
         settings = get_settings()
     roots = [

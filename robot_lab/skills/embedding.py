@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..logging import get_logger
+from robot_lab.logging import get_logger
 
 log = get_logger("robot_lab.skills.embedding")
 
@@ -246,7 +246,7 @@ _embedders_lock = threading.Lock()
 def load_embedder(settings: Any = None) -> Embedder:
     """The configured embedder, loaded once per process; TF-IDF (with a warning) if it fails."""
     if settings is None:
-        from ..settings import get_settings
+        from robot_lab.settings import get_settings
 
         settings = get_settings()
     skills = getattr(settings, "skills", settings)
@@ -302,7 +302,7 @@ class EmbeddingCache:
                  max_local: int = 10_000) -> None:
         self.redis = redis
         if keys is None and redis is not None:
-            from ..keys import default_keys
+            from robot_lab.keys import default_keys
 
             keys = default_keys()
         self.keys = keys

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ConfigurationError
+from robot_lab.errors import ConfigurationError
 
 # libyaml's loader when PyYAML was built with it: ~10x faster on a catalog of hundreds.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

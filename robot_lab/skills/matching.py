@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ..logging import get_logger
-from .capabilities import Capabilities
-from .embedding import Embedder, EmbeddingCache, load_embedder
-from .skill import AgentSkill
+from robot_lab.logging import get_logger
+from robot_lab.skills.capabilities import Capabilities
+from robot_lab.skills.embedding import Embedder, EmbeddingCache, load_embedder
+from robot_lab.skills.skill import AgentSkill
 
 log = get_logger("robot_lab.skills.matching")
 
@@ -114,7 +114,7 @@ class SkillMatcher:
         settings: Any = None,
     ) -> None:
         if settings is None:
-            from ..settings import get_settings
+            from robot_lab.settings import get_settings
 
             settings = get_settings()
         self.settings = settings
@@ -128,8 +128,8 @@ class SkillMatcher:
     def _default_cache(settings: Any) -> EmbeddingCache:
         if not settings.redis_url:
             return EmbeddingCache()
-        from ..connection import get_redis
-        from ..keys import Keys
+        from robot_lab.connection import get_redis
+        from robot_lab.keys import Keys
 
         return EmbeddingCache(get_redis(settings.redis_url), keys=Keys(prefix=settings.key_prefix),
                               ttl=settings.skills.embedding_cache_ttl)

@@ -33,9 +33,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SandboxError
-from ..logging import declare_secret, get_logger
-from .capabilities import Capabilities
+from robot_lab.errors import SandboxError
+from robot_lab.logging import declare_secret, get_logger
+from robot_lab.skills.capabilities import Capabilities
 
 log = get_logger("robot_lab.skills.sandbox")
 
@@ -322,7 +322,7 @@ def run_script(
       ``unconfined`` (a warning, scrubbed environment, timeout and cap).
     """
     if sandbox is None:
-        from ..settings import get_settings
+        from robot_lab.settings import get_settings
 
         sandbox = get_settings().sandbox
     max_output = int(getattr(sandbox, "max_output_bytes", 64 * 1024))

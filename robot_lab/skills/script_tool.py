@@ -28,9 +28,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..logging import get_logger
-from .capabilities import Capabilities
-from .sandbox import Outcome, run_script
+from robot_lab.logging import get_logger
+from robot_lab.skills.capabilities import Capabilities
+from robot_lab.skills.sandbox import Outcome, run_script
 
 log = get_logger("robot_lab.skills.script_tool")
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..logging import get_logger
-from .capabilities import Capabilities
-from .frontmatter import SkillHead, read_body, read_head
-from .script_tool import ScriptTool, resolve_command
+from robot_lab.errors import ConfigurationError
+from robot_lab.logging import get_logger
+from robot_lab.skills.capabilities import Capabilities
+from robot_lab.skills.frontmatter import SkillHead, read_body, read_head
+from robot_lab.skills.script_tool import ScriptTool, resolve_command
 
 log = get_logger("robot_lab.skills")
 
@@ -73,7 +73,7 @@ def _allowed_tools(value: Any) -> tuple[str, ...] | None:
 
 def _settings(settings: Any) -> Any:
     if settings is None:
-        from ..settings import get_settings
+        from robot_lab.settings import get_settings
 
         return get_settings().skills
     return getattr(settings, "skills", settings)

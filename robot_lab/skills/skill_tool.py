@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..logging import get_logger
-from .capabilities import Capabilities
-from .matching import allowed_tool_names, filter_tools
-from .skill import MAX_DESCRIPTION, AgentSkill
+from robot_lab.logging import get_logger
+from robot_lab.skills.capabilities import Capabilities
+from robot_lab.skills.matching import allowed_tool_names, filter_tools
+from robot_lab.skills.skill import MAX_DESCRIPTION, AgentSkill
 
 log = get_logger("robot_lab.skills.skill_tool")
 

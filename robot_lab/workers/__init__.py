@@ -9,6 +9,6 @@ in-process fakeredis.
 
 from __future__ import annotations
 
-from .jobs import run_task
+from robot_lab.workers.jobs import run_task
 
 __all__ = ["run_task"]

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..keys import Keys
-from ..logging import get_logger
+from robot_lab.keys import Keys
+from robot_lab.logging import get_logger
 
 log = get_logger("robot_lab.health")
 
@@ -44,7 +44,7 @@ Check = Callable[[], "str | None"]
 
 
 def health_dir() -> Path:
-    from ..settings import get_settings
+    from robot_lab.settings import get_settings
 
     configured = get_settings().health_dir
     return Path(configured) if configured else Path(tempfile.gettempdir()) / "robot-lab-health"
@@ -103,7 +103,7 @@ class WorkerHeartbeat:
     def __init__(self, connection: Any, keys: Keys, name: str, robots: list[str], *, role: str,
                  checks: list[Check] | None = None, info: Callable[[], dict[str, Any]] | None = None,
                  interval: float | None = None, directory: Path | None = None) -> None:
-        from ..settings import get_settings
+        from robot_lab.settings import get_settings
 
         self.connection = connection
         self.keys = keys

@@ -20,12 +20,12 @@ import threading
 import time
 from typing import Any
 
-from ..errors import ConfigurationError, retryable
-from ..keys import Keys
-from ..logging import get_logger, log_context
-from ..schemas import RobotResult
-from ..runtime.run_state import DEFAULT_LEASE_MS, RunStore, enqueue_jobs
-from .routing import choose_routes, route_tool_for
+from robot_lab.errors import ConfigurationError, retryable
+from robot_lab.keys import Keys
+from robot_lab.logging import get_logger, log_context
+from robot_lab.schemas import RobotResult
+from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS, RunStore, enqueue_jobs
+from robot_lab.workers.routing import choose_routes, route_tool_for
 
 log = get_logger("robot_lab.workers")
 
@@ -56,7 +56,7 @@ def _connection() -> Any:
     job = get_current_job()
     if job is not None:
         return job.connection
-    from ..connection import get_redis
+    from robot_lab.connection import get_redis
 
     return get_redis()
 
@@ -69,7 +69,7 @@ def _import_app(path: str) -> None:
             return
         _imported_apps.add(path)
     try:
-        from ..app import load_app
+        from robot_lab.app import load_app
 
         load_app(path)
     except ConfigurationError as exc:
@@ -143,8 +143,8 @@ class _Heartbeat:
 
 
 def _warm() -> None:
-    from ..runtime import robot  # noqa: F401
-    from ..runtime.llm import litellm_module
+    from robot_lab.runtime import robot  # noqa: F401
+    from robot_lab.runtime.llm.gateway import litellm_module
 
     litellm_module()
 
@@ -153,7 +153,7 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
     """The rq job. Returns a small JSON summary (rq stores it as the job result)."""
     _warm()  # heavy imports before the claim: the lease must only cover the robot's work
     connection = _connection()
-    from ..settings import get_settings
+    from robot_lab.settings import get_settings
 
     keys = Keys(prefix=prefix, cluster=get_settings().cluster_keys)  # same layout as the coordinator
     store = RunStore(connection, keys, run_id)
@@ -171,7 +171,7 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
 
 
 def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, worker: str) -> dict[str, Any]:
-    from ..runtime.coordinator import graph_for
+    from robot_lab.runtime.network.coordinator import graph_for
 
     meta = store.meta()
     graph = graph_for(store)
@@ -181,7 +181,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         _import_app(meta["app"])
     started = time.monotonic()
     activate: list[str] = []
-    from ..tracing import continue_trace
+    from robot_lab.tracing import continue_trace
 
     with log_context(robot=robot_name), continue_trace(meta.get("traceparent")):
         try:
@@ -234,7 +234,7 @@ def _retries_left() -> int:
 def _write_memory(store: RunStore, keys: Keys, meta: dict[str, str], key: str, result: RobotResult,
                   task: str) -> None:
     try:
-        from ..runtime.memory import Memory
+        from robot_lab.memory.store import Memory
 
         memory = Memory.for_run(store.run_id, network_name=meta.get("network"), redis=store.r, keys=keys,
                                 writer=task)
@@ -247,7 +247,7 @@ def _run_task_hooks(store: RunStore, graph: Any, meta: dict[str, str], task: str
                     ) -> tuple[RobotResult, list[str]]:
     """The ``task`` hook family fires here, in the worker, around the robot's run; the
     network's hooks (import paths in its spec) also reach the robot's own families."""
-    from ..runtime.hooks import HookRegistry, TaskHookContext, hook_scope, run_hooks
+    from robot_lab.runtime.rails.hooks import HookRegistry, TaskHookContext, hook_scope, run_hooks
 
     registry = HookRegistry(graph.spec.hooks)
     spec = graph.tasks[task]
@@ -269,8 +269,8 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
                network_hooks: Any = None) -> tuple[RobotResult, list[str]]:
     import json
 
-    from ..runtime.robot import Robot
-    from ..runtime.run_config import RunConfig
+    from robot_lab.runtime.robot import Robot
+    from robot_lab.runtime.run_config import RunConfig
 
     spec = graph.tasks[task]
     robot_spec = store.robot_specs(meta).get(spec.robot)
@@ -331,7 +331,7 @@ def _run_budgets(store: RunStore, network_config: Any) -> list[Any]:
               if v is not None}
     if not limits:
         return []
-    from ..runtime.budget import RedisLedger
+    from robot_lab.runtime.rails.budget import RedisLedger
 
     return [RedisLedger(f"run:{store.run_id}", limits, redis=store.r, keys=store.keys, ttl=7 * 86_400)]
 
@@ -339,7 +339,7 @@ def _run_budgets(store: RunStore, network_config: Any) -> list[Any]:
 def _run_doom_loop(store: RunStore, network_config: Any) -> Any:
     """The run's tool-call sequence lives in Redis, so a loop bouncing between robots on
     different workers is seen."""
-    from ..runtime.doom_loop import DEFAULT_THRESHOLD, RedisDoomLoopDetector
+    from robot_lab.runtime.rails.doom_loop import DEFAULT_THRESHOLD, RedisDoomLoopDetector
 
     return RedisDoomLoopDetector(store.run_id, redis=store.r, keys=store.keys,
                                  threshold=network_config.doom_loop_threshold or DEFAULT_THRESHOLD)
@@ -383,7 +383,7 @@ def _sweep_soon(connection: Any, keys: Keys) -> None:
         return
     _last_sweep = now
     try:
-        from ..runtime.coordinator import Coordinator
+        from robot_lab.runtime.network.coordinator import Coordinator
 
         Coordinator(connection=connection, keys=keys).sweep()
     except Exception as exc:

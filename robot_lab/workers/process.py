@@ -23,10 +23,10 @@ import socket
 import threading
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..keys import Keys, default_keys
-from ..logging import get_logger
-from ..runtime.run_state import queue_name
+from robot_lab.errors import ConfigurationError
+from robot_lab.keys import Keys, default_keys
+from robot_lab.logging import get_logger
+from robot_lab.runtime.network.run_state import queue_name
 
 log = get_logger("robot_lab.worker")
 
@@ -37,7 +37,7 @@ def robot_worker_class() -> type:
     """rq SimpleWorker (no fork per job: the robot runtime stays warm), data-only job serializer."""
     from rq.worker import SimpleWorker
 
-    from .health import LoopProgress
+    from robot_lab.workers.health import LoopProgress
 
     class RobotWorker(LoopProgress, SimpleWorker):
         """Records loop progress for the heartbeat (workers/health.py)."""
@@ -48,20 +48,20 @@ def robot_worker_class() -> type:
 def warm_up() -> None:
     """Import litellm and make one offline scripted call, so the first task of a worker (or
     of the demo) does not pay seconds of lazy imports."""
-    from ..runtime import llm
+    from robot_lab.runtime.llm import gateway as llm
 
     llm.litellm_module()
     try:
         llm.LLMGateway(max_retries=0).complete("scripted/text:ok", [{"role": "user", "content": "warm up"}])
     except Exception as exc:  # warming up is an optimisation only
         log.warning("worker.warm_up_failed", error=f"{type(exc).__name__}: {exc}")
-    from . import jobs  # noqa: F401
+    from robot_lab.workers import jobs  # noqa: F401
 
 
 
 def resolve_worker_robots(names: list[str], *, connection: Any, keys: Keys, app: Any) -> dict[str, Any]:
     """Each robot's spec, from the app or the Redis registry; unknown names raise."""
-    from ..app import check_importable, published_spec
+    from robot_lab.app import check_importable, published_spec
 
     specs = {}
     for name in names:
@@ -81,10 +81,10 @@ def resolve_worker_robots(names: list[str], *, connection: Any, keys: Keys, app:
 def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool) -> None:
     """One rq worker (main thread of its process: rq installs its signal handlers)."""
     from rq import Queue
-    from .health import RQ_WORKER_TTL, WorkerHeartbeat, rq_loop_problem, threads_problem
-    from .serializer import JobSerializer
+    from robot_lab.workers.health import RQ_WORKER_TTL, WorkerHeartbeat, rq_loop_problem, threads_problem
+    from robot_lab.runtime.network.serializer import JobSerializer
 
-    from ..connection import connect
+    from robot_lab.connection import connect
 
     connection = connect(url)
     worker_cls = robot_worker_class()
@@ -112,7 +112,7 @@ def _child_main(url: str | None, queues: list[str], name: str, burst: bool) -> N
 
 
 def _sweeper(connection: Any, keys: Keys, stop: threading.Event) -> None:
-    from ..runtime.coordinator import Coordinator
+    from robot_lab.runtime.network.coordinator import Coordinator
 
     coordinator = Coordinator(connection=connection, keys=keys)
     while not stop.wait(SWEEP_INTERVAL):
@@ -127,9 +127,9 @@ def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: 
     """Serve every robot spawned at run time (``<prefix>:robots:spawned``): a bus poller per
     new name, built from its published spec. A spec that cannot be built is logged and
     retried on the next pass."""
-    from ..app import published_spec
-    from ..bus import BusPoller
-    from ..runtime.robot import Robot
+    from robot_lab.app import published_spec
+    from robot_lab.bus import BusPoller
+    from robot_lab.runtime.robot import Robot
 
     while not stop.is_set():
         try:
@@ -152,9 +152,9 @@ def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: 
 def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None = None,
                url: str | None = None, burst: bool = False, bus: bool = True, spawned: bool = False) -> None:
     """The body of ``robot-lab worker``."""
-    from ..app import load_app
-    from ..connection import connect
-    from ..settings import get_settings
+    from robot_lab.app import load_app
+    from robot_lab.connection import connect
+    from robot_lab.settings import get_settings
 
     settings = get_settings()
     url = url or settings.redis_url
@@ -189,8 +189,8 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
         threading.Thread(target=_sweeper, args=(connection, keys, stop), name="sweeper", daemon=True)
     ]
     if bus:
-        from ..bus import BusPoller
-        from ..runtime.robot import Robot
+        from robot_lab.bus import BusPoller
+        from robot_lab.runtime.robot import Robot
 
         for name, spec in specs.items():
             poller = BusPoller(name, redis=connection).serve(Robot.from_spec(spec))

@@ -15,15 +15,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..schemas import RobotResult
+from robot_lab.errors import ConfigurationError
+from robot_lab.schemas import RobotResult
 
 ROUTE_TOOL = "route"
 
 
 def route_tool_for(routes: list[str]) -> Any:
     """A ``route`` tool for this task's allowed routes (built per task: the enum differs)."""
-    from ..runtime.tools import Tool
+    from robot_lab.runtime.tools import Tool
 
     class RouteTool(Tool):
         name = ROUTE_TOOL
@@ -86,7 +86,7 @@ def choose_routes(task: Any, result: RobotResult, *, message: str = "", run_id: 
     if result.failed:
         return chosen
     if task.router:
-        from ..runtime.tools import import_object
+        from robot_lab.runtime.tools import import_object
 
         fn = import_object(task.router)
         if not callable(fn):

@@ -9,19 +9,19 @@ rq imports this module in the worker's main process before it starts, so:
 * ``ROBOT_LAB_APP`` (if set) is imported, so its robots' scripts and tools are ready.
 
 No ``-S`` flag is needed: jobs are written with pickle's data-only subset, which rq's
-default serializer reads (see :mod:`robot_lab.workers.serializer`).
+default serializer reads (see :mod:`robot_lab.runtime.network.serializer`).
 """
 
 from __future__ import annotations
 
 import os
 
-from .process import warm_up
+from robot_lab.workers.process import warm_up
 
 REDIS_URL = os.environ.get("REDIS_URL") or os.environ.get("ROBOT_LAB_REDIS_URL") or "redis://localhost:6379/0"
 
 warm_up()
 if os.environ.get("ROBOT_LAB_APP"):
-    from ..app import load_app
+    from robot_lab.app import load_app
 
     load_app(os.environ["ROBOT_LAB_APP"])

@@ -17,7 +17,7 @@ import json
 import time
 from typing import Any
 
-from ..keys import Keys
+from robot_lab.keys import Keys
 
 FINISHED = ("done", "failed", "skipped", "cancelled")
 
@@ -141,9 +141,9 @@ def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dic
     from rq import Queue, Worker
     from rq.registry import FailedJobRegistry, StartedJobRegistry
 
-    from ..bus import Bus
-    from ..runtime.run_state import queue_name
-    from .serializer import JobSerializer
+    from robot_lab.bus import Bus
+    from robot_lab.runtime.network.run_state import queue_name
+    from robot_lab.runtime.network.serializer import JobSerializer
 
     bus = Bus(redis=connection, keys=keys)
     inbox = {s.robot: s for s in bus.stats(robots)} if robots else {}
@@ -179,9 +179,9 @@ def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dic
 
 def collect_status(connection: Any = None, keys: Keys | None = None, robots: list[str] | None = None) -> dict[str, Any]:
     """The whole ``robot-lab status --json`` document."""
-    from ..connection import get_redis, redact_url
-    from ..keys import default_keys
-    from ..settings import get_settings
+    from robot_lab.connection import get_redis, redact_url
+    from robot_lab.keys import default_keys
+    from robot_lab.settings import get_settings
 
     connection = connection if connection is not None else get_redis()
     keys = keys or default_keys()
@@ -217,8 +217,8 @@ def collect_status(connection: Any = None, keys: Keys | None = None, robots: lis
 def recent_runs(connection: Any = None, keys: Keys | None = None, limit: int = 20,
                 status: str | None = None) -> list[dict[str, Any]]:
     """The latest runs (newest first): status, duration, task counts, tokens and cost."""
-    from ..connection import get_redis
-    from ..keys import default_keys
+    from robot_lab.connection import get_redis
+    from robot_lab.keys import default_keys
 
     connection = connection if connection is not None else get_redis()
     keys = keys or default_keys()

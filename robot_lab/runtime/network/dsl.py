@@ -3,7 +3,7 @@
 A :class:`Network` is a DAG of tasks. Each task names a robot; it runs after the tasks it
 ``depends_on`` (a list of task or ``parallel`` group names), or -- for
 ``depends_on="optional"`` -- only when a routing task activates it. ``network.run()``
-hands the DAG to the :mod:`coordinator <robot_lab.runtime.coordinator>`, which stores the run
+hands the DAG to the :mod:`coordinator <robot_lab.runtime.network.coordinator>`, which stores the run
 in Redis and enqueues each ready task as an rq job on ``robot:<robot>``.
 
 Data flow (robot_lab's ``extract_run_context``): an entry task gets the run's message; a
@@ -19,16 +19,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError
-from ..schemas import RobotSpec, RunConfigData
-from ..schemas.codec import convert
-from . import dag
-from .dag import OPTIONAL, GroupSpec, NetworkSpec, TaskSpec
+from robot_lab.errors import ConfigurationError
+from robot_lab.schemas import RobotSpec, RunConfigData
+from robot_lab.schemas.codec import convert
+from robot_lab.runtime.network import dag
+from robot_lab.runtime.network.dag import OPTIONAL, GroupSpec, NetworkSpec, TaskSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..app import App
-    from .coordinator import NetworkResult, RunHandle
-    from .robot import Robot
+    from robot_lab.runtime.registry import RobotSource as App  # the App, seen from below: a robot source
+    from robot_lab.runtime.network.coordinator import NetworkResult, RunHandle
+    from robot_lab.runtime.robot import Robot
 
 
 def _config_data(config: Any) -> RunConfigData | None:
@@ -48,7 +48,7 @@ class Network:
     def __init__(self, name: str, *, app: App | None = None, config: Any = None,
                  description: str | None = None) -> None:
         dag._check_name("network", name)
-        from .hooks import HookRegistry
+        from robot_lab.runtime.rails.hooks import HookRegistry
 
         self.hooks = HookRegistry()
         self.name = name
@@ -265,7 +265,7 @@ class Network:
     def submit(self, message: Any = None, *, connection: Any = None, max_concurrent: int | None = None,
                stream: bool = True, run_id: str | None = None, **context: Any) -> RunHandle:
         """Store the run in Redis and enqueue its first tasks; returns at once."""
-        from .coordinator import Coordinator
+        from robot_lab.runtime.network.coordinator import Coordinator
 
         return Coordinator(connection=connection).submit(
             self, message, context=context, max_concurrent=max_concurrent, stream=stream, run_id=run_id
@@ -280,7 +280,7 @@ class Network:
         Embedded mode (no REDIS_URL, or a fakeredis ``connection``): in-process workers
         (``workers`` threads, default 4) execute the tasks for the duration of the call.
         """
-        from .hooks import NetworkRunHookContext, hook_scope, run_hooks
+        from robot_lab.runtime.rails.hooks import NetworkRunHookContext, hook_scope, run_hooks
 
         ctx = NetworkRunHookContext(network=self, config=self.config, context=dict(context))
         with hook_scope(self.hooks):
@@ -294,11 +294,11 @@ class Network:
     def _run(self, message: Any, *, wait: bool, timeout: float | None, connection: Any,
              max_concurrent: int | None, stream: bool, workers: int | None, **context: Any
              ) -> NetworkResult | RunHandle:
-        from .coordinator import Coordinator, is_embedded
+        from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
 
         coordinator = Coordinator(connection=connection)
         if is_embedded(coordinator.connection):
-            from ..workers.embedded import EmbeddedWorkers
+            from robot_lab.runtime.network.embedded import EmbeddedWorkers
 
             pool = EmbeddedWorkers(
                 coordinator.connection,
@@ -324,7 +324,7 @@ class Network:
 
     def attach(self, run_id: str, *, connection: Any = None) -> RunHandle:
         """Follow a run submitted elsewhere (e.g. by a coordinator that died)."""
-        from .coordinator import Coordinator
+        from robot_lab.runtime.network.coordinator import Coordinator
 
         return Coordinator(connection=connection).attach(run_id)
 

@@ -18,16 +18,16 @@ once), are left out of ``keys()``, survive ``clear()`` and cannot be deleted.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
-from ..errors import SchemaError
-from ..schemas import RobotResult
-from ..schemas.messages import Message
+from robot_lab.errors import SchemaError
+from robot_lab.schemas import RobotResult
+from robot_lab.schemas.messages import Message
 
-if TYPE_CHECKING:
-    from .memory import Memory
+# The owning robot_lab.memory.store.Memory, by duck type: store imports this module.
+Memory = Any
 
 RESERVED_KEYS: tuple[str, ...] = ("data", "results", "messages", "session_id")
 

@@ -8,7 +8,7 @@ operations; no numpy/scikit-learn needed for texts the size of chat messages).
 Vectors are sparse ``dict[str, float]`` keyed by stem. :func:`word_hash` follows the gem's
 ``clean_word_hash``: drop characters that are neither word characters nor whitespace, split
 on whitespace, lower-case, skip the gem's stop words and words of two letters or fewer, and
-stem with the Porter stemmer (:mod:`robot_lab.runtime.stemmer`). Two deliberate
+stem with the Porter stemmer (:mod:`robot_lab.text.stemmer`). Two deliberate
 differences: punctuation tokens (the gem's ``word_hash_for_symbols``) are not counted, since
 a shared ``.`` or ``?`` would make unrelated sentences look alike; and word characters are
 Unicode (``café`` stays ``café``; Ruby's ASCII ``\\w`` turns it into ``caf``).
@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from .stemmer import stem
+from robot_lab.text.stemmer import stem
 
 Vector = dict[str, float]
 

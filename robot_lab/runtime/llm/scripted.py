@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ConfigurationError
+from robot_lab.errors import ConfigurationError
 
 PROVIDER = "scripted"
 

@@ -33,8 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import BudgetExceeded, ConfigurationError, InferenceError
-from ..logging import get_logger
+from robot_lab.errors import BudgetExceeded, ConfigurationError, InferenceError
+from robot_lab.logging import get_logger
 
 TOKENS = "tokens"
 COST = "cost"
@@ -291,8 +291,8 @@ class RedisLedger:
         keys: Any = None,
         ttl: int | None = None,
     ) -> None:
-        from ..connection import get_redis
-        from ..keys import default_keys
+        from robot_lab.connection import get_redis
+        from robot_lab.keys import default_keys
 
         if not scope or not isinstance(scope, str):
             raise ConfigurationError(f"RedisLedger needs a non-empty scope name, got {scope!r}")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..logging import get_logger
-from ..runtime.run_state import queue_name
+from robot_lab.logging import get_logger
+from robot_lab.runtime.network.run_state import queue_name
 
-log = get_logger("robot_lab.workers.embedded")
+log = get_logger("robot_lab.runtime.network.embedded")
 
 
 def _worker_class() -> type:
@@ -45,7 +45,7 @@ class EmbeddedWorkers:
 
     def start(self) -> EmbeddedWorkers:
         from rq import Queue
-        from .serializer import JobSerializer
+        from robot_lab.runtime.network.serializer import JobSerializer
 
         cls = _worker_class()
         for index in range(self.threads_count):

@@ -1,6 +1,6 @@
 """The per-Memory background listener: pub/sub for speed, the change stream for truth.
 
-One daemon thread per :class:`~robot_lab.runtime.memory.Memory` holds a pub/sub
+One daemon thread per :class:`~robot_lab.memory.store.Memory` holds a pub/sub
 subscription to the scope's notify channel. Every notification carries the full
 :class:`MemoryChange`, so the common case costs no extra round trip. The listener keeps
 ``head``, the last version it processed, and never trusts pub/sub for completeness:
@@ -25,16 +25,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import redis
 
-from ..logging import get_logger
-from ..schemas import MemoryChange
+from robot_lab.logging import get_logger
+from robot_lab.schemas import MemoryChange
 
-if TYPE_CHECKING:
-    from .memory import Memory
+# The owning robot_lab.memory.store.Memory, by duck type: store imports this module.
+Memory = Any
 
 log = get_logger("robot_lab.memory")
 

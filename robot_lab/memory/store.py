@@ -3,12 +3,12 @@
 A scope (``run:<id>``, ``network:<name>``, ``robot:<name>`` or any name you give) is one
 Redis hash of JSON values plus a version counter, a capped change stream and a pub/sub
 channel (key names in :class:`robot_lab.keys.Keys`). Every write runs as one Lua script
-(:mod:`.memory_lua`) that stores the value, bumps the version, appends the
+(:mod:`.lua`) that stores the value, bumps the version, appends the
 :class:`MemoryChange` to the stream and publishes it, so a change can never be seen without
 its record or the other way round.
 
 Reads are plain ``HGET``/``HMGET``. Blocking reads and subscriptions use a background
-listener thread per Memory (:mod:`.memory_listener`) that turns notifications into wake-ups
+listener thread per Memory (:mod:`.listener`) that turns notifications into wake-ups
 and callbacks, and falls back to the change stream whenever pub/sub may have dropped
 something, so subscribers see every change once, in version order.
 
@@ -29,14 +29,14 @@ from typing import Any
 import msgspec
 import redis as redis_lib
 
-from ..errors import AwaitTimeout, ConfigurationError, RobotLabError
-from ..keys import Keys, default_keys
-from ..logging import get_logger
-from ..schemas import MemoryChange, RobotResult
-from ..schemas.messages import Message
-from . import memory_lua
-from .memory_listener import Listener, Subscription, Waiter, decode_change, glob_to_regex
-from .memory_reserved import (
+from robot_lab.errors import AwaitTimeout, ConfigurationError, RobotLabError
+from robot_lab.keys import Keys, default_keys
+from robot_lab.logging import get_logger
+from robot_lab.schemas import MemoryChange, RobotResult
+from robot_lab.schemas.messages import Message
+from robot_lab.memory import lua as memory_lua
+from robot_lab.memory.listener import Listener, Subscription, Waiter, decode_change, glob_to_regex
+from robot_lab.memory.reserved import (
     RESERVED_KEYS,
     DataProxy,
     MemoryValueError,
@@ -94,7 +94,7 @@ class Memory:
         if changes_maxlen < 1:
             raise ConfigurationError(f"memory {scope!r}: changes_maxlen must be >= 1, got {changes_maxlen}")
         if redis is None:
-            from ..connection import get_redis
+            from robot_lab.connection import get_redis
 
             redis = get_redis()
         self.scope = scope

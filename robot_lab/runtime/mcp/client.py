@@ -26,9 +26,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar
 
-from ..errors import MCPError
-from ..logging import get_logger
-from .mcp_config import MCPServerConfig
+from robot_lab.errors import MCPError
+from robot_lab.logging import get_logger
+from robot_lab.runtime.mcp.config import MCPServerConfig
 
 _log = get_logger("robot_lab.mcp")
 _T = TypeVar("_T")
@@ -251,7 +251,7 @@ class MCPClient:
         from mcp import Client
         from mcp.types import Implementation
 
-        from .. import __version__
+        from robot_lab import __version__
 
         try:
             async with AsyncExitStack() as stack:

@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
-from ..errors import ConfigurationError
-from ..schemas import RunConfigData
+from robot_lab.errors import ConfigurationError
+from robot_lab.schemas import RunConfigData
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]*$")
 OPTIONAL = "optional"

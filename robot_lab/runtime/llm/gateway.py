@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError, InferenceError
-from ..logging import get_logger
-from . import scripted
+from robot_lab.errors import ConfigurationError, InferenceError
+from robot_lab.logging import get_logger
+from robot_lab.runtime.llm import scripted
 
 log = get_logger("robot_lab.llm")
 
@@ -187,7 +187,7 @@ def _model_requests_allowed() -> bool:
     value = os.environ.get("ROBOT_LAB_ALLOW_MODEL_REQUESTS")
     if value is not None:
         return value.strip().lower() not in {"0", "false", "no", "off"}
-    from ..settings import get_settings
+    from robot_lab.settings import get_settings
 
     return get_settings().allow_model_requests
 
@@ -288,7 +288,7 @@ class LLMGateway:
         timeout: float | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        from ..settings import get_settings
+        from robot_lab.settings import get_settings
 
         s = get_settings()
         self.max_retries = s.max_retries if max_retries is None else max_retries

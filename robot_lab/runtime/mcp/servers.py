@@ -27,11 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError, MCPError
-from ..logging import get_logger
-from . import text_analysis as ta
-from .mcp_client import MCPClient, describe_error, render_content
-from .mcp_config import DEFAULT_TIMEOUT, VALID_TRANSPORTS, MCPServerConfig, normalize_timeout
+from robot_lab.errors import ConfigurationError, MCPError
+from robot_lab.logging import get_logger
+from robot_lab.text import analysis as ta
+from robot_lab.runtime.mcp.client import MCPClient, describe_error, render_content
+from robot_lab.runtime.mcp.config import DEFAULT_TIMEOUT, VALID_TRANSPORTS, MCPServerConfig, normalize_timeout
 
 _log = get_logger("robot_lab.mcp")
 

@@ -22,7 +22,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TextIO
 
-from ..errors import ConfigurationError
+from robot_lab.errors import ConfigurationError
 
 FAMILIES = ("run", "llm_generation", "tool_call", "network_run", "task", "compaction", "learn")
 ON_ERROR_FAMILIES = frozenset({"run", "network_run", "task"})
@@ -171,7 +171,7 @@ class Registration:
 
 def resolve_handler(handler: Any) -> type[Hook]:
     if isinstance(handler, str):
-        from .tools import import_object
+        from robot_lab.runtime.tools import import_object
 
         handler = import_object(handler)
     if not (isinstance(handler, type) and issubclass(handler, Hook)):

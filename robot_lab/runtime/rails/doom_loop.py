@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..logging import get_logger
+from robot_lab.logging import get_logger
 
 DEFAULT_THRESHOLD = 3
 MAX_PERIOD = 10
@@ -154,8 +154,8 @@ class RedisDoomLoopDetector:
         threshold: int = DEFAULT_THRESHOLD,
         ttl: int = 86_400,
     ) -> None:
-        from ..connection import get_redis
-        from ..keys import default_keys
+        from robot_lab.connection import get_redis
+        from robot_lab.keys import default_keys
 
         if not run_id:
             raise ValueError("RedisDoomLoopDetector needs a run_id")

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError
+from robot_lab.errors import ConfigurationError
 
 DEFAULT_TIMEOUT = 15.0
 DEFAULT_CONNECT_TIMEOUT = 30.0

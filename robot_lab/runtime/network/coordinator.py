@@ -17,12 +17,12 @@ from typing import Any
 
 import msgspec
 
-from ..errors import AwaitTimeout, ConfigurationError
-from ..keys import Keys, default_keys
-from ..logging import get_logger
-from ..schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new_id
-from .dag import Graph, NetworkSpec, compile_network
-from .run_state import RunStore, enqueue_jobs
+from robot_lab.errors import AwaitTimeout, ConfigurationError
+from robot_lab.keys import Keys, default_keys
+from robot_lab.logging import get_logger
+from robot_lab.schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new_id
+from robot_lab.runtime.network.dag import Graph, NetworkSpec, compile_network
+from robot_lab.runtime.network.run_state import RunStore, enqueue_jobs
 
 log = get_logger("robot_lab.coordinator")
 
@@ -153,7 +153,7 @@ class Coordinator:
 
     def __init__(self, connection: Any = None, keys: Keys | None = None) -> None:
         if connection is None:
-            from ..connection import get_redis
+            from robot_lab.connection import get_redis
 
             connection = get_redis()
         self.connection = connection
@@ -164,12 +164,12 @@ class Coordinator:
         """Each task's robot as a spec: the network's own robots, then its app's, then the
         configured app's, then the Redis registry. Unknown robots and unimportable tools or
         routers raise here, before anything is enqueued."""
-        from ..app import check_importable, configured_app, published_spec
-        from .tools import import_object
+        from robot_lab.runtime.registry import check_importable, configured_robots, published_spec
+        from robot_lab.runtime.tools import import_object
 
         apps = [a for a in (getattr(network, "app", None),) if a is not None]
         try:
-            configured = configured_app()
+            configured = configured_robots()
         except ConfigurationError:
             configured = None
         if configured is not None and configured not in apps:
@@ -205,7 +205,7 @@ class Coordinator:
                max_concurrent: int | None = None, stream: bool = True, run_id: str | None = None) -> RunHandle:
         graph = network.validate() if hasattr(network, "validate") else compile_network(network)
         specs = self.resolve_robots(network, graph)
-        from ..app import publish_specs
+        from robot_lab.runtime.registry import publish_specs
 
         publish_specs(list(specs.values()), connection=self.connection, keys=self.keys)
         run_id = run_id or new_id()

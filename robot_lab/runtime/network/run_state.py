@@ -38,10 +38,10 @@ from typing import Any
 import msgspec
 from redis.exceptions import NoScriptError
 
-from ..errors import ConfigurationError
-from ..keys import Keys
-from ..schemas import RobotResult, RunEvent
-from .dag import Graph, NetworkSpec
+from robot_lab.errors import ConfigurationError
+from robot_lab.keys import Keys
+from robot_lab.schemas import RobotResult, RunEvent
+from robot_lab.runtime.network.dag import Graph, NetworkSpec
 
 TERMINAL = frozenset({"done", "failed", "skipped", "cancelled"})
 JOB_FUNC = "robot_lab.workers.run_task"
@@ -434,7 +434,7 @@ class RunStore:
         could not deserialize it (a worker started with a foreign ``-S`` serializer). Returns
         (task, job_id, error text)."""
         from rq.job import Job, JobStatus
-        from ..workers.serializer import JobSerializer
+        from robot_lab.runtime.network.serializer import JobSerializer
 
         out: list[tuple[str, str, str]] = []
         jobs = self._hash("jobs")
@@ -482,7 +482,7 @@ class RunStore:
 
     def robot_specs(self, meta: dict[str, str] | None = None) -> dict[str, Any]:
         """Robot name -> RobotSpec, as resolved when the run was submitted."""
-        from ..schemas import RobotSpec
+        from robot_lab.schemas import RobotSpec
 
         raw = meta["robots"] if meta is not None and "robots" in meta else self.r.hget(self.key, "robots")
         data = json.loads(raw) if raw else {}
@@ -549,7 +549,7 @@ def enqueue_jobs(connection: Any, keys: Keys, run_id: str, items: list[tuple[str
     if not items:
         return
     from rq import Queue, Retry
-    from ..workers.serializer import JobSerializer
+    from robot_lab.runtime.network.serializer import JobSerializer
 
     pipe = connection.pipeline()
     for task, job_id, robot in items:
@@ -577,6 +577,6 @@ def queue_name(robot: str) -> str:
 
 
 def _outgoing_traceparent() -> str:
-    from ..tracing import outgoing_traceparent
+    from robot_lab.tracing import outgoing_traceparent
 
     return outgoing_traceparent()
