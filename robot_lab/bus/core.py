@@ -70,10 +70,7 @@ def _with_traceparent(headers: Mapping[str, str] | None) -> dict[str, str]:
     return result
 
 
-def _s(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode() if isinstance(value, bytes) else value
+from robot_lab.text.strings import as_str as _s  # noqa: E402 - kept here for a trivial merge
 
 
 class Bus:

@@ -47,10 +47,7 @@ log = get_logger("robot_lab.bus.poller")
 Handler = Callable[[Delivery], Any]
 
 
-def _s(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode() if isinstance(value, bytes) else value
+from robot_lab.text.strings import as_str as _s  # noqa: E402 - kept here for a trivial merge
 
 
 def flatten_content(content: str | Mapping[str, Any]) -> str:
