@@ -4,6 +4,8 @@ litellm, nothing accepted and ignored, and the serving policy of a served robot.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from robot_lab.runtime.robot import Robot, build
 from robot_lab.runtime.run_config import RunConfig
 from robot_lab.schemas import RobotSpec
 from robot_lab.schemas.codec import convert
-from tests.fixtures.tools import add
+from tests.fixtures.tools import add, lookup_order
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "templates"
 
@@ -186,42 +188,37 @@ def test_provider_reaches_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen["model"] == "claude-sonnet-4-5" and seen["custom_llm_provider"] == "anthropic"
 
 
-def test_robot_bus_is_used_for_delegation_by_name() -> None:
+@contextmanager
+def served(robot: Robot) -> Iterator[Any]:
+    """``robot`` served by a BusPoller on a fresh fakeredis; yields the Bus."""
     from robot_lab.bus import Bus, BusPoller
 
     client = fakeredis.FakeRedis()
-    bus = Bus(client)
-    helper = build("helper-bot", model="scripted/echo", local_tools=[add])
-    poller = BusPoller("helper-bot", redis=client, block_ms=50).serve(helper)
+    poller = BusPoller(robot.name, redis=client, block_ms=50).serve(robot)
     poller.start()
     try:
-        boss = build("boss", bus=bus)
-        result = boss.delegate("helper-bot", "add things", timeout=30)
+        yield Bus(client)
     finally:
         poller.stop()
+
+
+def test_robot_bus_is_used_for_delegation_by_name() -> None:
+    with served(build("helper-bot", model="scripted/echo", local_tools=[add])) as bus:
+        result = build("boss", bus=bus).delegate("helper-bot", "add things", timeout=30)
     # served: the helper offered its tool (the serving policy), over the robot's own bus
-    assert result.reply.startswith("echo:") and "add" in result.reply
+    assert result.reply == "echo: add things\nTool results:\n- add: 0"
 
 
 def test_served_robot_offers_its_tools_and_headers_only_narrow() -> None:
-    from robot_lab.bus import Bus, BusPoller
-
-    client = fakeredis.FakeRedis()
-    bus = Bus(client)
-    robot = build("served", model="scripted/echo", local_tools=[add])
-    poller = BusPoller("served", redis=client, block_ms=50).serve(robot)
-    poller.start()
-    try:
+    robot = build("served", model="scripted/echo", local_tools=[add, lookup_order], serve_tools=["add"])
+    with served(robot) as bus:
         full = bus.request("served", "sum", timeout=30).content
         narrowed = bus.request("served", "sum", timeout=30, headers={"tools": "none"}).content
         widened = bus.request("served", "sum", timeout=30, headers={"tools": "add,lookup_order"}).content
-    finally:
-        poller.stop()
-    assert "add" in full and full != "echo: sum"
+    assert full == "echo: sum\nTool results:\n- add: 0"
     assert narrowed == "echo: sum"
-    assert widened == full  # lookup_order is not attached: a header never widens
-    names = [c["tools"] for c in calls_of("served")]
-    assert names[0] == ["add"] and ["lookup_order"] not in names and ["add", "lookup_order"] not in names
+    assert widened == full  # the spec serves only add: a header never widens to lookup_order
+    assert [c["tools"] for c in calls_of("served")] == [["add"], ["add"], [], ["add"], ["add"]]
 
 
 def test_spec_serving_policy_none_keeps_tools_off() -> None:

@@ -449,6 +449,7 @@ def record_call(model: str, messages: list[dict[str, Any]], optional_params: dic
         "provider": meta.get("robot_lab_provider"),
         "robot": meta.get("robot_lab_robot"),
         "request": last_user_message(messages),
+        "system": next((_text_of(m.get("content")) for m in messages[:1] if m.get("role") == "system"), None),
     }
     with _calls_lock:
         _calls.append(record)
