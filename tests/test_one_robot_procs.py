@@ -18,7 +18,7 @@ from robot_lab.runtime.network.dsl import create_network
 from robot_lab.schemas import decode_message
 from tests.fixtures.parity import APP, SKILL_ENV
 from tests.test_parity import parity_env  # noqa: F401
-from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
+from tests.worker_procs import VENV_BIN, child_env, delete_prefix, processes, uid, wait_for_workers  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -28,9 +28,7 @@ def client(real_redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", key_prefix)
     conn = redis_lib.Redis.from_url(real_redis_url)
     yield conn
-    keys = list(conn.scan_iter(match=f"{key_prefix}*", count=1000))
-    if keys:
-        conn.delete(*keys)
+    delete_prefix(conn, key_prefix)
     conn.close()
 
 

@@ -30,7 +30,7 @@ from robot_lab.runtime.network.dsl import Network, create_network
 from robot_lab.skills.catalog import reset_default_catalog
 from robot_lab.skills.matching import reset_default_matcher
 from tests.fixtures.parity import APP, SKILL_ENV
-from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
+from tests.worker_procs import VENV_BIN, child_env, delete_prefix, processes, uid, wait_for_workers  # noqa: F401
 
 @dataclass
 class Task:
@@ -245,7 +245,5 @@ def test_real_worker_processes_agree_with_in_process(parity_env, real_redis_url,
                 assert {("k", "p-writer"), ("reader_saw", "p-reader")} <= writers
         assert not mismatches, json.dumps(mismatches, indent=1, default=str)[:6000]
     finally:
-        keys = list(client.scan_iter(match=f"{key_prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
+        delete_prefix(client, key_prefix)
         client.close()

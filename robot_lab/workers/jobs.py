@@ -252,21 +252,25 @@ def _run_task_hooks(store: RunStore, graph: Any, meta: dict[str, str], task: str
 
     registry = HookRegistry(graph.spec.hooks)
     spec = graph.tasks[task]
+    memory = _task_memory(store, meta, spec)
     ctx = TaskHookContext(task=spec, task_name=task, robot=spec.robot, config=graph.spec.config,
-                          run_id=store.run_id)
+                          run_id=store.run_id, memory=memory)
     outcome: dict[str, Any] = {}
 
     def core() -> RobotResult:
-        result, activate = _run_robot(store, graph, meta, task, worker, network_hooks=registry)
+        result, activate = _run_robot(store, graph, meta, task, worker, memory, network_hooks=registry)
         outcome["activate"] = activate
         return result
 
-    with hook_scope(registry):
-        result = run_hooks("task", ctx, core)
+    try:
+        with hook_scope(registry):
+            result = run_hooks("task", ctx, core)
+    finally:
+        memory.close()
     return result, outcome.get("activate", [])
 
 
-def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, worker: str,
+def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, worker: str, memory: Any,
                network_hooks: Any = None) -> tuple[RobotResult, list[str]]:
     import json
 
@@ -306,7 +310,6 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
         base = robot.select_tools(tools, network_config=combined)
         tools = [t.name for t in base] + [route_tool.name]
 
-    memory = _task_memory(store, meta, spec)
     since = memory.version
     deltas = _DeltaBuffer(store, task, spec.robot)
     try:
@@ -329,7 +332,6 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
     finally:
         deltas.flush()
         _emit_memory_changes(store, task, spec.robot, memory, since)
-        memory.close()
     activate = choose_routes(spec, result, message=message, run_id=store.run_id)
     return result, activate
 

@@ -111,25 +111,14 @@ class Robot:
             self.local_tools.add(item).robot = self
         self._gateway = gateway
         self.hooks = HookRegistry(hooks)
-        explicit = {
-            "model": model,
-            "temperature": temperature,
-            "top_p": top_p,
-            "top_k": top_k,
-            "max_tokens": max_tokens,
-            "presence_penalty": presence_penalty,
-            "frequency_penalty": frequency_penalty,
-            "stop": stop,
-            "max_tool_rounds": max_tool_rounds,
-            "token_budget": token_budget,
-            "cost_budget": cost_budget,
-            "doom_loop_threshold": doom_loop_threshold,
-            "on_tool_call": on_tool_call,
-            "on_tool_result": on_tool_result,
-            "on_content": on_content,
-            "tools": None if is_none_value(tools) else tools,
-            "mcp": None if is_none_value(mcp) else mcp,
-        }
+        explicit = dict(
+            model=model, temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens,
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, stop=stop,
+            max_tool_rounds=max_tool_rounds, token_budget=token_budget, cost_budget=cost_budget,
+            doom_loop_threshold=doom_loop_threshold, on_tool_call=on_tool_call, on_tool_result=on_tool_result,
+            on_content=on_content, tools=None if is_none_value(tools) else tools,
+            mcp=None if is_none_value(mcp) else mcp,
+        )
         base = config if isinstance(config, RunConfig) else RunConfig(config or {})
         self.config = base.merge(explicit)
         self.bus = check_bus(bus if bus is not None else self.config.bus)
