@@ -27,19 +27,18 @@ def _embedded() -> bool:
     return get_settings().embedded
 
 
-EMBEDDED_NOTE = ("no REDIS_URL: embedded mode sees only the inboxes of this one process, which has none yet; "
+EMBEDDED_NOTE = ("no inboxes: no REDIS_URL, so this command sees only its own in-process Redis; "
                  "set REDIS_URL to the Redis your workers use")
 
 
 def _no_inbox(bus: Any, robot: str) -> click.ClickException:
     """The error for a robot without an inbox, saying what exists and what to do."""
-    if _embedded():
-        return click.ClickException(EMBEDDED_NOTE)
     known = bus.robots()
-    listed = f"known: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}" if known else "no robot has one yet"
+    listed = f"known: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}" if known else "there are none"
+    hint = ("no REDIS_URL: embedded mode sees only the inboxes of this one process; set REDIS_URL to the Redis "
+            "your workers use") if _embedded() else "start its worker, or pass --create to make the inbox"
     return click.ClickException(
-        f"Unknown channel: {robot!r} has no inbox under prefix {bus.keys.prefix!r} ({listed}); "
-        "start its worker, or pass --create to make the inbox"
+        f"Unknown channel: {robot!r} has no inbox under prefix {bus.keys.prefix!r} ({listed}); {hint}"
     )
 
 

@@ -259,5 +259,5 @@ def check_health(directory: Path | None = None, *, worker: str | None = None,
     if not found:
         ok = False
         what = f"matching {worker!r} " if worker else ""
-        lines.append(f"no live worker heartbeat {what}in {directory}")
+        lines.append(f"no worker heartbeat {what}in {directory}")
     return ok, lines
