@@ -254,3 +254,16 @@ def test_app_that_fails_to_import_names_file_and_line(tmp_path: Path) -> None:
     out = cli("run", "netmod:net", "hi", cwd=tmp_path, PYTHONPATH=f"{tmp_path}:{REPO_ROOT}")
     line = assert_one_clear_line(out, "cannot import 'netmod'", "RuntimeError: database not configured")
     assert "netmod.py:4" in line
+
+
+def test_demo_delay_travels_with_the_run() -> None:
+    """``demo --delay-ms`` in distributed mode: the delay is in the robots' model names, which
+    every worker that imported the demo app resolves to the same script."""
+    from robot_lab import demo
+    from robot_lab.runtime.llm import scripted
+
+    app = demo.build_app(250)
+    assert app.robot_spec("billing").model == "scripted/demo-billing@250"
+    assert scripted._script_for("demo-billing@250").default.sleep_ms == 250
+    assert scripted._script_for("demo-urgency@100").default.sleep_ms == 150
+    assert scripted._script_for("demo-billing@soon") is None

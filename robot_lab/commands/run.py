@@ -153,6 +153,11 @@ def _watch_all(coordinator: Any) -> None:
     """Long-running coordinator process (Procfile): sweep all runs, print finished ones."""
     from robot_lab.logging import get_logger
 
+    root = click.get_current_context().find_root()
+    if not root.params.get("verbose") and not root.params.get("debug"):
+        from robot_lab.logging import configure_logging
+
+        configure_logging(force=True)  # a service: its log lines (settings' level, JSON) are its output
     log = get_logger("robot_lab.coordinator")
     seen: set[str] = set()
     log.info("coordinator.started", prefix=coordinator.keys.prefix)
