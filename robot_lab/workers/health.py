@@ -97,11 +97,6 @@ def rq_loop_problem(worker: Any) -> str | None:
     return None
 
 
-def threads_problem(threads: list[threading.Thread]) -> str | None:
-    dead = [t.name for t in threads if not t.is_alive()]
-    return f"threads died: {', '.join(dead)}" if dead else None
-
-
 class WorkerHeartbeat:
     """The beat thread of one worker process (see the module docstring)."""
 
