@@ -180,6 +180,7 @@ def test_provider_reaches_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
         raise RuntimeError("stop here")
 
     monkeypatch.setenv("ROBOT_LAB_ALLOW_MODEL_REQUESTS", "1")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")  # the credential check passes
     reload_settings()
     monkeypatch.setattr(litellm, "completion", fake_completion)
     robot = build("bare", model="claude-sonnet-4-5", provider="anthropic",

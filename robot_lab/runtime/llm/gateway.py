@@ -379,14 +379,14 @@ class LLMGateway:
             )
         litellm = litellm_module()
         kwargs: dict[str, Any] = {k: v for k, v in (params or {}).items() if v is not None}
-        if not is_scripted(model):
-            _check_credentials(litellm, model, kwargs)
-        if tools:
-            kwargs["tools"] = tools
         if is_scripted(model):
             kwargs["metadata"] = {"robot_lab_provider": provider, "robot_lab_robot": robot}
-        elif provider and "/" not in model:
-            kwargs["custom_llm_provider"] = provider
+        else:
+            if provider and "/" not in model:
+                kwargs["custom_llm_provider"] = provider
+            _check_credentials(litellm, f"{provider}/{model}" if "custom_llm_provider" in kwargs else model, kwargs)
+        if tools:
+            kwargs["tools"] = tools
         attempt = 0
         while True:
             try:
