@@ -190,11 +190,11 @@ def test_provider_reaches_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @contextmanager
-def served(robot: Robot) -> Iterator[Any]:
-    """``robot`` served by a BusPoller on a fresh fakeredis; yields the Bus."""
+def served(robot: Robot, client: Any = None) -> Iterator[Any]:
+    """``robot`` served by a BusPoller (on a fresh fakeredis by default); yields the Bus."""
     from robot_lab.bus import Bus, BusPoller
 
-    client = fakeredis.FakeRedis()
+    client = client if client is not None else fakeredis.FakeRedis()
     poller = BusPoller(robot.name, redis=client, block_ms=50).serve(robot)
     poller.start()
     try:
@@ -220,6 +220,20 @@ def test_served_robot_offers_its_tools_and_headers_only_narrow() -> None:
     assert narrowed == "echo: sum"
     assert widened == full  # the spec serves only add: a header never widens to lookup_order
     assert [c["tools"] for c in calls_of("served")] == [["add"], ["add"], [], ["add"], ["add"]]
+
+
+def test_a_spawned_robot_is_served_with_its_tools_on_the_spawners_bus() -> None:
+    from robot_lab.bus import Bus
+    from robot_lab.runtime.registry import published_spec
+
+    client = fakeredis.FakeRedis()
+    bus = Bus(client)
+    handle = build("spawner", model="scripted/echo", provider="anthropic", bus=bus).spawn(
+        "spawned-adder", local_tools=["tests.fixtures.tools:add"])
+    spec = published_spec("spawned-adder", connection=client, keys=bus.keys)
+    assert spec is not None and spec.provider == "anthropic"  # inherited, published on the spawner's bus
+    with served(Robot.from_spec(spec), client):  # what `robot-lab worker --spawned` does
+        assert handle.ask("sum", timeout=30) == "echo: sum\nTool results:\n- add: 0"
 
 
 def test_spec_serving_policy_none_keeps_tools_off() -> None:
