@@ -18,12 +18,9 @@ import time
 from typing import Any
 
 from robot_lab.keys import Keys
+from robot_lab.text.strings import as_str as _s
 
 FINISHED = ("done", "failed", "skipped", "cancelled")
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def live_workers(connection: Any, keys: Keys) -> list[dict[str, Any]]:
