@@ -167,7 +167,7 @@ def test_template_not_found_names_the_search_path() -> None:
 
 def test_bad_front_matter_names_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "broken.md").write_text("---\nname: [unclosed\n---\nbody\n")
-    with pytest.raises(ConfigurationError, match=r"broken.md line \d+: invalid YAML"):
+    with pytest.raises(ConfigurationError, match=r"broken.md:\d+: malformed YAML front matter"):
         robot_lab.build(template="broken", template_dirs=[tmp_path])
 
 

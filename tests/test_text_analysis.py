@@ -24,6 +24,34 @@ def test_porter_stemmer_matches_reference(word: str, expected: str) -> None:
     assert stem(word) == expected
 
 
+def test_stemmer_is_snowball_porter_without_the_c_departures() -> None:
+    # The gem's C stemmer gives "assembl" / "methodolog"; snowball's Porter does not make
+    # those two departures from the paper (docs/safety.md says why that is fine).
+    assert stem("assembly") == "assembli"
+    assert stem("methodology") == "methodologi"
+    # Porter, not Porter2: "generous" -> "gener" as in the gem.
+    assert stem("generous") == "gener"
+
+
+def test_stemmer_is_thread_safe() -> None:
+    import threading
+
+    words = [f"connection{'s' * (i % 2)}" for i in range(2000)] + ["relational", "hopping"] * 500
+    stem.cache_clear()
+    results: list[list[str]] = []
+
+    def work() -> None:
+        results.append([stem(w) for w in words])
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = [stem(w) for w in words]
+    assert all(r == expected for r in results)
+
+
 def test_word_hash_drops_stop_words_short_words_and_punctuation() -> None:
     hashed = ta.word_hash("The connections, and THE connecting of it! Is it a URL? ok")
     assert hashed == {"connect": 2}
@@ -81,3 +109,38 @@ def test_tfidf_fit_transform() -> None:
     q = ta.transform(model, "where are my refunds for billing")
     scores = [ta.cosine_similarity(q, ta.transform(model, doc)) for doc in corpus]
     assert scores.index(max(scores)) == 2
+
+
+# --- the one front-matter parser and bytes helper ------------------------------------------------
+
+def test_front_matter_split_and_offsets() -> None:
+    from robot_lab.text.frontmatter import parse, split_front_matter
+
+    assert split_front_matter("no front matter\n", "t.md") == ({}, "no front matter\n")
+    assert split_front_matter("---\nmodel: x\n---\nBody é\n", "t.md") == ({"model": "x"}, "Body é\n")
+    raw = "\ufeff---\nname: a\n...\nbody\n".encode()
+    parsed = parse(raw, "s.md", required=True)
+    assert parsed.data == {"name": "a"} and raw[parsed.body_offset:] == b"body\n" and parsed.body_line == 4
+
+
+def test_front_matter_errors_name_source_and_line() -> None:
+    from robot_lab.errors import ConfigurationError
+    from robot_lab.text.frontmatter import parse, split_front_matter
+
+    with pytest.raises(ConfigurationError, match=r"^t.md:4: malformed YAML front matter.*started on line 3"):
+        split_front_matter("---\nok: 1\nbad: [x\n---\n", "t.md")
+    with pytest.raises(ConfigurationError, match="never closed"):
+        split_front_matter("---\nok: 1\n", "t.md")
+    with pytest.raises(ConfigurationError, match=r"^t.md:2: front matter must be a mapping"):
+        split_front_matter("---\n- a\n---\n", "t.md")
+    with pytest.raises(ConfigurationError, match=r"^s.md:1: no YAML front matter"):
+        parse(b"plain\n", "s.md", required=True)
+
+
+def test_as_str() -> None:
+    from robot_lab.text.strings import as_str
+
+    assert as_str(b"caf\xc3\xa9") == "café"
+    assert as_str("x") == "x"
+    assert as_str(None) == ""
+    assert as_str(3) == "3"

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from robot_lab.bus.core import Bus, _s
+from robot_lab.bus.core import Bus
+from robot_lab.text.strings import as_str as _s
 
 
 def sweep_interval(visibility_timeout: float) -> float:

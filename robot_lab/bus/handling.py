@@ -20,7 +20,7 @@ from robot_lab.errors import SchemaError
 from robot_lab.logging import get_logger, log_context
 from robot_lab.tracing import continue_trace
 from robot_lab.schemas import utcnow
-from robot_lab.bus.core import _s
+from robot_lab.text.strings import as_str as _s
 from robot_lab.bus.delivery import ACKED, DEAD, NACKED, PENDING, Delivery
 from robot_lab.bus.state import PollerState
 

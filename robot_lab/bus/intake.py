@@ -21,7 +21,7 @@ import redis as _redis
 from robot_lab.errors import BusError, SchemaError
 from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage, decode_message
-from robot_lab.bus.core import _s
+from robot_lab.text.strings import as_str as _s
 from robot_lab.bus.delivery import Delivery
 from robot_lab.bus.state import PollerState
 

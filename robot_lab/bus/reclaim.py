@@ -14,7 +14,7 @@ from typing import Any
 import redis as _redis
 
 from robot_lab.logging import get_logger
-from robot_lab.bus.core import _s
+from robot_lab.text.strings import as_str as _s
 from robot_lab.bus.state import PollerState
 
 log = get_logger("robot_lab.bus.poller")

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-import yaml
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
+from robot_lab.text.frontmatter import split_front_matter
 
 log = get_logger("robot_lab.templates")
 
@@ -29,27 +29,6 @@ FRONT_MATTER_CONFIG_KEYS = ("model", "temperature", "top_p", "top_k", "max_token
 FRONT_MATTER_EXTRA_KEYS = ("tools", "mcp", "robot_name", "description", "skills")
 
 _env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
-
-
-def split_front_matter(text: str, source: str) -> tuple[dict[str, Any], str]:
-    """(metadata, body) of a Markdown file with optional ``---`` YAML front matter."""
-    if not text.startswith("---"):
-        return {}, text
-    lines = text.splitlines(keepends=True)
-    for index in range(1, len(lines)):
-        if lines[index].strip() == "---":
-            raw = "".join(lines[1:index])
-            body = "".join(lines[index + 1 :])
-            try:
-                data = yaml.safe_load(raw) or {}
-            except yaml.YAMLError as exc:
-                mark = getattr(exc, "problem_mark", None)
-                where = f" line {mark.line + 2}" if mark is not None else ""
-                raise ConfigurationError(f"{source}{where}: invalid YAML front matter: {exc}") from exc
-            if not isinstance(data, dict):
-                raise ConfigurationError(f"{source}: front matter must be a mapping, got {type(data).__name__}")
-            return data, body
-    raise ConfigurationError(f"{source}: front matter opened with '---' but never closed")
 
 
 @dataclass

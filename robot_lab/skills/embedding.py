@@ -20,10 +20,7 @@ embeds each description once.
 from __future__ import annotations
 
 import hashlib
-import math
-import re
 import threading
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,16 +29,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from robot_lab.logging import get_logger
+from robot_lab.text.analysis import TfidfModel, tokenize
 
 log = get_logger("robot_lab.skills.embedding")
-
-_WORD_RE = re.compile(r"[a-z0-9]+")
-STOPWORDS = frozenset(
-    """a an and are as at be but by can do does for from has have how i if in into is it its me my of on
-    or our please should so than that the their them then there these this to up us was we what when where
-    which who why will with would you your""".split()
-)
-
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -61,18 +51,6 @@ def _normalise(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return matrix / norms
-
-
-def _stem(word: str) -> str:
-    """A light suffix stripper: enough to meet ``reviews``/``reviewing``/``review``."""
-    for suffix in ("ations", "ation", "ings", "ing", "ies", "ied", "ers", "er", "es", "ed", "ly", "s"):
-        if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            return word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
-    return word
-
-
-def tokens(text: str) -> list[str]:
-    return [_stem(w) for w in _WORD_RE.findall(text.lower()) if w not in STOPWORDS]
 
 
 # --- fake ------------------------------------------------------------------------------------
@@ -101,7 +79,7 @@ class FakeEmbedder:
         if text in self.vectors:
             return _normalise(self.vectors[text])
         vec = np.zeros(self.dim, dtype=np.float32)
-        for word in tokens(text):
+        for word in tokenize(text):
             digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
             vec[int.from_bytes(digest, "little") % self.dim] += 1.0
         return _normalise(vec)
@@ -117,7 +95,8 @@ class FakeEmbedder:
 
 
 class TfidfEmbedder:
-    """Lexical fallback: TF-IDF over stemmed words, IDF fitted on the last passages embedded.
+    """Lexical fallback: :class:`robot_lab.text.analysis.TfidfModel` (the one TF-IDF of the
+    package), fitted on the last passages embedded, as dense vectors over its vocabulary.
 
     Not cacheable across processes (a vector depends on the whole set of descriptions).
     """
@@ -126,34 +105,30 @@ class TfidfEmbedder:
     cacheable = False
 
     def __init__(self) -> None:
+        self._model = TfidfModel()
         self._vocab: dict[str, int] = {}
-        self._idf: np.ndarray = np.zeros(0, dtype=np.float32)
         self._lock = threading.Lock()
 
-    def _vector(self, text: str, vocab: dict[str, int], idf: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _dense(sparse: dict[str, float], vocab: dict[str, int]) -> np.ndarray:
         vec = np.zeros(len(vocab), dtype=np.float32)
-        for word, count in Counter(tokens(text)).items():
-            index = vocab.get(word)
-            if index is not None:
-                vec[index] = (1.0 + math.log(count)) * idf[index]
-        return _normalise(vec)
+        for term, value in sparse.items():
+            vec[vocab[term]] = value
+        return vec
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        docs = [set(tokens(t)) for t in texts]
-        df: Counter[str] = Counter(word for doc in docs for word in doc)
-        vocab = {word: i for i, word in enumerate(sorted(df))}
-        n = len(texts)
-        idf = np.array([math.log((1 + n) / (1 + df[w])) + 1.0 for w in sorted(df)], dtype=np.float32)
+        model = TfidfModel().fit(texts)
+        vocab = {term: i for i, term in enumerate(sorted(model.vocabulary))}
         with self._lock:
-            self._vocab, self._idf = vocab, idf
+            self._model, self._vocab = model, vocab
         if not texts:
             return np.zeros((0, 0), np.float32)
-        return np.stack([self._vector(t, vocab, idf) for t in texts])
+        return np.stack([self._dense(model.transform(t), vocab) for t in texts])
 
     def embed_query(self, text: str) -> np.ndarray:
         with self._lock:
-            vocab, idf = self._vocab, self._idf
-        return self._vector(text, vocab, idf)
+            model, vocab = self._model, self._vocab
+        return self._dense(model.transform(text), vocab)
 
 
 # --- fastembed ------------------------------------------------------------------------------------

@@ -15,15 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from robot_lab.errors import ConfigurationError
+from robot_lab.text.frontmatter import parse
 
-# libyaml's loader when PyYAML was built with it: ~10x faster on a catalog of hundreds.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Front matter larger than this is not a skill header but a mistake (or an attack).
 MAX_FRONT_MATTER_BYTES = 64 * 1024
-_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +32,9 @@ class SkillHead:
     file_size: int
 
 
-def _closing_fence(lines: list[bytes]) -> int | None:
-    """Index of the line that closes the front matter (``---`` or ``...``), if any."""
-    for index, line in enumerate(lines[1:], start=1):
-        if line.rstrip(b"\r\n").rstrip() in (b"---", b"..."):
-            return index
-    return None
-
-
 def read_head(path: Path) -> SkillHead:
-    """Parse the front matter of ``path``; raise ConfigurationError naming file and line."""
+    """Parse the front matter of ``path`` (:mod:`robot_lab.text.frontmatter` rules, required);
+    raise ConfigurationError naming file and line."""
     try:
         size = path.stat().st_size
         with path.open("rb") as handle:
@@ -54,52 +43,10 @@ def read_head(path: Path) -> SkillHead:
         raise ConfigurationError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     if b"\x00" in head[:8192]:
         raise ConfigurationError(f"{path}: not a text file (contains NUL bytes); SKILL.md must be UTF-8 Markdown")
-    offset = len(_BOM) if head.startswith(_BOM) else 0
-    lines = head[offset:].splitlines(keepends=True)
-    if not lines or lines[0].rstrip(b"\r\n").rstrip() != b"---":
-        raise ConfigurationError(
-            f"{path}:1: no YAML front matter: the file must start with a '---' line, then "
-            "'name:' and 'description:', then a closing '---'"
-        )
-    closing = _closing_fence(lines)
-    if closing is None:
-        if len(head) > MAX_FRONT_MATTER_BYTES:
-            raise ConfigurationError(
-                f"{path}: front matter not closed within the first {MAX_FRONT_MATTER_BYTES} bytes"
-            )
-        raise ConfigurationError(f"{path}:1: front matter opened with '---' but never closed")
-    raw = b"".join(lines[1:closing])
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 2
-        raise ConfigurationError(f"{path}:{line}: front matter is not UTF-8 text ({exc.reason})") from exc
-    try:
-        data = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 2 if mark is not None else 1  # +1 for 1-based, +1 for the '---' line
-        context = exc.context
-        if context and exc.context_mark is not None and exc.context_mark.line + 2 != line:
-            context = f"{context} (started on line {exc.context_mark.line + 2})"
-        problem = " ".join(p for p in (context, exc.problem) if p)
-        raise ConfigurationError(f"{path}:{line}: malformed YAML front matter: {problem}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigurationError(f"{path}: malformed YAML front matter: {exc}") from exc
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigurationError(
-            f"{path}:2: front matter must be a mapping of keys (name:, description:, ...), "
-            f"got {type(data).__name__}"
-        )
-    body_offset = offset + sum(len(line) for line in lines[: closing + 1])
-    return SkillHead(
-        front_matter={str(k): v for k, v in data.items()},
-        body_offset=body_offset,
-        body_line=closing + 2,
-        file_size=size,
-    )
+    parsed = parse(head[:MAX_FRONT_MATTER_BYTES], str(path), required=True,
+                   truncated=len(head) > MAX_FRONT_MATTER_BYTES)
+    return SkillHead(front_matter=parsed.data, body_offset=parsed.body_offset, body_line=parsed.body_line,
+                     file_size=size)
 
 
 def read_body(path: Path, offset: int, max_chars: int) -> tuple[str, bool]:
