@@ -46,6 +46,11 @@ class Keys:
         """List: un-acked entry ids of one conversation in stream order; the head may run."""
         return f"{self.inbox(robot)}:conv:{conversation_id}"
 
+    def conversation_heads(self, robot: str) -> str:
+        """Hash: conversation id -> ``head|since_ms|runner`` of each conversation with
+        entries queued (what ``robot-lab status`` reads to find stalled conversations)."""
+        return f"{self.inbox(robot)}:conv-heads"
+
     def registry(self) -> str:
         """Set of robot names with a registered inbox (robot_lab's channel registry)."""
         return f"{self.prefix}:robots"
