@@ -133,6 +133,10 @@ class Settings(BaseSettings):
     # key prefix, <tmp>/robot-lab-health-<uid>/<prefix> (workers/health.py).
     worker_heartbeat: float = 5.0
     health_dir: str | None = None
+    # Riding out Redis outages (restart, failover): long-running loops retry with a capped
+    # exponential backoff with jitter, first delay ~redis_retry_initial, at most redis_retry_max.
+    redis_retry_initial: float = 0.2
+    redis_retry_max: float = 5.0
 
     template_path: list[str] = Field(default_factory=lambda: ["prompts"])
     max_iterations: int = 10

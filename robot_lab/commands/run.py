@@ -150,8 +150,10 @@ def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None
 
 
 def _watch_all(coordinator: Any) -> None:
-    """Long-running coordinator process (Procfile): sweep all runs, print finished ones."""
+    """Long-running coordinator process (Procfile): sweep all runs, print finished ones.
+    A Redis outage is ridden out (backoff with jitter, one lost/back log line pair)."""
     from robot_lab.logging import get_logger
+    from robot_lab.outage import OutageTracker, is_outage
 
     root = click.get_current_context().find_root()
     if not root.params.get("verbose") and not root.params.get("debug"):
@@ -160,11 +162,21 @@ def _watch_all(coordinator: Any) -> None:
         configure_logging(force=True)  # a service: its log lines (settings' level, JSON) are its output
     log = get_logger("robot_lab.coordinator")
     seen: set[str] = set()
+    outage = OutageTracker("watch")
     log.info("coordinator.started", prefix=coordinator.keys.prefix)
     try:
         while True:
-            coordinator.sweep()
-            for run in coordinator.runs(limit=50):
+            try:
+                coordinator.sweep()
+                runs = coordinator.runs(limit=50)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                outage.lost(exc)
+                outage.pause()
+                continue
+            outage.back()
+            for run in runs:
                 if run["status"] != "running" and run["run_id"] not in seen:
                     seen.add(run["run_id"])
                     log.info("run.finished", **run)
