@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("ROBOT_LAB_SKILLS__EMBEDDER", "tfidf")
+os.environ.setdefault("ROBOT_LAB_LOG_LEVEL", "WARNING")  # a story, not a service: warnings only
 os.environ["ROBOT_LAB_SKILLS__ROOTS"] = f'["{Path(__file__).parent / "skills"}"]'
 
 import robot_lab  # noqa: E402

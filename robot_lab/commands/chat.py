@@ -56,8 +56,12 @@ def chat(
                 sys.stdout.flush()
 
         result = robot.run(message, tools="inherit" if tools else "none", on_content=on_content)
-    except RobotLabError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    except RobotLabError as exc:  # the class name only where it says more than the message
+        from robot_lab.commands.errors import one_line
+        from robot_lab.errors import ConfigurationError
+
+        name = "" if isinstance(exc, ConfigurationError) else f"{type(exc).__name__}: "
+        raise click.ClickException(name + one_line(exc)) from exc
     if as_json:
         click.echo(json.dumps(result.export(), indent=2, default=str))
         return
