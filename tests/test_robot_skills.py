@@ -45,7 +45,7 @@ def test_matched_skill_is_injected_for_one_run_only(skills_root: Path) -> None:
     assert [s.name for s in robot.agent_skills] == ["greeter", "taxes"]
     result = robot.run("please greet people warmly by name", tools="inherit")
     assert seen == ["GREETER INSTRUCTIONS\n\nBASE"]
-    assert "- greet: hi" in result.reply  # the matched skill's script became a tool and ran
+    assert "- greeter__greet: hi" in result.reply  # the matched skill's script became a tool and ran
     assert robot.instructions == "BASE"
     seen.clear()
     robot.run("bake some banana bread", tools="inherit")
@@ -66,7 +66,7 @@ def test_skill_tool_mode_lets_the_model_activate_a_skill(skills_root: Path) -> N
     names = [r.tool.name for r in result.tool_calls]
     assert names[0] == "Skill"
     assert "GREETER INSTRUCTIONS" in result.tool_calls[0].data  # instructions arrive as the tool result
-    assert "greet" in names[1:]  # the activated skill's script tool was offered on the next round
+    assert "greeter__greet" in names[1:]  # the activated skill's script tool was offered on the next round
     assert robot.instructions == "BASE"
 
 

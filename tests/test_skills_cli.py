@@ -50,7 +50,7 @@ def test_show(runner: CliRunner, root: Path) -> None:
     result = runner.invoke(main, ["skills", "show", "pdf-tools", "--root", str(root)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "Extract text and tables" in result.output
-    assert "tool extract: Extract the text of a PDF." in result.output
+    assert "tool pdf-tools__extract: Extract the text of a PDF." in result.output
     assert "PDF BODY" in result.output
     missing = runner.invoke(main, ["skills", "show", "nope", "--root", str(root)])
     assert missing.exit_code != 0 and "no skill named 'nope'" in missing.output

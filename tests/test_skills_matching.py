@@ -122,7 +122,7 @@ def test_prepare_builds_prompt_and_tools(skills: list[AgentSkill], tmp_path: Pat
     assert [s.name for s in injection.skills] == ["pdf-tools"]
     assert injection.system_prompt("You are helpful.") == "PDF INSTRUCTIONS\n\nYou are helpful."
     assert injection.system_prompt(None) == "PDF INSTRUCTIONS"
-    assert [t.name for t in injection.tools] == ["extract"]
+    assert [t.name for t in injection.tools] == ["pdf-tools__extract"]
     assert injection.tools[0].description == "Extract text."
     assert injection.scores["pdf-tools"] >= 0.3
     assert compose_system_prompt("B", skills) == "PDF INSTRUCTIONS\n\nSTYLE INSTRUCTIONS\n\nDEPLOY INSTRUCTIONS\n\nB"
@@ -135,7 +135,7 @@ def test_injection_allowed_tools_filter(skills: list[AgentSkill]) -> None:
     robot_tools = [Tool("read_file"), Tool("lint_py"), Tool("delete_everything")]
     assert [t.name for t in injection.filter_tools(robot_tools)] == ["read_file", "lint_py"]
     unrestricted = matcher.prepare("pdf tables extract", skills)
-    assert [t.name for t in unrestricted.filter_tools(robot_tools)] == ["extract", "read_file", "lint_py",
+    assert [t.name for t in unrestricted.filter_tools(robot_tools)] == ["pdf-tools__extract", "read_file", "lint_py",
                                                                         "delete_everything"]
 
 
@@ -276,8 +276,8 @@ def test_skill_tool_activates_and_adds_tools(tmp_path: Path, skills: list[AgentS
     assert tool.active_tools() == []
 
     result = tool.call({"skill": "pdf-tools", "args": "--pages 1-3"})
-    assert "PDF INSTRUCTIONS" in result and "Arguments: --pages 1-3" in result and "extract" in result
-    assert [t.name for t in tool.active_tools()] == ["extract"]
+    assert "PDF INSTRUCTIONS" in result and "Arguments: --pages 1-3" in result and "pdf-tools__extract" in result
+    assert [t.name for t in tool.active_tools()] == ["pdf-tools__extract"]
     assert len(seen) == 1 and seen[0].skill.name == "pdf-tools"
     assert "already active" in tool.call({"skill": "pdf-tools"})
     assert len(tool.activations) == 1
@@ -296,7 +296,7 @@ def test_skill_tool_allowed_tools_restrict(tmp_path: Path, skills: list[AgentSki
     assert tool.allowed_tools() == {"read_file", "lint_*"}
     assert [t.name for t in tool.filter_tools(robot_tools)] == ["Skill", "read_file", "lint_py"]
     tool.call({"skill": "pdf-tools"})  # unrestricted skill adds its tool, restriction stays
-    assert [t.name for t in tool.filter_tools(robot_tools)] == ["Skill", "extract", "read_file", "lint_py"]
+    assert [t.name for t in tool.filter_tools(robot_tools)] == ["Skill", "pdf-tools__extract", "read_file", "lint_py"]
     tool.reset()
     assert tool.active == [] and tool.allowed_tools() is None
 
