@@ -44,11 +44,16 @@ def test_matched_skill_is_injected_for_one_run_only(skills_root: Path) -> None:
     robot = robot_lab.build(name="desk", system_prompt="BASE", skills=["greeter", "taxes"], local_tools=[probe])
     assert [s.name for s in robot.agent_skills] == ["greeter", "taxes"]
     result = robot.run("please greet people warmly by name", tools="inherit")
-    assert seen == ["GREETER INSTRUCTIONS\n\nBASE"]
+    assert len(seen) == 1 and seen[0].startswith("GREETER INSTRUCTIONS\n\nBASE\n\nWorking Directory: ")
     assert "- greeter__greet: hi" in result.reply  # the matched skill's script became a tool and ran
     assert robot.instructions == "BASE"
     seen.clear()
-    robot.run("bake some banana bread", tools="inherit")
+    robot.run("and now the next one", tools="inherit")  # the chosen skill sticks to the conversation
+    assert seen[0].startswith("GREETER INSTRUCTIONS")
+    assert robot.instructions == "BASE"
+    seen.clear()
+    robot = robot_lab.build(name="desk", system_prompt="BASE", skills=["greeter", "taxes"], local_tools=[probe])
+    robot.run("bake some banana bread", tools="inherit")  # a new robot: a new conversation
     assert seen == ["BASE"]
 
 

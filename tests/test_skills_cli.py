@@ -96,7 +96,7 @@ def test_match_scores_every_skill(runner: CliRunner, root: Path) -> None:
     result = runner.invoke(main, ["skills", "match", "extract tables from this pdf", "--root", str(root),
                                   "--embedder", "tfidf"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "embedder tfidf, threshold 0.15" in result.output
+    assert "embedder tfidf, floor 0.10, margin 0.05" in result.output
     rows = [line for line in result.output.splitlines() if "│" in line]  # table rows, not log lines
     lines = [line for line in rows if "pdf-tools" in line or "Odd_Name" in line]
     assert "pdf-tools" in lines[0] and "yes" in lines[0]  # sorted by score, matched

@@ -11,8 +11,7 @@ import click
 from robot_lab.errors import ConfigurationError
 
 SKILL_TEMPLATE = """---
-name: {name}
-description: {description}
+{head}
 # agentskills.io keys: license, compatibility, metadata, allowed-tools
 # robot-lab capabilities for scripts/ (intersected with settings.sandbox):
 fs_read: []
@@ -44,9 +43,22 @@ print("hello from {name}:", " ".join(sys.argv[1:]) or "(no args)")
 
 
 def _console() -> Any:
+    """A console that never wraps names when piped: a file or pipe gets a very wide page
+    (unless COLUMNS says otherwise), a terminal its own width."""
+    import os
+
     from rich.console import Console
 
-    return Console(soft_wrap=False)
+    console = Console(soft_wrap=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console = Console(soft_wrap=False, width=10_000)
+    return console
+
+
+def _echo_json(data: Any) -> None:
+    import json
+
+    click.echo(json.dumps(data, indent=2, default=str))
 
 
 def _catalog(roots: tuple[str, ...]) -> Any:
@@ -74,18 +86,29 @@ def skills() -> None:
 
 @skills.command("list")
 @root_option
-def list_skills(roots: tuple[str, ...]) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the skills and skipped bundles as JSON.")
+def list_skills(roots: tuple[str, ...], as_json: bool) -> None:
     """Every skill in the catalog, and the bundles that did not load."""
     from rich.table import Table
 
     catalog = _catalog(roots)
+    if as_json:
+        _echo_json({
+            "skills": [{"name": s.name, "root": s.root, "path": str(s.path), "description": s.description,
+                        "tools": [t.name for t in s.script_tools()], "warnings": list(s.warnings)}
+                       for s in catalog.all()],
+            "skipped": [{"path": str(p.path), "error": p.message} for p in catalog.problems],
+        })
+        return
     console = _console()
     table = Table(title="Skills", show_lines=False)
-    for column in ("name", "root", "description", "scripts", "warnings"):
+    table.add_column("name", no_wrap=True)
+    table.add_column("root", no_wrap=True)
+    for column in ("description", "scripts", "warnings"):
         table.add_column(column, overflow="fold")
     for skill in catalog.all():
         table.add_row(skill.name, f"{skill.root}\n{skill.path.parent}", _short(skill.description),
-                      str(len(skill.scripts)), "\n".join(_short(w, 60) for w in skill.warnings) or "-")
+                      str(len(skill.script_tools())), "\n".join(_short(w, 60) for w in skill.warnings) or "-")
     console.print(table)
     if not catalog.all():
         console.print("no skills found in: " + ", ".join(str(r.path) for r in catalog.roots))
@@ -173,13 +196,18 @@ def create(name: str, root: str, description: str | None) -> None:
     if not NAME_RE.match(name) or len(name) > MAX_NAME:
         raise click.ClickException(
             f"skill name {name!r} must be 1-{MAX_NAME} lowercase letters, digits and single hyphens")
+    import yaml
+
     folder = Path(root).expanduser() / name
     if folder.exists():
         raise click.ClickException(f"{folder} already exists; not overwriting")
     (folder / "scripts").mkdir(parents=True)
-    description = description or f"Describe what {name} does and when to use it."
+    description = " ".join((description or f"Describe what {name} does and when to use it.").split())
+    # yaml.safe_dump quotes what needs quoting ("Use when: ...", '#', leading '-' ...)
+    head = yaml.safe_dump({"name": name, "description": description}, sort_keys=False, allow_unicode=True,
+                          width=10_000).strip()
     (folder / "SKILL.md").write_text(SKILL_TEMPLATE.format(
-        name=name, description=description, title=name.replace("-", " ").title()), encoding="utf-8")
+        head=head, title=name.replace("-", " ").title()), encoding="utf-8")
     (folder / "scripts" / "hello.py").write_text(SCRIPT_TEMPLATE.format(name=name), encoding="utf-8")
     click.echo(f"created {folder}/SKILL.md and scripts/hello.py; edit them, then: robot-lab skills validate {folder}")
 
@@ -187,16 +215,18 @@ def create(name: str, root: str, description: str | None) -> None:
 @skills.command()
 @click.argument("message")
 @root_option
-@click.option("--threshold", type=float, default=None, help="Override the model's threshold.")
+@click.option("--threshold", type=float, default=None,
+              help="Match every skill at or above this score instead of the model's rule.")
 @click.option("--embedder", type=click.Choice(["settings", "fastembed", "tfidf"]), default="settings",
               show_default=True)
-def match(message: str, roots: tuple[str, ...], threshold: float | None, embedder: str) -> None:
-    """Score MESSAGE against every skill in the catalog."""
+@click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
+def match(message: str, roots: tuple[str, ...], threshold: float | None, embedder: str, as_json: bool) -> None:
+    """Score MESSAGE against every skill in the catalog, and show which the rule picks."""
     from rich.table import Table
 
     from robot_lab.settings import get_settings
     from robot_lab.skills.embedding import TfidfEmbedder, load_embedder
-    from robot_lab.skills.matching import SkillMatcher
+    from robot_lab.skills.matching import SkillMatcher, select
 
     settings = get_settings()
     if embedder == "tfidf":
@@ -213,10 +243,21 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
         scored = matcher.scores(message, skills)
     except Exception as exc:
         raise click.ClickException(f"embedding failed: {type(exc).__name__}: {exc}") from None
-    cut = matcher.threshold
-    table = Table(title=f"embedder {chosen.name}, threshold {cut:.2f}")
-    for column in ("score", "match", "name", "description"):
-        table.add_column(column)
-    for skill, score in sorted(scored, key=lambda item: -item[1]):
-        table.add_row(f"{score:.3f}", "yes" if score >= cut else "", skill.name, _short(skill.description))
+    rule = matcher.rule
+    picked = {s.name for s in select(scored, rule)}
+    ranked = sorted(scored, key=lambda item: -item[1])
+    if as_json:
+        _echo_json({"embedder": chosen.name, "floor": rule.floor, "margin": rule.margin,
+                    "matched": [s.name for s, _ in ranked if s.name in picked],
+                    "scores": [{"name": s.name, "score": round(score, 4), "matched": s.name in picked,
+                                "description": s.description} for s, score in ranked]})
+        return
+    margin = "" if rule.margin >= 1 else f", margin {rule.margin:.2f}"
+    table = Table(title=f"embedder {chosen.name}, floor {rule.floor:.2f}{margin}")
+    table.add_column("score")
+    table.add_column("match")
+    table.add_column("name", no_wrap=True)
+    table.add_column("description")
+    for skill, score in ranked:
+        table.add_row(f"{score:.3f}", "yes" if skill.name in picked else "", skill.name, _short(skill.description))
     _console().print(table)

@@ -11,6 +11,7 @@ process boundary is its :class:`~robot_lab.schemas.RobotSpec` (``to_spec``/``fro
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -531,6 +532,7 @@ class Robot:
         budgets: Iterable[Any] = (),
         doom_loop: Any = None,
         conversation_id: str | None = None,
+        attachments: Iterable[Any] | None = None,
         **context: Any,
     ) -> RobotResult:
         """Send ``message`` and run the tool loop until the model answers with text.
@@ -543,13 +545,15 @@ class Robot:
         ``RedisDoomLoopDetector`` so a loop bouncing between robots is seen).
         ``conversation_id`` loads that conversation's history from Redis first and saves it
         after, so any worker of this robot can continue it.
+        ``attachments`` (paths, ``(name, bytes)`` pairs or envelope mappings) land in the
+        conversation's skill workspace (docs/skills.md, "A workspace").
         """
         if conversation_id is not None:
             return self._run_in_conversation(
                 conversation_id, message, tools=tools, mcp=mcp, network_config=network_config,
                 on_content=on_content, extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks,
                 network=network, task=task, memory=memory, run_id=run_id, budgets=budgets, doom_loop=doom_loop,
-                **context,
+                attachments=attachments, **context,
             )
         per_run = HookRegistry([hooks] if hooks is not None and not isinstance(hooks, (list, tuple)) else hooks or [])
         with log_context(robot=self.name, run_id=run_id, task=task), hook_scope(network_hooks, self.hooks, per_run):
@@ -578,7 +582,7 @@ class Robot:
                 )
                 saved_prompt = self.instructions
                 try:
-                    offered = self._with_agent_skills(ctx.request, selected, saved_prompt)
+                    offered = self._with_agent_skills(ctx.request, selected, saved_prompt, run_id, attachments)
                     return run_hooks(
                         "llm_generation",
                         gen_ctx,
@@ -603,32 +607,44 @@ class Robot:
         saved = self.messages
         history = [m for m in store.load(self.name, conversation_id) if m.get("role") != "system"]
         self.messages = [*system, *history]
+        self._skill_scope = conversation_id  # the conversation's skill workspace and sticky skills
         try:
             result = self.run(message, **kwargs)
             store.save(self.name, conversation_id, [m for m in self.messages if m.get("role") != "system"])
             return result
         finally:
             self.messages = saved
+            self._skill_scope = None
 
     def _with_agent_skills(
-        self, message: str | None, selected: list[Tool], base_prompt: str | None
+        self, message: str | None, selected: list[Tool], base_prompt: str | None,
+        run_id: str | None = None, attachments: Iterable[Any] | None = None,
     ) -> list[Tool] | Callable[[], list[Tool]]:
-        """Apply this robot's AgentSkills for one run. Match mode: matched instructions are
-        prepended and their script tools offered. Tool mode: the prompt lists the skills and
-        a ``Skill`` tool activates one, so the offered tools are recomputed every round."""
+        """Apply this robot's AgentSkills for one run (robot_lab.skills.session does the work):
+        the conversation's (else the network run's, else this robot's) skill session gives
+        the prompt and the tools. Tool mode's tools are recomputed every round."""
         if not self.agent_skills:
+            if attachments:
+                log.warning("robot.attachments_ignored", robot=self.name, reason="the robot has no AgentSkills")
             return selected
-        from robot_lab.skills import SkillTool, default_catalog, default_matcher
+        from robot_lab.skills import default_catalog
+        from robot_lab.skills.session import session_for
 
+        if getattr(self, "_own_skill_scope", None) is None:
+            self._own_skill_scope = f"robot-{self.name}-{uuid.uuid4().hex[:12]}"
+        scope = getattr(self, "_skill_scope", None) or run_id or self._own_skill_scope
+        session = session_for(self.name, scope)
+        session.attach(attachments)
         if self.skill_mode == "tool":
-            skill_tool = SkillTool(default_catalog(), [s.name for s in self.agent_skills])
-            self._set_system_message("\n\n".join(p for p in (base_prompt, skill_tool.listing()) if p))
-            return lambda: [as_tool(t) for t in skill_tool.filter_tools(selected)]
-        injection = default_matcher().prepare(message or "", self.agent_skills)
-        if not injection:
-            return selected
-        self._set_system_message(injection.system_prompt(base_prompt))
-        return [as_tool(t) for t in injection.filter_tools(selected)]
+            run = session.tool_mode_run(self.agent_skills, selected, base_prompt, catalog=default_catalog())
+        else:
+            run = session.match_run(message, self.agent_skills, selected, base_prompt)
+        if run.prompt is not None:
+            self._set_system_message(run.prompt)
+        tools = run.tools
+        if callable(tools):
+            return lambda: [as_tool(t) for t in tools()]  # type: ignore[operator]
+        return [as_tool(t) for t in tools]
 
     def run_safely(self, message: str | None = None, **kwargs: Any) -> RobotResult:
         """robot_lab's ``Robot#call``: any exception becomes an error RobotResult."""
