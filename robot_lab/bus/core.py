@@ -26,6 +26,7 @@ from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage, decode_message, encode_message, new_id, utcnow
 from robot_lab.settings import BusSettings, get_settings
+from robot_lab.text.strings import as_str as _s
 from robot_lab.bus import scripts
 from robot_lab.bus.records import DeadLetter, InboxStats, OutboxEntry
 
@@ -70,7 +71,6 @@ def _with_traceparent(headers: Mapping[str, str] | None) -> dict[str, str]:
     return result
 
 
-from robot_lab.text.strings import as_str as _s  # noqa: E402 - kept here for a trivial merge
 
 
 class Bus:

@@ -3,27 +3,25 @@
 Each worker process runs one BusPoller per robot it serves; all of them are consumers of
 the robot's consumer group, so Redis spreads the entries between them. The poller:
 
-* reads in batches (``XREADGROUP`` inside the READ script, which also queues entries of
-  a conversation in stream order) and calls the handler once per envelope;
-* acknowledges only after the handler, and any reply, succeeded;
-* runs the entries of one conversation one at a time and in stream order across every
-  consumer of the group: an entry may run only while it is the head of its conversation
-  list (ACQUIRE); later ones wait, still pending and heart-beaten, in this consumer;
+* reads in batches and calls the handler once per envelope (:mod:`.intake`);
+* acknowledges only after the handler, and any reply, succeeded, and runs the entries of
+  one conversation one at a time and in stream order across every consumer of the group
+  (:mod:`.handling`);
 * on start replays its own pending entries, then periodically reclaims entries idle longer
-  than the visibility timeout in dead consumers (``XAUTOCLAIM``) and deletes consumers
-  left with nothing pending;
+  than the visibility timeout in dead consumers and deletes consumers left with nothing
+  pending (:mod:`.reclaim`);
 * dead-letters entries that fail validation (at once), whose deadline passed, or that were
   delivered ``max_deliveries`` times; the worker carries on with the next entry.
 
-Usable embedded (``poll()`` / ``run_once()`` for deterministic tests, ``start()``/``stop()``
-for a background thread) and as the long-running loop of ``robot-lab worker``
+This module holds the settings, the handler styles and the loop. Usable embedded
+(``poll()`` / ``run_once()`` for deterministic tests, ``start()``/``stop()`` for a
+background thread) and as the long-running loop of ``robot-lab worker``
 (``run_forever(stop_event)``; a graceful stop hands back entries it never started).
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import socket
 import threading
@@ -32,22 +30,19 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import msgspec
 import redis as _redis
 
-from robot_lab.errors import BusError, SchemaError
-from robot_lab.logging import get_logger, log_context
-from robot_lab.tracing import continue_trace
-from robot_lab.schemas import RobotMessage, decode_message, encode_message, utcnow
+from robot_lab.logging import get_logger
+from robot_lab.schemas import RobotMessage, decode_message, encode_message
 from robot_lab.bus.core import Bus, check_robot_name
-from robot_lab.bus.delivery import ACKED, DEAD, NACKED, PENDING, Delivery
+from robot_lab.bus.delivery import Delivery
+from robot_lab.bus.handling import Handling
+from robot_lab.bus.intake import Intake
+from robot_lab.bus.reclaim import Reclaim
 
 log = get_logger("robot_lab.bus.poller")
 
 Handler = Callable[[Delivery], Any]
-
-
-from robot_lab.text.strings import as_str as _s  # noqa: E402 - kept here for a trivial merge
 
 
 def flatten_content(content: str | Mapping[str, Any]) -> str:
@@ -72,7 +67,7 @@ def _positional_arity(fn: Callable[..., Any]) -> int:
     return sum(1 for p in params if p.kind in kinds and p.default is inspect.Parameter.empty)
 
 
-class BusPoller:
+class BusPoller(Intake, Handling, Reclaim):
     """Consume ``robot``'s inbox as consumer ``consumer`` of the group named ``robot``."""
 
     def __init__(
@@ -321,354 +316,6 @@ class BusPoller:
             return max(1, min(block, int((retry - now) * 1000)))
         return min(block, 20)
 
-    # --- reading ----------------------------------------------------------------------
-    def _read(self) -> int:
-        """READ a batch (non-blocking); returns how many were dead-lettered at intake.
-        Sets ``_drained`` when the inbox had fewer new entries than asked for."""
-        count = min(self.batch_size, self.max_held - len(self._held))
-        if count <= 0:
-            return 0
-        self._drained = False
-        try:
-            if self._ack_queue:  # acks of the last batch ride along: one round trip
-                pipe = self.redis.pipeline(transaction=False)
-                self._queue_acks_on(pipe)
-                self.bus._read(keys=[self.inbox], args=[self.robot, self.consumer, count], client=pipe)
-                entries, last = pipe.execute()[-1]
-            else:
-                entries, last = self.bus._read(keys=[self.inbox], args=[self.robot, self.consumer, count])
-        except _redis.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            if not self._register:
-                raise BusError(f"robot {self.robot!r} has no consumer group on {self.inbox!r}") from exc
-            log.warning("bus.group_recreated", robot=self.robot)
-            self.bus.register(self.robot)
-            return 0
-        if last:
-            self._cursor = _s(last)
-        self._drained = len(entries) < count
-        dead = 0
-        for entry_id, flat, cid in entries:
-            entry = _s(entry_id)
-            self._cursor = entry
-            fields = {flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)}
-            dead += self._intake(entry, fields, 1, _s(cid) if cid else None, from_script=True)
-        return dead
-
-    def _wait_for_entries(self, block_ms: int) -> bool:
-        """Block (plain XREAD, consumes nothing) until an entry newer than the group's last
-        delivered one exists; avoids both busy polling and lost wake-ups."""
-        if self._ack_queue:  # send pending acks with the wait: Redis runs them at once
-            pipe = self.redis.pipeline(transaction=False)
-            self._queue_acks_on(pipe)
-            pipe.xread({self.inbox: self._cursor}, count=1, block=block_ms)
-            result = pipe.execute()[-1]
-        else:
-            result = self.redis.xread({self.inbox: self._cursor}, count=1, block=block_ms)
-        return bool(result and result[0][1])
-
-    def _queue_acks_on(self, pipe: Any) -> None:
-        ids, self._ack_queue = self._ack_queue, []
-        pipe.xack(self.inbox, self.robot, *ids)
-
-    def flush_acks(self) -> None:
-        """Send acknowledgements still queued (they normally ride on the next round trip)."""
-        if self._ack_queue:
-            ids, self._ack_queue = self._ack_queue, []
-            self.redis.xack(self.inbox, self.robot, *ids)
-
-    def _replay_own(self) -> int:
-        """On start: entries this consumer name still has pending from an earlier life."""
-        done, cursor = 0, "0-0"
-        for _ in range(10_000):
-            res = self.redis.xreadgroup(self.robot, self.consumer, {self.inbox: cursor}, count=self.batch_size)
-            entries = res[0][1] if res else []
-            if not entries:
-                break
-            counts = self._delivery_counts([_s(i) for i, _ in entries])
-            for entry_id, fields in entries:
-                entry = _s(entry_id)
-                if entry not in self._held:
-                    done += self._intake(entry, fields, counts.get(entry, 2), None)
-            cursor = _s(entries[-1][0])
-            if len(entries) < self.batch_size:
-                break
-        if self._held:
-            log.info("bus.replayed_own_pending", robot=self.robot, consumer=self.consumer, count=len(self._held))
-        return done
-
-    def _claim_stale(self) -> int:
-        """XAUTOCLAIM entries idle past the visibility timeout (their consumer is gone or
-        stuck), then delete consumers left with nothing pending."""
-        self._last_claim = time.monotonic()
-        done, cursor = 0, "0-0"
-        for _ in range(10):
-            res = self.redis.xautoclaim(
-                self.inbox, self.robot, self.consumer, min_idle_time=self._vis_ms, start_id=cursor,
-                count=self.batch_size,
-            )
-            next_id, entries = res[0], res[1]
-            deleted = res[2] if len(res) > 2 else []
-            if deleted:
-                log.warning("bus.reclaimed_deleted_entries", robot=self.robot, ids=[_s(i) for i in deleted])
-            if entries:
-                counts = self._delivery_counts([_s(i) for i, _ in entries])
-                for entry_id, fields in entries:
-                    entry = _s(entry_id)
-                    held = self._held.get(entry)
-                    if held is not None:  # our own, idle too long: just note the new count
-                        held.deliveries = counts.get(entry, held.deliveries + 1)
-                        continue
-                    self.counts["reclaimed"] += 1
-                    done += self._intake(entry, fields or {}, counts.get(entry, 2), None)
-                log.info("bus.reclaimed", robot=self.robot, consumer=self.consumer, count=len(entries))
-            if _s(next_id) == "0-0":
-                break
-            cursor = _s(next_id)
-        self._reap_consumers()
-        return done
-
-    def _reap_consumers(self) -> None:
-        try:
-            consumers = self.redis.xinfo_consumers(self.inbox, self.robot)
-        except _redis.ResponseError:
-            return
-        for c in consumers:
-            name = _s(c.get("name"))
-            if name == self.consumer or int(c.get("pending", 0)) or int(c.get("idle", 0)) < self._vis_ms:
-                continue
-            if self.bus._reap(keys=[self.inbox], args=[self.robot, name]) == 1:
-                log.info("bus.consumer_deleted", robot=self.robot, consumer=name)
-
-    def _delivery_counts(self, ids: list[str]) -> dict[str, int]:
-        if not ids:
-            return {}
-        rows = self.redis.xpending_range(
-            self.inbox, self.robot, min=ids[0], max=ids[-1], count=len(ids) + len(self._held) + 16,
-            consumername=self.consumer,
-        )
-        return {_s(r["message_id"]): int(r["times_delivered"]) for r in rows}
-
-    def _intake(
-        self, entry: str, fields: Mapping[bytes, bytes], deliveries: int, cid: str | None, *, from_script: bool = False
-    ) -> int:
-        """Turn an entry into a held Delivery; dead-letter it now if it is not a valid
-        envelope. Returns 1 when it was resolved here."""
-        if not fields:  # trimmed/deleted while pending: nothing left to handle
-            self.redis.xack(self.inbox, self.robot, entry)
-            log.warning("bus.entry_vanished", robot=self.robot, entry=entry)
-            return 1
-        raw = fields.get(b"envelope")
-        message: RobotMessage | None = None
-        error: SchemaError | str | None = None
-        if raw is None:
-            names = sorted(_s(k) for k in fields)
-            error = f"entry has no 'envelope' field (fields: {', '.join(names)})"
-        else:
-            try:
-                message = decode_message(raw)
-            except SchemaError as exc:
-                error = exc
-            else:
-                if not _has_id(raw):
-                    # a hand-written envelope without "id": derive a stable one from the
-                    # entry, so redeliveries stay idempotent and replies can name it
-                    message = msgspec.structs.replace(message, id=f"{self.robot}/{entry}")
-        if not from_script:
-            cid = message.conversation_id if message else _lenient_conversation(raw)
-        d = Delivery(self, entry, fields, deliveries, message, error, cid or None)
-        self._held[entry] = d
-        if message is None:
-            self._dead_letter(d, "invalid", error or "invalid envelope")
-            return 1
-        if message.to != self.robot:
-            log.warning("bus.misaddressed", robot=self.robot, to=message.to, message_id=message.id)
-        return 0
-
-    # --- handling ---------------------------------------------------------------------
-    def _process_ready(self, limit: int | None) -> int:
-        if limit == 0:
-            return 0
-        done = 0
-        now = time.monotonic()
-        blocked: set[str] = set()
-        for d in list(self._held.values()):
-            if limit is not None and done >= limit:
-                break
-            if d.state != PENDING or d.entry_id not in self._held:
-                continue
-            conv = d.conversation
-            if conv is not None and conv in blocked:
-                continue
-            if d.retry_at > now:
-                if conv is not None:
-                    blocked.add(conv)
-                continue
-            if conv is not None and not self.bus._acquire(keys=[self.inbox], args=[self.robot, conv, d.entry_id]):
-                blocked.add(conv)
-                continue
-            if d.needs_claim and not self._redeliver(d):
-                continue
-            self._handle(d)
-            done += 1
-        return done
-
-    def _redeliver(self, d: Delivery) -> bool:
-        """Claim a nacked entry back to ourselves (a counted delivery) before retrying."""
-        claimed = self.redis.xclaim(self.inbox, self.robot, self.consumer, 0, [d.entry_id])
-        if not claimed:
-            self._held.pop(d.entry_id, None)
-            log.info("bus.retry_gone", robot=self.robot, entry=d.entry_id)
-            return False
-        d.deliveries += 1
-        d.needs_claim = False
-        self.counts["retried"] += 1
-        return True
-
-    def _handle(self, d: Delivery) -> None:
-        msg = d.message
-        assert msg is not None
-        with log_context(robot=self.robot, message_id=msg.id, conversation_id=msg.conversation_id), \
-                continue_trace(msg.headers.get("traceparent")):
-            if d.deliveries > self.max_deliveries:
-                last = f"; last error: {d.last_error}" if d.last_error else ""
-                self._dead_letter(
-                    d, "max_deliveries",
-                    f"delivered {d.deliveries} times (max_deliveries={self.max_deliveries}) without an ack{last}",
-                )
-                return
-            if msg.expired():
-                assert msg.deadline is not None
-                self._dead_letter(d, "expired", f"deadline {msg.deadline.isoformat()} passed before handling")
-                return
-            if msg.in_reply_to:
-                self.bus.correlate_reply(self.robot, msg)
-            self._current = d
-            try:
-                self._handler(d)
-            except Exception as exc:  # noqa: BLE001 - any handler failure is a nack, never a crash
-                if d.pending:
-                    self._fail(d, exc)
-                else:
-                    log.warning("bus.handler_raised_after_resolving", entry=d.entry_id, error=repr(exc))
-                return
-            finally:
-                self._current = None
-            if d.pending:
-                if self._auto_ack:
-                    self._ack(d)
-                else:
-                    log.warning("bus.handler_left_unresolved", entry=d.entry_id)
-                    self._nack(d, "handler returned without ack or nack", requeue=True, delay=None)
-
-    def _fail(self, d: Delivery, exc: BaseException) -> None:
-        error = f"{type(exc).__name__}: {exc}"
-        log.warning("bus.handler_failed", entry=d.entry_id, deliveries=d.deliveries, error=error)
-        self._nack(d, error, requeue=True, delay=None)
-
-    # --- resolutions (called through Delivery) -----------------------------------------
-    def _ack(self, d: Delivery) -> None:
-        # After the handler succeeded. A conversation entry is released at once (the next
-        # entry of its conversation may be waiting on another consumer); other acks are
-        # queued and sent with the next round trip (READ or the blocking wait), which saves
-        # one round trip per message. A crash before that round trip redelivers the entry,
-        # exactly like a crash between handler and XACK would.
-        if d.conversation:
-            self.bus._complete(keys=[self.inbox], args=[self.robot, d.entry_id, d.conversation])
-        else:
-            self._ack_queue.append(d.entry_id)
-        d.state = ACKED
-        self._held.pop(d.entry_id, None)
-        self.counts["acked"] += 1
-
-    def _nack(self, d: Delivery, error: BaseException | str | None, *, requeue: bool, delay: float | None) -> None:
-        text = _error_text(error) or "nacked"
-        if not requeue:
-            self._dead_letter(d, "rejected", text)
-            return
-        if d.deliveries >= self.max_deliveries:
-            self._dead_letter(d, "failed", text)
-            return
-        d.state = NACKED
-        retry = Delivery(self, d.entry_id, d.fields, d.deliveries, d.message, None, d.conversation)
-        retry.last_error = text
-        retry.needs_claim = True
-        backoff = self.retry_delay * (2 ** max(0, d.deliveries - 1))
-        retry.retry_at = time.monotonic() + (min(backoff, 30.0) if delay is None else delay)
-        self._held[d.entry_id] = retry  # same position: order within a conversation is kept
-
-    def _dead_letter(self, d: Delivery, reason: str, error: BaseException | str) -> None:
-        raw = d.fields.get(b"envelope")
-        if raw is None:
-            raw = json.dumps({_s(k): _s(v) for k, v in d.fields.items()})
-        text = _error_text(error)
-        fields: list[Any] = [
-            "envelope", raw, "reason", reason, "error", text, "deliveries", d.deliveries,
-            "entry_id", d.entry_id, "robot", self.robot, "consumer", self.consumer,
-            "message_id", d.message.id if d.message else "", "failed_at", utcnow().isoformat(),
-        ]
-        self.bus._dead(
-            keys=[self.inbox, self.dlq],
-            args=[self.robot, d.entry_id, d.conversation or "", int(self.bus.settings.dlq_maxlen), *fields],
-        )
-        d.state = DEAD
-        self._held.pop(d.entry_id, None)
-        self.counts["dead"] += 1
-        log.warning("bus.dead_lettered", robot=self.robot, entry=d.entry_id, reason=reason, error=text,
-                    deliveries=d.deliveries)
-        self._report_failure(d, reason, text)
-
-    def _report_failure(self, d: Delivery, reason: str, text: str) -> None:
-        """A message that asked for a reply (``reply_to``) and was dead-lettered gets an
-        ``error`` envelope there, so a requester or delegator fails at once instead of
-        waiting out its timeout."""
-        msg = d.message
-        if msg is None or msg.is_reply or not msg.reply_to:
-            return
-        try:
-            error = self.bus.build_reply(msg, f"Error: {reason}: {text}", from_=self.robot,
-                                         headers={"error": reason})
-            self.bus.deliver_reply(msgspec.structs.replace(error, kind="error"))
-        except Exception as exc:  # the dead letter is recorded; the notice is best effort
-            log.warning("bus.error_reply_failed", robot=self.robot, entry=d.entry_id, error=str(exc))
-
-    # --- keeping what we hold ----------------------------------------------------------
-    def _heartbeat(self) -> None:
-        """Reset the idle time of every entry we hold so nobody reclaims live work."""
-        self._last_beat = time.monotonic()
-        ids = list(self._held)
-        if not ids:
-            return
-        lost = self.bus._heartbeat(keys=[self.inbox], args=[self.robot, self.consumer, *ids])
-        for entry in lost or []:
-            self._lost.add(_s(entry))
-
-    def _drop_lost(self) -> None:
-        while self._lost:
-            entry = self._lost.pop()
-            d = self._held.get(entry)
-            if d is not None and d is not self._current:
-                self._held.pop(entry, None)
-                log.warning("bus.entry_lost", robot=self.robot, entry=entry)
-
-    def hand_back(self) -> int:
-        """Give up entries we hold but have not started: they look idle past the visibility
-        timeout (and this delivery is not counted) so another consumer reclaims them on its
-        next claim round. Returns how many were handed back."""
-        self.flush_acks()
-        pairs: list[Any] = []
-        for d in list(self._held.values()):
-            if d is self._current:
-                continue
-            pairs += [d.entry_id, max(0, d.deliveries - (0 if d.needs_claim else 1))]
-        self._held.clear()
-        if not pairs:
-            return 0
-        n = int(self.bus._hand_back(keys=[self.inbox], args=[self.robot, self.consumer, self._vis_ms + 1000, *pairs]))
-        log.info("bus.handed_back", robot=self.robot, consumer=self.consumer, count=n)
-        return n
-
     @property
     def held(self) -> int:
         """Entries this consumer holds and has not resolved (waiting, retrying or running)."""
@@ -676,36 +323,3 @@ class BusPoller:
 
     def __repr__(self) -> str:
         return f"<BusPoller robot={self.robot!r} consumer={self.consumer!r} held={len(self._held)}>"
-
-
-def _error_text(error: BaseException | str | None) -> str:
-    if error is None:
-        return ""
-    if isinstance(error, BaseException):
-        return str(error) if isinstance(error, SchemaError) else f"{type(error).__name__}: {error}"
-    return str(error)
-
-
-class _IdProbe(msgspec.Struct):
-    id: Any = None
-
-
-def _has_id(raw: bytes) -> bool:
-    if b'"id"' not in raw:
-        return False
-    try:
-        return msgspec.json.decode(raw, type=_IdProbe).id is not None
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return True
-
-
-def _lenient_conversation(raw: bytes | None) -> str | None:
-    """Best-effort conversation id of an entry that failed validation (to release it)."""
-    if not raw:
-        return None
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        return None
-    cid = doc.get("conversation_id") if isinstance(doc, dict) else None
-    return cid if isinstance(cid, str) and cid else None

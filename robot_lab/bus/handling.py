@@ -1,0 +1,186 @@
+"""Running held deliveries and resolving them (the handling half of BusPoller).
+
+Entries of one conversation run one at a time and in stream order across every consumer of
+the group: an entry may run only while it is the head of its conversation list (ACQUIRE);
+later ones wait, still pending and heart-beaten. A handler's success acks the entry
+(COMPLETE releases the conversation), a failure nacks it for a retry with backoff, and an
+entry past ``max_deliveries``, past its deadline or rejected goes to the DLQ, with an
+``error`` envelope to its ``reply_to``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import msgspec
+
+from robot_lab.errors import SchemaError
+from robot_lab.logging import get_logger, log_context
+from robot_lab.tracing import continue_trace
+from robot_lab.schemas import utcnow
+from robot_lab.text.strings import as_str as _s
+from robot_lab.bus.delivery import ACKED, DEAD, NACKED, PENDING, Delivery
+from robot_lab.bus.state import PollerState
+
+log = get_logger("robot_lab.bus.poller")
+
+
+class Handling(PollerState):
+    """Run ready deliveries in conversation order; ack, nack, dead-letter."""
+
+    # --- handling ---------------------------------------------------------------------
+    def _process_ready(self, limit: int | None) -> int:
+        if limit == 0:
+            return 0
+        done = 0
+        now = time.monotonic()
+        blocked: set[str] = set()
+        for d in list(self._held.values()):
+            if limit is not None and done >= limit:
+                break
+            if d.state != PENDING or d.entry_id not in self._held:
+                continue
+            conv = d.conversation
+            if conv is not None and conv in blocked:
+                continue
+            if d.retry_at > now:
+                if conv is not None:
+                    blocked.add(conv)
+                continue
+            if conv is not None and not self.bus._acquire(keys=[self.inbox], args=[self.robot, conv, d.entry_id]):
+                blocked.add(conv)
+                continue
+            if d.needs_claim and not self._redeliver(d):
+                continue
+            self._handle(d)
+            done += 1
+        return done
+
+    def _redeliver(self, d: Delivery) -> bool:
+        """Claim a nacked entry back to ourselves (a counted delivery) before retrying."""
+        claimed = self.redis.xclaim(self.inbox, self.robot, self.consumer, 0, [d.entry_id])
+        if not claimed:
+            self._held.pop(d.entry_id, None)
+            log.info("bus.retry_gone", robot=self.robot, entry=d.entry_id)
+            return False
+        d.deliveries += 1
+        d.needs_claim = False
+        self.counts["retried"] += 1
+        return True
+
+    def _handle(self, d: Delivery) -> None:
+        msg = d.message
+        assert msg is not None
+        with log_context(robot=self.robot, message_id=msg.id, conversation_id=msg.conversation_id), \
+                continue_trace(msg.headers.get("traceparent")):
+            if d.deliveries > self.max_deliveries:
+                last = f"; last error: {d.last_error}" if d.last_error else ""
+                self._dead_letter(
+                    d, "max_deliveries",
+                    f"delivered {d.deliveries} times (max_deliveries={self.max_deliveries}) without an ack{last}",
+                )
+                return
+            if msg.expired():
+                assert msg.deadline is not None
+                self._dead_letter(d, "expired", f"deadline {msg.deadline.isoformat()} passed before handling")
+                return
+            if msg.in_reply_to:
+                self.bus.correlate_reply(self.robot, msg)
+            self._current = d
+            try:
+                self._handler(d)
+            except Exception as exc:  # noqa: BLE001 - any handler failure is a nack, never a crash
+                if d.pending:
+                    self._fail(d, exc)
+                else:
+                    log.warning("bus.handler_raised_after_resolving", entry=d.entry_id, error=repr(exc))
+                return
+            finally:
+                self._current = None
+            if d.pending:
+                if self._auto_ack:
+                    self._ack(d)
+                else:
+                    log.warning("bus.handler_left_unresolved", entry=d.entry_id)
+                    self._nack(d, "handler returned without ack or nack", requeue=True, delay=None)
+
+    def _fail(self, d: Delivery, exc: BaseException) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        log.warning("bus.handler_failed", entry=d.entry_id, deliveries=d.deliveries, error=error)
+        self._nack(d, error, requeue=True, delay=None)
+
+    # --- resolutions (called through Delivery) -----------------------------------------
+    def _ack(self, d: Delivery) -> None:
+        # After the handler succeeded. A conversation entry is released at once (the next
+        # entry of its conversation may be waiting on another consumer); other acks are
+        # queued and sent with the next round trip (READ or the blocking wait), which saves
+        # one round trip per message. A crash before that round trip redelivers the entry,
+        # exactly like a crash between handler and XACK would.
+        if d.conversation:
+            self.bus._complete(keys=[self.inbox], args=[self.robot, d.entry_id, d.conversation])
+        else:
+            self._ack_queue.append(d.entry_id)
+        d.state = ACKED
+        self._held.pop(d.entry_id, None)
+        self.counts["acked"] += 1
+
+    def _nack(self, d: Delivery, error: BaseException | str | None, *, requeue: bool, delay: float | None) -> None:
+        text = _error_text(error) or "nacked"
+        if not requeue:
+            self._dead_letter(d, "rejected", text)
+            return
+        if d.deliveries >= self.max_deliveries:
+            self._dead_letter(d, "failed", text)
+            return
+        d.state = NACKED
+        retry = Delivery(self, d.entry_id, d.fields, d.deliveries, d.message, None, d.conversation)
+        retry.last_error = text
+        retry.needs_claim = True
+        backoff = self.retry_delay * (2 ** max(0, d.deliveries - 1))
+        retry.retry_at = time.monotonic() + (min(backoff, 30.0) if delay is None else delay)
+        self._held[d.entry_id] = retry  # same position: order within a conversation is kept
+
+    def _dead_letter(self, d: Delivery, reason: str, error: BaseException | str) -> None:
+        raw = d.fields.get(b"envelope")
+        if raw is None:
+            raw = json.dumps({_s(k): _s(v) for k, v in d.fields.items()})
+        text = _error_text(error)
+        fields: list[Any] = [
+            "envelope", raw, "reason", reason, "error", text, "deliveries", d.deliveries,
+            "entry_id", d.entry_id, "robot", self.robot, "consumer", self.consumer,
+            "message_id", d.message.id if d.message else "", "failed_at", utcnow().isoformat(),
+        ]
+        self.bus._dead(
+            keys=[self.inbox, self.dlq],
+            args=[self.robot, d.entry_id, d.conversation or "", int(self.bus.settings.dlq_maxlen), *fields],
+        )
+        d.state = DEAD
+        self._held.pop(d.entry_id, None)
+        self.counts["dead"] += 1
+        log.warning("bus.dead_lettered", robot=self.robot, entry=d.entry_id, reason=reason, error=text,
+                    deliveries=d.deliveries)
+        self._report_failure(d, reason, text)
+
+    def _report_failure(self, d: Delivery, reason: str, text: str) -> None:
+        """A message that asked for a reply (``reply_to``) and was dead-lettered gets an
+        ``error`` envelope there, so a requester or delegator fails at once instead of
+        waiting out its timeout."""
+        msg = d.message
+        if msg is None or msg.is_reply or not msg.reply_to:
+            return
+        try:
+            error = self.bus.build_reply(msg, f"Error: {reason}: {text}", from_=self.robot,
+                                         headers={"error": reason})
+            self.bus.deliver_reply(msgspec.structs.replace(error, kind="error"))
+        except Exception as exc:  # the dead letter is recorded; the notice is best effort
+            log.warning("bus.error_reply_failed", robot=self.robot, entry=d.entry_id, error=str(exc))
+
+
+def _error_text(error: BaseException | str | None) -> str:
+    if error is None:
+        return ""
+    if isinstance(error, BaseException):
+        return str(error) if isinstance(error, SchemaError) else f"{type(error).__name__}: {error}"
+    return str(error)

@@ -1,0 +1,179 @@
+"""Reading a robot's inbox into held deliveries (the intake half of BusPoller).
+
+New entries come through the READ script: ``XREADGROUP`` plus, in the same atomic step,
+appending each entry that names a ``conversation_id`` to that conversation's ordering list,
+so every list is in stream order however many consumers read. On start a consumer replays
+what its name still has pending. Each entry becomes a :class:`~robot_lab.bus.delivery.Delivery`
+held by the consumer; one that is not a valid envelope is dead-lettered at once. Acks of
+free entries are batched here and ride on the next round trip.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+import redis as _redis
+
+from robot_lab.errors import BusError, SchemaError
+from robot_lab.logging import get_logger
+from robot_lab.schemas import RobotMessage, decode_message
+from robot_lab.text.strings import as_str as _s
+from robot_lab.bus.delivery import Delivery
+from robot_lab.bus.state import PollerState
+
+log = get_logger("robot_lab.bus.poller")
+
+
+class Intake(PollerState):
+    """Read, replay and validate entries; batch acknowledgements."""
+
+    # --- reading ----------------------------------------------------------------------
+    def _read(self) -> int:
+        """READ a batch (non-blocking); returns how many were dead-lettered at intake.
+        Sets ``_drained`` when the inbox had fewer new entries than asked for."""
+        count = min(self.batch_size, self.max_held - len(self._held))
+        if count <= 0:
+            return 0
+        self._drained = False
+        try:
+            if self._ack_queue:  # acks of the last batch ride along: one round trip
+                pipe = self.redis.pipeline(transaction=False)
+                self._queue_acks_on(pipe)
+                self.bus._read(keys=[self.inbox], args=[self.robot, self.consumer, count], client=pipe)
+                entries, last = pipe.execute()[-1]
+            else:
+                entries, last = self.bus._read(keys=[self.inbox], args=[self.robot, self.consumer, count])
+        except _redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            if not self._register:
+                raise BusError(f"robot {self.robot!r} has no consumer group on {self.inbox!r}") from exc
+            log.warning("bus.group_recreated", robot=self.robot)
+            self.bus.register(self.robot)
+            return 0
+        if last:
+            self._cursor = _s(last)
+        self._drained = len(entries) < count
+        dead = 0
+        for entry_id, flat, cid in entries:
+            entry = _s(entry_id)
+            self._cursor = entry
+            fields = {flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+            dead += self._intake(entry, fields, 1, _s(cid) if cid else None, from_script=True)
+        return dead
+
+    def _wait_for_entries(self, block_ms: int) -> bool:
+        """Block (plain XREAD, consumes nothing) until an entry newer than the group's last
+        delivered one exists; avoids both busy polling and lost wake-ups."""
+        if self._ack_queue:  # send pending acks with the wait: Redis runs them at once
+            pipe = self.redis.pipeline(transaction=False)
+            self._queue_acks_on(pipe)
+            pipe.xread({self.inbox: self._cursor}, count=1, block=block_ms)
+            result = pipe.execute()[-1]
+        else:
+            result = self.redis.xread({self.inbox: self._cursor}, count=1, block=block_ms)
+        return bool(result and result[0][1])
+
+    def _queue_acks_on(self, pipe: Any) -> None:
+        ids, self._ack_queue = self._ack_queue, []
+        pipe.xack(self.inbox, self.robot, *ids)
+
+    def flush_acks(self) -> None:
+        """Send acknowledgements still queued (they normally ride on the next round trip)."""
+        if self._ack_queue:
+            ids, self._ack_queue = self._ack_queue, []
+            self.redis.xack(self.inbox, self.robot, *ids)
+
+    def _replay_own(self) -> int:
+        """On start: entries this consumer name still has pending from an earlier life."""
+        done, cursor = 0, "0-0"
+        for _ in range(10_000):
+            res = self.redis.xreadgroup(self.robot, self.consumer, {self.inbox: cursor}, count=self.batch_size)
+            entries = res[0][1] if res else []
+            if not entries:
+                break
+            counts = self._delivery_counts([_s(i) for i, _ in entries])
+            for entry_id, fields in entries:
+                entry = _s(entry_id)
+                if entry not in self._held:
+                    done += self._intake(entry, fields, counts.get(entry, 2), None)
+            cursor = _s(entries[-1][0])
+            if len(entries) < self.batch_size:
+                break
+        if self._held:
+            log.info("bus.replayed_own_pending", robot=self.robot, consumer=self.consumer, count=len(self._held))
+        return done
+
+
+    def _delivery_counts(self, ids: list[str]) -> dict[str, int]:
+        if not ids:
+            return {}
+        rows = self.redis.xpending_range(
+            self.inbox, self.robot, min=ids[0], max=ids[-1], count=len(ids) + len(self._held) + 16,
+            consumername=self.consumer,
+        )
+        return {_s(r["message_id"]): int(r["times_delivered"]) for r in rows}
+
+    def _intake(
+        self, entry: str, fields: Mapping[bytes, bytes], deliveries: int, cid: str | None, *, from_script: bool = False
+    ) -> int:
+        """Turn an entry into a held Delivery; dead-letter it now if it is not a valid
+        envelope. Returns 1 when it was resolved here."""
+        if not fields:  # trimmed/deleted while pending: nothing left to handle
+            self.redis.xack(self.inbox, self.robot, entry)
+            log.warning("bus.entry_vanished", robot=self.robot, entry=entry)
+            return 1
+        raw = fields.get(b"envelope")
+        message: RobotMessage | None = None
+        error: SchemaError | str | None = None
+        if raw is None:
+            names = sorted(_s(k) for k in fields)
+            error = f"entry has no 'envelope' field (fields: {', '.join(names)})"
+        else:
+            try:
+                message = decode_message(raw)
+            except SchemaError as exc:
+                error = exc
+            else:
+                if not _has_id(raw):
+                    # a hand-written envelope without "id": derive a stable one from the
+                    # entry, so redeliveries stay idempotent and replies can name it
+                    message = msgspec.structs.replace(message, id=f"{self.robot}/{entry}")
+        if not from_script:
+            cid = message.conversation_id if message else _lenient_conversation(raw)
+        d = Delivery(self, entry, fields, deliveries, message, error, cid or None)
+        self._held[entry] = d
+        if message is None:
+            self._dead_letter(d, "invalid", error or "invalid envelope")
+            return 1
+        if message.to != self.robot:
+            log.warning("bus.misaddressed", robot=self.robot, to=message.to, message_id=message.id)
+        return 0
+
+
+class _IdProbe(msgspec.Struct):
+    id: Any = None
+
+
+def _has_id(raw: bytes) -> bool:
+    if b'"id"' not in raw:
+        return False
+    try:
+        return msgspec.json.decode(raw, type=_IdProbe).id is not None
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return True
+
+
+def _lenient_conversation(raw: bytes | None) -> str | None:
+    """Best-effort conversation id of an entry that failed validation (to release it)."""
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    cid = doc.get("conversation_id") if isinstance(doc, dict) else None
+    return cid if isinstance(cid, str) and cid else None

@@ -1,0 +1,69 @@
+"""The state one bus consumer keeps, shared by the parts of BusPoller.
+
+BusPoller is assembled from one mixin per concern -- :mod:`.intake` (reading entries into
+held deliveries), :mod:`.handling` (running them in conversation order and resolving them:
+ack, nack, dead letter), :mod:`.reclaim` (heartbeats, the reclaim sweep, hand-back) -- and
+:mod:`.poller` (settings, handler styles, the loop). This class names the attributes they
+share, so each of those modules can be read alone; :class:`robot_lab.bus.poller.BusPoller`
+sets them in ``__init__``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import redis as _redis
+
+if TYPE_CHECKING:
+    from robot_lab.bus.core import Bus
+    from robot_lab.bus.delivery import Delivery
+
+
+class PollerState:
+    """Attributes of one consumer of one robot's inbox (set by ``BusPoller.__init__``)."""
+
+    # who and where
+    robot: str  # the robot, also the consumer group's name
+    consumer: str  # this consumer's name in the group
+    bus: Bus
+    redis: _redis.Redis
+    inbox: str  # the robot's inbox stream key
+    dlq: str  # its dead-letter stream key
+
+    # settings
+    batch_size: int
+    block_ms: int
+    visibility_timeout: float  # seconds an entry may sit idle before another consumer takes it
+    max_deliveries: int
+    retry_delay: float
+    claim_interval: float  # seconds between reclaim sweeps
+    heartbeat_interval: float
+    max_held: int  # entries held at most (read, retrying or waiting for their conversation)
+    _vis_ms: int
+    _register: bool  # create the inbox and group when missing
+
+    # what this consumer holds and does
+    _handler: Callable[[Delivery], Any]
+    _auto_ack: bool
+    _held: OrderedDict[str, Delivery]  # entry id -> delivery, unresolved
+    _lost: set[str]  # held entries another consumer has reclaimed (from the heartbeat)
+    _current: Delivery | None  # the entry whose handler runs now
+    _cursor: str  # newest entry id seen (the blocking wait starts after it)
+    _drained: bool  # the last read got fewer entries than asked for
+    _ack_queue: list[str]  # acks to send with the next round trip
+    _started: bool
+    _last_claim: float
+    _last_beat: float
+    counts: dict[str, int]
+
+    if TYPE_CHECKING:  # implemented by the other mixins of BusPoller
+        def _intake(self, entry: str, fields: Any, deliveries: int, cid: str | None, *,
+                    from_script: bool = False) -> int: ...
+
+        def _delivery_counts(self, ids: list[str]) -> dict[str, int]: ...
+
+        def _dead_letter(self, d: Delivery, reason: str, error: BaseException | str) -> None: ...
+
+        def flush_acks(self) -> None: ...
