@@ -106,9 +106,9 @@ class SkillsSettings(BaseModel):
     # no rule uses its threshold as the floor.
     match_rules: dict[str, MatchRule] = Field(
         default_factory=lambda: {
-            "sentence-transformers/all-MiniLM-L6-v2": MatchRule(floor=0.20, margin=0.05, switch_margin=0.05),
+            "sentence-transformers/all-MiniLM-L6-v2": MatchRule(floor=0.26, margin=0.05, switch_margin=0.05),
             "BAAI/bge-small-en-v1.5": MatchRule(floor=0.70, margin=0.03, switch_margin=0.03),
-            "tfidf": MatchRule(floor=0.10, margin=0.05, switch_margin=0.05),
+            "tfidf": MatchRule(floor=0.29, margin=0.0, switch_margin=0.05),
         }
     )
     # The Python that runs skill scripts (``#!/usr/bin/env python3`` and ``.py``): None is the
