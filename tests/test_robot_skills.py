@@ -84,3 +84,22 @@ def test_template_skills_and_agent_skills_mix(skills_root: Path) -> None:
 def test_bad_skill_mode_is_rejected() -> None:
     with pytest.raises(robot_lab.ConfigurationError, match="skill_mode"):
         robot_lab.build(name="x", skill_mode="auto")
+
+
+def test_skill_tool_mode_activation_sticks_to_the_conversation(skills_root: Path) -> None:
+    from robot_lab.runtime.llm.scripted import register_script, unregister_script
+
+    register_script("activate-then-use", {"rules": [
+        {"when": {"contains": "first"}, "tool_calls": [{"name": "Skill", "arguments": {"skill": "greeter"}}],
+         "reply": "loaded"},
+        {"when": {"contains": "second"},
+         "tool_calls": [{"name": "greeter__greet", "arguments": {"args": "Ada"}}], "reply": "{tool_results}"},
+    ]})
+    try:
+        robot = robot_lab.build(name="agent2", system_prompt="BASE", skills=["greeter", "taxes"], skill_mode="tool",
+                                model="scripted/activate-then-use")
+        robot.run("first, load what you need")
+        second = robot.run("second, greet Ada")
+        assert [str(c.data) for c in second.tool_calls] == ["hi Ada"]  # offered again without a new Skill call
+    finally:
+        unregister_script("activate-then-use")

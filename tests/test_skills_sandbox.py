@@ -419,3 +419,17 @@ def test_unusable_bwrap_follows_when_unavailable(tmp_path: Path, monkeypatch: py
     else:
         assert result == "ran" and marker.exists()
         assert any(e["event"] == "sandbox.unconfined" for e in logs)
+
+
+def test_killed_and_silent_scripts_say_so(tmp_path: Path) -> None:
+    sandbox = SandboxSettings(enabled=False, when_unavailable="unconfined")
+    directory = write_skill(tmp_path, "quiet", scripts={
+        "silent.sh": "true\n",
+        "killed.sh": "echo partial\nkill -TERM $$\n",
+        "shell143.sh": "exit 143\n",
+    })
+    tools = tools_of(directory, sandbox)
+    assert tools["silent"].call({}) == "(the script succeeded and printed nothing)"
+    assert tools["killed"].call({}) == "Error (killed by signal 15, SIGTERM):\npartial"
+    assert tools["shell143"].call({}) == "Error (killed by signal 15, SIGTERM):\n(no output)"
+    assert sandbox_mod.Outcome("", 3, False, False, "bwrap", 0.0).text() == "Error (exit 3):\n(no output)"

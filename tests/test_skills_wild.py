@@ -272,3 +272,27 @@ def test_pdf_form_flow_end_to_end(wild_env: Path, redis_client: Any, tmp_path: P
         assert not (Path(os.getcwd()) / "filled.pdf").exists()
     finally:
         unregister_script("pdf-flow")
+
+
+def test_a_served_robot_gets_the_envelopes_attachments(redis_client: Any) -> None:
+    from robot_lab.bus import Bus, BusPoller
+    from robot_lab.schemas.messages import RobotResult, TextMessage
+
+    class Clerk:
+        def __init__(self) -> None:
+            self.seen: list[Any] = []
+
+        def run(self, message: str, *, conversation_id: str | None = None, attachments: Any = None) -> RobotResult:
+            self.seen.append((message, conversation_id, attachments))
+            return RobotResult(robot_name="clerk", output=[TextMessage(content="ok")])
+
+    bus = Bus(redis_client)
+    clerk = Clerk()
+    poller = BusPoller("clerk", bus, block_ms=0, retry_delay=0, consumer="c1").serve(clerk)
+    poller.poll()
+    files = envelope_attachments([("form.pdf", b"%PDF-1.4")])
+    bus.publish_message(RobotMessage(to="clerk", content="fill it", conversation_id="c-9",
+                                     extensions={"attachments": files}))
+    while poller.run_once():
+        pass
+    assert clerk.seen == [("fill it", "c-9", files)]

@@ -261,3 +261,49 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
     for skill, score in ranked:
         table.add_row(f"{score:.3f}", "yes" if skill.name in picked else "", skill.name, _short(skill.description))
     _console().print(table)
+
+
+@skills.command("eval")
+@click.argument("prompts", type=click.Path(exists=True, dir_okay=False))
+@root_option
+@click.option("--embedder", type=click.Choice(["settings", "fastembed", "tfidf"]), default="settings",
+              show_default=True)
+@click.option("--max-fp", type=float, default=0.10, show_default=True,
+              help="Largest share of unrelated prompts a chosen rule may match.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def eval_cmd(prompts: str, roots: tuple[str, ...], embedder: str, max_fp: float, as_json: bool) -> None:
+    """Measure matching on labelled PROMPTS (YAML: prompts: [{text, skill | null}]).
+
+    Prints top-1 accuracy, recall and false positives of the configured rule, and the rule
+    the evidence picks (put it in skills.match_rules).
+    """
+    from robot_lab.settings import get_settings
+    from robot_lab.skills.embedding import TfidfEmbedder, load_embedder
+    from robot_lab.skills.evaluation import choose_rule, evaluate, load_prompts, score_all
+    from robot_lab.skills.matching import SkillMatcher
+
+    settings = get_settings()
+    chosen_embedder: Any = TfidfEmbedder() if embedder == "tfidf" else load_embedder(settings)
+    matcher = SkillMatcher(chosen_embedder, settings=settings)
+    try:
+        labelled = load_prompts(prompts)
+        scored = score_all(matcher, labelled, _catalog(roots).all())
+        current = evaluate(labelled, scored, matcher.rule)
+        best = choose_rule(labelled, scored, max_fp_rate=max_fp)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from None
+
+    def as_dict(report: Any) -> dict[str, Any]:
+        return {"floor": report.rule.floor, "margin": report.rule.margin, "top1": report.top1,
+                "recall": report.recall, "false_positive_rate": report.fp_unrelated,
+                "wrong_extras": report.wrong_extras, "missed": list(report.misses)}
+
+    if as_json:
+        _echo_json({"embedder": chosen_embedder.name, "prompts": len(labelled), "configured": as_dict(current),
+                    "chosen": as_dict(best)})
+        return
+    click.echo(f"embedder {chosen_embedder.name}, {len(labelled)} prompts")
+    click.echo(f"configured rule: {current.line()}")
+    click.echo(f"chosen rule:     {best.line()}")
+    for text in best.misses:
+        click.echo(f"  missed: {text}")
