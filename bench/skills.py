@@ -174,7 +174,25 @@ def main() -> None:
         verdict = "PASS" if med_match < 0.020 else "FAIL"
         print(f"  target: match < 20 ms after warm-up -> {verdict} ({ms(med_match).strip()})")
 
+        tools_part(skills, args.rounds)
         redis_part(skills, embedder, settings)
+
+
+def tools_part(skills, rounds: int) -> None:  # type: ignore[no-untyped-def]
+    """script_tools() for the 10 skills a run might match: built every time (what every run
+    paid before the cache) vs cached (what a run pays now)."""
+    from robot_lab.skills.capabilities import Capabilities
+
+    batch = skills[:10]
+    ceiling = Capabilities.ceiling()
+    uncached = timed(lambda _: [s._build_tools(s.scripts, ceiling, None) for s in batch], max(rounds // 10, 5))
+    for skill in batch:
+        skill.script_tools(ceiling)
+    cached = timed(lambda _: [s.script_tools(ceiling) for s in batch], rounds)
+    print("\nscript tools of 10 matched skills, per run:")
+    print(f"  baseline  built every run:                              {summary(uncached)}")
+    print(f"  robot-lab cached until a script changes:                {summary(cached)}")
+    print(f"  ratio {statistics.median(uncached) / statistics.median(cached):6.1f}x")
 
 
 def redis_part(skills, embedder, settings) -> None:  # type: ignore[no-untyped-def]

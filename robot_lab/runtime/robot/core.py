@@ -354,8 +354,7 @@ class Robot:
         ``RedisDoomLoopDetector`` so a loop bouncing between robots is seen).
         ``conversation_id`` loads that conversation's history from Redis first and saves it
         after, so any worker of this robot can continue it.
-        ``attachments`` (paths, ``(name, bytes)`` pairs or envelope mappings) land in the
-        conversation's skill workspace (docs/skills.md, "A workspace").
+        ``attachments`` (paths, ``(name, bytes)`` pairs) land in the skill workspace (docs/skills.md).
         """
         if conversation_id is not None:
             return run_mod.run_in_conversation(
