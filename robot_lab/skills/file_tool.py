@@ -14,13 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from robot_lab.skills.capabilities import is_under
 from robot_lab.skills.skill import AgentSkill
 
 TOOL_NAME = "read_skill_file"
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 class SkillFileTool:
@@ -59,7 +56,7 @@ class SkillFileTool:
         relative = str(arguments.get("path") or "").strip().lstrip("/") or "."
         root = os.path.realpath(skill.path)
         target = os.path.realpath(os.path.join(root, relative))
-        if not _inside(target, root):
+        if not is_under(target, root):
             return f"Error ({self.name}): {relative!r} is outside the {skill.name} skill folder"
         if os.path.isdir(target):
             return self._listing(skill, root, target)
@@ -90,7 +87,7 @@ class SkillFileTool:
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             for file in sorted(files):
                 full = os.path.join(base, file)
-                if not file.startswith(".") and _inside(os.path.realpath(full), root):
+                if not file.startswith(".") and is_under(os.path.realpath(full), root):
                     entries.append(os.path.relpath(full, root))
             if len(entries) > 200:
                 break

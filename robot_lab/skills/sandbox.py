@@ -35,7 +35,7 @@ from typing import Any
 
 from robot_lab.errors import SandboxError
 from robot_lab.logging import declare_secret, get_logger
-from robot_lab.skills.capabilities import Capabilities
+from robot_lab.skills.capabilities import Capabilities, is_under
 
 log = get_logger("robot_lab.skills.sandbox")
 
@@ -262,7 +262,7 @@ def choose_cwd(grant: Capabilities, skill_dir: str) -> str:
     """The caller's cwd when the grant covers it (scripts see the project), else the skill dir."""
     here = os.path.realpath(os.getcwd())
     for root in (*grant.fs_write, *grant.fs_read):
-        if here == root or here.startswith(root.rstrip("/") + "/"):
+        if is_under(here, root):
             return here
     return skill_dir
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
-from robot_lab.skills.capabilities import expand_path
+from robot_lab.skills.capabilities import expand_path, is_under
 
 log = get_logger("robot_lab.skills.workspace")
 
@@ -128,7 +128,7 @@ class Workspace:
     def _attach_path(self, source: Path, name: str | None, limit: int) -> Path:
         real = expand_path(str(source))
         roots = [expand_path(p) for p in getattr(_sandbox(self.sandbox), "attach_from", ["."])]
-        if not any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
+        if not any(is_under(real, r) for r in roots):
             raise ConfigurationError(
                 f"attachment {source} is outside the folders files may be attached from "
                 f"({', '.join(roots) or 'none'}; sandbox.attach_from)")
