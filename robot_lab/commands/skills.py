@@ -42,15 +42,15 @@ print("hello from {name}:", " ".join(sys.argv[1:]) or "(no args)")
 '''
 
 
-def _console() -> Any:
-    """A console that never wraps names when piped: a file or pipe gets a very wide page
-    (unless COLUMNS says otherwise), a terminal its own width."""
+def _console(*, tables: bool = False) -> Any:
+    """A console; for ``tables``, one that never wraps names when piped: a file or pipe
+    gets a very wide page (unless COLUMNS says otherwise), a terminal its own width."""
     import os
 
     from rich.console import Console
 
     console = Console(soft_wrap=False)
-    if not console.is_terminal and not os.environ.get("COLUMNS"):
+    if tables and not console.is_terminal and not os.environ.get("COLUMNS"):
         console = Console(soft_wrap=False, width=10_000)
     return console
 
@@ -81,7 +81,7 @@ root_option = click.option(
 
 @click.group()
 def skills() -> None:
-    """AgentSkills (SKILL.md bundles): list, show, validate, create, match."""
+    """AgentSkills (SKILL.md bundles): list, show, validate, create, match, eval."""
 
 
 @skills.command("list")
@@ -100,11 +100,11 @@ def list_skills(roots: tuple[str, ...], as_json: bool) -> None:
             "skipped": [{"path": str(p.path), "error": p.message} for p in catalog.problems],
         })
         return
-    console = _console()
+    console = _console(tables=True)
     table = Table(title="Skills", show_lines=False)
     table.add_column("name", no_wrap=True)
     table.add_column("root", no_wrap=True)
-    for column in ("description", "scripts", "warnings"):
+    for column in ("description", "tools", "warnings"):
         table.add_column(column, overflow="fold")
     for skill in catalog.all():
         table.add_row(skill.name, f"{skill.root}\n{skill.path.parent}", _short(skill.description),
@@ -145,6 +145,9 @@ def show(name: str, roots: tuple[str, ...]) -> None:
     tools = skill.script_tools()
     for tool in tools:
         console.print(f"tool {tool.name}: {tool.description}  [{' '.join(tool.command)}]", markup=False)
+    for script, plan in skill.script_plans():
+        if plan.kind in ("library", "data"):
+            console.print(f"{plan.kind} scripts/{script.name}: not a tool ({plan.why})", markup=False)
     for warning in skill.warnings:
         console.print(f"[yellow]warning[/yellow] {warning}", highlight=False)
     console.rule("instructions")
@@ -260,7 +263,7 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
     table.add_column("description")
     for skill, score in ranked:
         table.add_row(f"{score:.3f}", "yes" if skill.name in picked else "", skill.name, _short(skill.description))
-    _console().print(table)
+    _console(tables=True).print(table)
 
 
 @skills.command("eval")
