@@ -296,3 +296,20 @@ def test_a_served_robot_gets_the_envelopes_attachments(redis_client: Any) -> Non
     while poller.run_once():
         pass
     assert clerk.seen == [("fill it", "c-9", files)]
+
+
+def test_sticky_skills_are_shared_through_redis(redis_client: Any, key_prefix: str, tmp_path: Path) -> None:
+    from robot_lab.keys import Keys
+
+    catalog = SkillCatalog([WILD], entry_points=False)
+    skills = catalog.select(["pdf", "report-a"])
+    settings = Settings(skills={"workspace_root": str(tmp_path)})
+    keys = Keys(prefix=key_prefix)
+    matcher = SkillMatcher(FakeEmbedder(), settings=Settings(skills={"match_rules": {"fake": {"floor": 0.3}}}))
+    first = SkillSession("clerk", "conv-7", settings=settings, redis=redis_client, keys=keys)  # worker 1
+    assert [s.name for s in first.match_run("fill in the pdf form", skills, [], None, matcher=matcher).skills] == ["pdf"]
+    second = SkillSession("clerk", "conv-7", settings=settings, redis=redis_client, keys=keys)  # worker 2
+    run = second.match_run("Ada Lovelace, London", skills, [], None, matcher=matcher)
+    assert [s.name for s in run.skills] == ["pdf"]  # the conversation's skill, read back from Redis
+    assert json.loads(redis_client.get(keys.skill_sticky("clerk", "conv-7"))) == ["pdf"]
+    assert redis_client.ttl(keys.skill_sticky("clerk", "conv-7")) > 0

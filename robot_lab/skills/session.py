@@ -100,7 +100,9 @@ class SkillSession:
     # --- sticky skills -------------------------------------------------------------------------
     @property
     def current(self) -> list[str]:
-        if self._current is None:
+        """The skills the conversation uses. With Redis it is read on every run (one GET),
+        since another worker may have moved the conversation on meanwhile."""
+        if self._current is None or self.redis is not None:
             self._current = self._load_current()
         return list(self._current)
 
@@ -214,7 +216,7 @@ def session_for(robot: str, scope: str | None, *, settings: Any = None) -> Skill
         from robot_lab.connection import get_redis
         from robot_lab.keys import Keys
 
-        redis, keys = get_redis(settings.redis_url), Keys(prefix=settings.key_prefix, cluster=settings.cluster)
+        redis, keys = get_redis(settings.redis_url), Keys(prefix=settings.key_prefix, cluster=settings.cluster_keys)
     session = SkillSession(robot, scope, settings=settings, redis=redis, keys=keys)
     with _sessions_lock:
         session = _sessions.setdefault(key, session)
