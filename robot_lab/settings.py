@@ -102,11 +102,12 @@ class SkillsSettings(BaseModel):
     # hand-off; ~6 ms vs ~14 ms on a busy 2-core box); None lets onnxruntime use every core.
     embedding_threads: int | None = 1
 
-    # Per-model match rules (chosen on tests/skills_eval with bench/skills.py); a model with
+    # Per-model match rules (chosen on tests/skills_eval and a public collection, see
+    # docs/skills.md "The match rule, and the evidence for it"); a model with
     # no rule uses its threshold as the floor.
     match_rules: dict[str, MatchRule] = Field(
         default_factory=lambda: {
-            "sentence-transformers/all-MiniLM-L6-v2": MatchRule(floor=0.26, margin=0.05, switch_margin=0.05),
+            "sentence-transformers/all-MiniLM-L6-v2": MatchRule(floor=0.20, margin=0.05, switch_margin=0.05),
             "BAAI/bge-small-en-v1.5": MatchRule(floor=0.70, margin=0.03, switch_margin=0.03),
             "tfidf": MatchRule(floor=0.29, margin=0.0, switch_margin=0.05),
         }

