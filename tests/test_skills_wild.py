@@ -313,3 +313,21 @@ def test_sticky_skills_are_shared_through_redis(redis_client: Any, key_prefix: s
     assert [s.name for s in run.skills] == ["pdf"]  # the conversation's skill, read back from Redis
     assert json.loads(redis_client.get(keys.skill_sticky("clerk", "conv-7"))) == ["pdf"]
     assert redis_client.ttl(keys.skill_sticky("clerk", "conv-7")) > 0
+
+
+def test_attaching_never_writes_through_a_link_a_script_left(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    (ws.path / "form.pdf").symlink_to(precious)  # what a hostile script could leave behind
+    ws.attach(b"%PDF new", "form.pdf")
+    assert precious.read_text() == "keep me"
+    assert not (ws.path / "form.pdf").is_symlink() and (ws.path / "form.pdf").read_bytes() == b"%PDF new"
+
+
+def test_a_workspace_root_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "root").symlink_to(elsewhere)
+    with pytest.raises(ConfigurationError, match="symlink or belongs to another user"):
+        Workspace.for_scope("conv-1", settings=Settings(skills={"workspace_root": str(tmp_path / "root")}))

@@ -405,7 +405,7 @@ def _snapshot(folder: Path | None) -> dict[str, tuple[int, int]] | None:
         for name in files:
             full = os.path.join(root, name)
             try:
-                st = os.stat(full)
+                st = os.lstat(full)  # a link a script made is not followed
             except OSError:
                 continue
             seen[os.path.relpath(full, folder)] = (st.st_mtime_ns, st.st_size)

@@ -4,7 +4,7 @@ files and leave theirs.
 Bundles in the wild declare no ``fs_read``/``fs_write`` grants and expect to work on "the
 user's files" in their current directory, passing results from one script to the next
 (extract -> JSON -> fill). So each conversation gets one folder under
-``skills.workspace_root`` (default ``<tmp>/robot_lab-workspaces``), named by the
+``skills.workspace_root`` (default ``<tmp>/robot_lab-workspaces-<uid>``), named by the
 conversation (or network run): mounted read-write in the sandbox, the scripts' cwd, and kept across the
 conversation's calls. The model is told its path (the gencode proposal's "Working
 Directory" line) and which files are in it.
@@ -29,7 +29,7 @@ import base64
 import hashlib
 import os
 import re
-import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -60,30 +60,45 @@ def _sandbox(sandbox: Any) -> Any:
 
 
 def workspace_root(settings: Any = None) -> Path:
-    """``skills.workspace_root``, else ``<tmp>/robot_lab-workspaces``."""
+    """``skills.workspace_root``, else ``<tmp>/robot_lab-workspaces-<uid>``."""
     if settings is None:
         from robot_lab.settings import get_settings
 
         settings = get_settings()
     skills = getattr(settings, "skills", settings)
     configured = getattr(skills, "workspace_root", None)
-    return Path(configured).expanduser() if configured else Path(tempfile.gettempdir()) / "robot_lab-workspaces"
+    if configured:
+        return Path(configured).expanduser()
+    return Path(tempfile.gettempdir()) / f"robot_lab-workspaces-{os.getuid()}"
+
+
+def _check_owner(folder: Path) -> None:
+    """A workspace folder someone else owns (a pre-made one in a shared /tmp) is refused:
+    they could read the user's files."""
+    st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid():
+        raise ConfigurationError(f"workspace folder {folder} is a symlink or belongs to another user; refusing it "
+                                 "(set skills.workspace_root to a folder of your own)")
 
 
 class Workspace:
     """One conversation's working directory."""
 
     def __init__(self, path: str | os.PathLike[str], *, sandbox: Any = None) -> None:
-        self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.path = Path(os.path.realpath(self.path))
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _check_owner(path)
+        self.path = Path(os.path.realpath(path))
         self.sandbox = sandbox
 
     @classmethod
     def for_scope(cls, scope: str, *, settings: Any = None, sandbox: Any = None) -> Workspace:
         """The workspace of ``scope``: a conversation id, or a network run id (shared by the
         run's robots, so one robot's output is the next one's input)."""
-        return cls(workspace_root(settings) / _segment(scope), sandbox=sandbox)
+        root = workspace_root(settings)
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _check_owner(root)
+        return cls(root / _segment(scope), sandbox=sandbox)
 
     # --- attachments -------------------------------------------------------------------------
     def attach(self, item: Any, name: str | None = None) -> Path:
@@ -118,7 +133,7 @@ class Workspace:
                 raise ConfigurationError(f"attachment {name!r} is {len(data)} bytes; the limit is {limit} "
                                          "(sandbox.max_attachment_bytes)")
             target = self._target(name)
-            target.write_bytes(data)
+            _write_new(target, data)
             log.info("workspace.attached", file=target.name, bytes=len(data), workspace=str(self.path))
             return target
         if isinstance(item, (str, os.PathLike)):
@@ -139,7 +154,8 @@ class Workspace:
             raise ConfigurationError(f"attachment {source} is {size} bytes; the limit is {limit} "
                                      "(sandbox.max_attachment_bytes)")
         target = self._target(name or source.name)
-        shutil.copyfile(real, target)
+        with open(real, "rb") as handle:
+            _write_new(target, handle.read(limit + 1)[:limit])
         log.info("workspace.attached", file=target.name, bytes=size, workspace=str(self.path))
         return target
 
@@ -176,6 +192,18 @@ class Workspace:
 
     def __repr__(self) -> str:
         return f"<Workspace {self.path}>"
+
+
+def _write_new(target: Path, data: bytes) -> None:
+    """Replace ``target`` with ``data`` without following a symlink a script left there
+    (robot-lab writes unconfined: a link to ``~/.bashrc`` must not be written through)."""
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.exists():
+        raise ConfigurationError(f"cannot attach {target.name}: a folder of that name is in the workspace")
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
 
 
 def envelope_attachments(items: Iterable[Any]) -> list[dict[str, str]]:
