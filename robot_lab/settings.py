@@ -76,6 +76,16 @@ class MatchRule(BaseModel):
     switch_margin: float = 0.05
 
 
+# Per-model match rules (chosen on tests/skills_eval and a public collection, see
+# docs/skills.md "The match rule, and the evidence for it"). A configured
+# ``skills.match_rules`` adds to these rather than replacing them.
+DEFAULT_MATCH_RULES: dict[str, MatchRule] = {
+    "sentence-transformers/all-MiniLM-L6-v2": MatchRule(floor=0.20, margin=0.05, switch_margin=0.05),
+    "BAAI/bge-small-en-v1.5": MatchRule(floor=0.70, margin=0.03, switch_margin=0.03),
+    "tfidf": MatchRule(floor=0.29, margin=0.0, switch_margin=0.05),
+}
+
+
 class SkillsSettings(BaseModel):
     roots: list[str] = Field(default_factory=list)
     embedding_model: str = "BAAI/bge-small-en-v1.5"
@@ -102,16 +112,9 @@ class SkillsSettings(BaseModel):
     # hand-off; ~6 ms vs ~14 ms on a busy 2-core box); None lets onnxruntime use every core.
     embedding_threads: int | None = 1
 
-    # Per-model match rules (chosen on tests/skills_eval and a public collection, see
-    # docs/skills.md "The match rule, and the evidence for it"); a model with
-    # no rule uses its threshold as the floor.
-    match_rules: dict[str, MatchRule] = Field(
-        default_factory=lambda: {
-            "sentence-transformers/all-MiniLM-L6-v2": MatchRule(floor=0.20, margin=0.05, switch_margin=0.05),
-            "BAAI/bge-small-en-v1.5": MatchRule(floor=0.70, margin=0.03, switch_margin=0.03),
-            "tfidf": MatchRule(floor=0.29, margin=0.0, switch_margin=0.05),
-        }
-    )
+    # Per-model match rules, added to DEFAULT_MATCH_RULES; a model with no rule uses its
+    # threshold as the floor.
+    match_rules: dict[str, MatchRule] = Field(default_factory=lambda: dict(DEFAULT_MATCH_RULES))
     # The Python that runs skill scripts (``#!/usr/bin/env python3`` and ``.py``): None is the
     # interpreter robot-lab runs under; ``root_python`` sets one per skills root folder.
     python: str | None = None
@@ -125,8 +128,10 @@ class SkillsSettings(BaseModel):
         return self.thresholds.get(model, self.default_threshold)
 
     def rule_for(self, model: str, threshold: float | None = None) -> MatchRule:
-        """The match rule of ``model``; an explicit ``threshold`` becomes the floor."""
-        rule = self.match_rules.get(model) or MatchRule(floor=self.threshold_for(model))
+        """The match rule of ``model`` (configured, else shipped, else its threshold as the
+        floor); an explicit ``threshold`` becomes the floor."""
+        rule = self.match_rules.get(model) or DEFAULT_MATCH_RULES.get(model) or MatchRule(
+            floor=self.threshold_for(model))
         return rule if threshold is None else rule.model_copy(update={"floor": float(threshold)})
 
 

@@ -341,3 +341,12 @@ def test_default_matcher_is_shared_and_resettable() -> None:
     reset_default_matcher()
     assert default_matcher() is not first
     reset_default_matcher()
+
+
+def test_configured_match_rules_add_to_the_shipped_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROBOT_LAB_SKILLS__MATCH_RULES",
+                       '{"sentence-transformers/all-MiniLM-L6-v2": {"floor": 0.22, "margin": 0.04}}')
+    settings = Settings()
+    minilm = SkillMatcher(FakeEmbedder(name="sentence-transformers/all-MiniLM-L6-v2"), settings=settings).rule
+    assert (minilm.floor, minilm.margin) == (0.22, 0.04)
+    assert SkillMatcher(TfidfEmbedder(), settings=settings).rule.floor == 0.29  # still the shipped rule

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from robot_lab.logging import get_logger
-from robot_lab.settings import MatchRule
+from robot_lab.settings import DEFAULT_MATCH_RULES, MatchRule
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.embedding import Embedder, EmbeddingCache, load_embedder
 from robot_lab.skills.skill import AgentSkill
@@ -183,10 +183,8 @@ class SkillMatcher:
             return MatchRule(floor=float(self._threshold), margin=1e9, switch_margin=0.0)
         skills = self.settings.skills
         name = self.embedder.name
-        if name in skills.match_rules:
-            return skills.match_rules[name]
-        if name in skills.thresholds:
-            return MatchRule(floor=float(skills.thresholds[name]))
+        if name in skills.match_rules or name in DEFAULT_MATCH_RULES or name in skills.thresholds:
+            return skills.rule_for(name)
         return MatchRule(floor=float(getattr(self.embedder, "default_threshold", skills.default_threshold)))
 
     # --- vectors -------------------------------------------------------------------------------
