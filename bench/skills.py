@@ -99,10 +99,10 @@ def accuracy(settings: Settings) -> None:
         scored = score_all(matcher, prompts, skills)
         old = settings.skills.thresholds.get(embedder.name, settings.skills.default_threshold)
         print(f"\n{embedder.name}")
-        print(f"  old rule, every skill >= {old:.2f}:   " + evaluate(prompts, scored, MatchRule(floor=old, margin=1e9)).line())
-        print(f"  shipped rule:                   " + evaluate(prompts, scored, matcher.rule).line())
+        print("  old rule:                       " + evaluate(prompts, scored, MatchRule(floor=old, margin=1e9)).line())
+        print("  shipped rule:                   " + evaluate(prompts, scored, matcher.rule).line())
         chosen = choose_rule(prompts, scored)
-        print(f"  chosen on this set (in-sample): " + chosen.line())
+        print("  chosen on this set (in-sample): " + chosen.line())
         halves = (list(range(0, len(prompts), 2)), list(range(1, len(prompts), 2)))
         for fit, test in (halves, halves[::-1]):
             rule = choose_rule([prompts[i] for i in fit], [scored[i] for i in fit]).rule

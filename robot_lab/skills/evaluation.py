@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -49,7 +48,9 @@ class Report:
     misses: tuple[str, ...] = ()
 
     def line(self) -> str:
-        return (f"floor {self.rule.floor:.2f} margin {self.rule.margin:.2f}: top-1 {self.top1:.0%}, "
+        rule = (f"every skill >= {self.rule.floor:.2f}" if self.rule.margin >= 1
+                else f"floor {self.rule.floor:.2f} margin {self.rule.margin:.2f}")
+        return (f"{rule}: top-1 {self.top1:.0%}, "
                 f"recall {self.recall:.0%}, false positives on unrelated prompts {self.fp_unrelated:.0%} "
                 f"({round(self.fp_unrelated * self.unrelated)}/{self.unrelated}), wrong extra skills "
                 f"{self.wrong_extras}")
