@@ -342,6 +342,7 @@ class Robot:
         budgets: Iterable[Any] = (),
         doom_loop: Any = None,
         conversation_id: str | None = None,
+        attachments: Iterable[Any] | None = None,
         **context: Any,
     ) -> RobotResult:
         """Send ``message`` and run the tool loop until the model answers with text.
@@ -354,12 +355,14 @@ class Robot:
         into it); else the network's, else the robot's own. ``hooks`` are per-run handlers;
         ``network_hooks`` the network's registry. ``budgets`` are extra ledgers checked beside
         the robot's own; ``doom_loop`` replaces the per-run detector. ``conversation_id``
-        loads that conversation's history from Redis first and saves it after.
+        loads that conversation's history from Redis first and saves it after. ``attachments``
+        (paths, ``(name, bytes)`` pairs) land in the skill workspace (docs/skills.md).
         """
         kwargs = dict(
             tools=tools, mcp=mcp, network_config=network_config, task_config=task_config, config=config,
             on_content=on_content, extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks,
             network=network, task=task, memory=memory, run_id=run_id, budgets=budgets, doom_loop=doom_loop,
+            attachments=attachments,
         )
         if conversation_id is not None:
             return run_mod.run_in_conversation(self, conversation_id, message, **kwargs, **context)
