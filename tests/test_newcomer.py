@@ -107,6 +107,11 @@ def test_wrong_password(real_redis_url: str) -> None:
     assert "wrong-pw" not in out.stderr
 
 
+def test_bad_setting_names_the_variable() -> None:
+    assert_one_clear_line(cli("status", ROBOT_LAB_WORKER_HEARTBEAT="abc"), "invalid setting worker_heartbeat = 'abc'",
+                          "ROBOT_LAB_WORKER_HEARTBEAT")
+
+
 # --- robots, apps, targets ------------------------------------------------------------------
 
 def test_unknown_robot(real_redis_url: str, key_prefix: str) -> None:
