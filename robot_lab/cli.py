@@ -101,7 +101,8 @@ def main(ctx: click.Context, verbose: int, debug: bool) -> None:
     provider key, on the offline scripted model. Start with `robot-lab demo`.
 
     Exit status: 0 done, 1 failed (one line `Error: ...` on stderr; --debug shows the
-    traceback), 2 a usage error, 124 a wait (run, demo) timed out while the run goes on.
+    traceback), 2 a usage error, 124 a wait (run, demo) timed out while the run goes on,
+    130 interrupted (Ctrl-C).
     """
     level = "DEBUG" if debug or verbose > 1 else "INFO" if verbose else None
     if level is None and (ctx.invoked_subcommand in SERVICE_COMMANDS or "ROBOT_LAB_LOG_LEVEL" in os.environ):
