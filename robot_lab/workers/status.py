@@ -259,6 +259,16 @@ def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dic
     return rows
 
 
+def stalled_conversation_problems(connection: Any, keys: Keys, robots: list[str]) -> list[str]:
+    """One line per conversation whose head has waited longer than the visibility timeout
+    plus one reclaim sweep with no live consumer running it (bus/conversations.py)."""
+    from robot_lab.bus import Bus
+    from robot_lab.bus.conversations import stalled_conversations
+
+    bus = Bus(connection, keys=keys)
+    return [s.describe() for robot in robots for s in stalled_conversations(bus, robot)]
+
+
 def collect_status(connection: Any = None, keys: Keys | None = None, robots: list[str] | None = None) -> dict[str, Any]:
     """The whole ``robot-lab status --json`` document."""
     from robot_lab.connection import get_redis, redact_url
@@ -297,6 +307,7 @@ def collect_status(connection: Any = None, keys: Keys | None = None, robots: lis
             problems.append(f"{row['robot']}: {row['bus_lag']} unread message(s) in its inbox and no live "
                             f"robot-lab worker serving it (start one: robot-lab worker {row['robot']})")
     problems += orphans
+    problems += stalled_conversation_problems(connection, keys, names)
     settings = get_settings()
     return {
         "prefix": keys.prefix,
