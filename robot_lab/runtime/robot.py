@@ -17,6 +17,7 @@ from typing import Any
 
 from robot_lab.errors import ConfigurationError, ToolLoopError
 from robot_lab.logging import get_logger, log_context
+from robot_lab.observability import hooks as observe
 from robot_lab.schemas.messages import (
     Message,
     RobotResult,
@@ -513,6 +514,7 @@ class Robot:
         return self
 
     # ------------------------------------------------------------------ running
+    @observe.robot_run
     def run(
         self,
         message: str | None = None,

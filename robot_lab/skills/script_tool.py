@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_lab.logging import get_logger
+from robot_lab.observability import hooks as observe
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.sandbox import Outcome, run_script
 
@@ -209,6 +210,7 @@ class ScriptTool:
             skill_name=skill_name,
         )
 
+    @observe.skill_script
     def call(self, arguments: dict[str, Any] | None = None) -> str:
         """Run the script; the output, or an ``Error (...)`` text. Never raises."""
         raw = (arguments or {}).get("args")

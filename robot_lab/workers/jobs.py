@@ -23,6 +23,7 @@ from typing import Any
 from robot_lab.errors import ConfigurationError, retryable
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger, log_context
+from robot_lab.observability import metrics
 from robot_lab.schemas import RobotResult
 from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS, RunStore, enqueue_jobs
 from robot_lab.workers.routing import choose_routes, route_tool_for
@@ -183,7 +184,8 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
     activate: list[str] = []
     from robot_lab.tracing import continue_trace
 
-    with log_context(robot=robot_name), continue_trace(meta.get("traceparent")):
+    with log_context(robot=robot_name), continue_trace(meta.get("traceparent"), "task", flush=True, run_id=run_id,
+                                                       task=task, robot=robot_name):
         try:
             result, activate = _run_task_hooks(store, graph, meta, task, worker)
         except Exception as exc:
@@ -217,6 +219,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
             log.warning("task.activation_ignored", names=ignored, routes=spec.routes)
         if status == "ok":
             enqueue_jobs(store.r, keys, run_id, items, graph)
+        metrics.task_finished(robot_name, result.failed)
         log.info("task.finished", status=status, failed=result.failed, queued=[t for t, _, _ in items])
         return {"task": task, "status": status, "failed": result.failed}
 
