@@ -70,6 +70,14 @@ def enabled() -> bool:
     return tracer() is not None
 
 
+def configure(provider: Any) -> None:
+    """Trace with ``provider`` (an SDK TracerProvider) in this process, without touching the
+    global provider; ``None`` turns tracing off. For applications and tests that own their
+    provider."""
+    global _tracer
+    _tracer = provider.get_tracer("robot_lab") if provider is not None else None
+
+
 def reset() -> None:
     """Resolve again at the next hook (after installing or removing a provider, in tests)."""
     global _tracer
