@@ -106,6 +106,13 @@ def screenshot(page, name: str, tmp_path: Path) -> None:
     target = Path(os.environ.get("ROBOT_LAB_SCREENSHOTS") or tmp_path)
     target.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(target / name))
+    try:  # docs screenshots: a 64-colour palette keeps each PNG a few dozen KB
+        from PIL import Image
+
+        with Image.open(target / name) as image:
+            image.convert("RGB").quantize(64).save(target / name, optimize=True)
+    except ImportError:
+        pass
 
 
 def test_the_dashboard_follows_a_live_run_to_completion(client, real_redis_url, key_prefix, processes,  # noqa: F811

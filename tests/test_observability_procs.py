@@ -102,6 +102,9 @@ def test_a_request_and_a_run_across_two_processes_form_one_trace_and_are_counted
         result = handle.wait(60)
     assert "ping" in str(reply.content) and result.status == "completed", processes.logs()
 
+    # the reply reaches us before the worker's handler returns and counts it: scrape until it has
+    wait_for(lambda: scrape(port).get(f'robot_lab_messages_handled_total{{robot="{robot.name}"}}') == 1,
+             timeout=30, interval=0.1)
     samples = scrape(port)  # before stopping the worker: its counters, its robot's gauges
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(60) == 0, processes.logs()
@@ -178,3 +181,28 @@ def test_the_standalone_exporter_reads_queues_dead_letters_and_budgets(client, r
     assert samples["robot_lab_runs_active"] >= 1
     assert not any(k.startswith("robot_lab_messages_handled") for k in samples)  # no process counters here
 
+
+
+def test_a_worker_with_forked_children_adds_their_counters_up_behind_one_port(
+        client, real_redis_url, key_prefix, processes):  # noqa: F811
+    keys = Keys(prefix=key_prefix)
+    robot = build(f"multi-{uid()}", model="scripted/echo")
+    publish_specs([robot.to_spec()], connection=client, keys=keys)
+    port = free_port()
+    env = child_env(real_redis_url, key_prefix)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    processes.start([str(VENV_BIN / "robot-lab"), "worker", robot.name, "--concurrency", "2",
+                     "--metrics-port", str(port)], env, "worker")
+    net = create_network("fanout")
+    for name in ("one", "two", "three", "four"):
+        net.task(name, robot)
+    handle = Coordinator(connection=client, keys=keys).submit(net, "count me")
+    try:
+        result = handle.wait(90)
+    except Exception as exc:
+        raise AssertionError(processes.logs()) from exc
+    assert result.status == "completed", processes.logs()
+    samples = scrape(port)
+    done = samples[f'robot_lab_tasks_total{{outcome="done",robot="{robot.name}"}}']
+    assert done == 4  # run in the children, read by the parent's exporter
+    assert samples[f'robot_lab_llm_calls_total{{model="scripted/echo",outcome="ok",robot="{robot.name}"}}'] == 4

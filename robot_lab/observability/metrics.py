@@ -60,10 +60,11 @@ def enabled() -> bool:
 
 
 def require() -> None:
-    """Raise a clear error when the metrics extra is missing (for the CLI)."""
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError:
+    """Raise a clear error when the metrics extra is missing (for the CLI). Finds the module
+    without importing it: multiprocess mode must be chosen before the first import."""
+    import importlib.util
+
+    if importlib.util.find_spec("prometheus_client") is None:
         raise ConfigurationError(
             "metrics need prometheus_client: pip install 'robot-lab[metrics]'"
         ) from None

@@ -214,12 +214,12 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         if result.input_tokens or result.output_tokens:
             usage = {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
                      "cost": result.cost}
+        metrics.task_finished(robot_name, result.failed)  # before the run can be seen complete
         status, ignored, items = store.complete(task, job_id, result, activate=activate, data=data, usage=usage)
         if ignored:
             log.warning("task.activation_ignored", names=ignored, routes=spec.routes)
         if status == "ok":
             enqueue_jobs(store.r, keys, run_id, items, graph)
-        metrics.task_finished(robot_name, result.failed)
         log.info("task.finished", status=status, failed=result.failed, queued=[t for t, _, _ in items])
         return {"task": task, "status": status, "failed": result.failed}
 
