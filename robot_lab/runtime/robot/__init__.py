@@ -1,0 +1,14 @@
+"""The Robot and its collaborators, one concern each.
+
+``core`` (the Robot class and ``build``), ``prompt`` (templates, skills, the system
+prompt), ``toolset`` (which tools a run offers), ``mcp_attach`` (MCP servers of a robot),
+``run`` (one run: hooks, prompt, tools, learnings) and ``loop`` (the tool loop and the
+budget protocol of each model call), ``learning``, ``compaction`` and ``spec`` (the robot
+as data). ``robot_lab.runtime.robot`` keeps exporting what the single module did.
+"""
+
+from robot_lab.runtime.robot.core import Robot, build
+from robot_lab.runtime.robot.loop import ContentCallback
+from robot_lab.runtime.robot.toolset import DEFAULT_MAX_TOOLS, NONE_VALUES, resolve_tool_setting
+
+__all__ = ["DEFAULT_MAX_TOOLS", "NONE_VALUES", "ContentCallback", "Robot", "build", "resolve_tool_setting"]

@@ -1,0 +1,77 @@
+"""What a robot learns: lessons kept in its inherent memory (scope ``robot:<name>`` in
+Redis, so every worker of the robot shares them) and prepended to each later request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from robot_lab.runtime.rails.hooks import LearnHookContext, call_point_hook, hook_scope, run_hooks
+
+
+class Learning:
+    """One robot's learnings and its inherent memory (opened lazily)."""
+
+    def __init__(self, robot: Any) -> None:
+        self.robot = robot
+        self.learnings: list[str] = []
+        self._memory: Any = None
+
+    @property
+    def memory(self) -> Any:
+        if self._memory is None:
+            from robot_lab.memory.store import Memory
+
+            self._memory = Memory.for_robot(self.robot.name)
+        return self._memory
+
+    @property
+    def memory_opened(self) -> bool:
+        return self._memory is not None
+
+    def close(self) -> None:
+        if self._memory is not None:
+            self._memory.close()
+
+    def learn(self, text: str) -> None:
+        """robot_lab's dedupe: an existing entry contained in the new text is replaced; a
+        new text contained in an existing one is dropped. Runs inside the ``learn`` hooks."""
+        text = (text or "").strip()
+        if not text:
+            return
+        robot = self.robot
+        ctx = LearnHookContext(robot=robot, text=text, learnings_before=tuple(self.learnings))
+
+        def core() -> bool:
+            current = self.load()
+            if any(text in existing for existing in current):
+                return False
+            updated = [existing for existing in current if existing not in text] + [text]
+            self.learnings = updated
+            self.memory.set("learnings", updated)
+            ctx.stored = True
+            call_point_hook("on_learn", ctx)
+            return True
+
+        with hook_scope(robot.hooks):
+            run_hooks("learn", ctx, core)
+
+    def load(self) -> list[str]:
+        if self._memory is None and not self.learnings:
+            from robot_lab import connection
+            from robot_lab.settings import get_settings
+
+            if get_settings().embedded and connection._embedded_server is None:
+                return []  # no embedded store exists yet, so nothing can have been learned
+        stored = self.memory.get("learnings")
+        self.learnings = list(stored or self.learnings)
+        return self.learnings
+
+    def inject(self, message: str | None) -> str | None:
+        """The request with ``LEARNINGS FROM PREVIOUS RUNS`` in front of it, if any."""
+        if message is None:
+            return None
+        learnings = self.load()
+        if not learnings:
+            return message
+        return "LEARNINGS FROM PREVIOUS RUNS:\n" + "\n".join(f"- {item}" for item in learnings) + "\n\n" + message

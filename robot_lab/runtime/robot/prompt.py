@@ -1,0 +1,134 @@
+"""The system prompt of a robot: templates (main + template skills) with their front
+matter, AgentSkills picked from the catalog, run-time context rendering, and the skills
+applied to one run (match mode injects instructions, tool mode offers a ``Skill`` tool).
+
+robot_lab's precedence is kept: front matter fills only what the constructor left open,
+and rendering is deferred to run time when build-time context is incomplete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from robot_lab.errors import ConfigurationError
+from robot_lab.logging import get_logger
+from robot_lab.runtime.run_config import RunConfig
+from robot_lab.runtime.templates import Template, expand_skills, load_template
+from robot_lab.runtime.tools import Tool, as_tool
+
+log = get_logger("robot_lab.robot")
+
+FRONT_MATTER_EXTRAS = ("robot_name", "description", "tools", "mcp")
+
+
+def set_system_message(messages: list[dict[str, Any]], text: str | None) -> None:
+    """Replace, insert or drop the leading system message in place."""
+    if messages and messages[0].get("role") == "system":
+        if text:
+            messages[0] = {"role": "system", "content": text}
+        else:
+            messages.pop(0)
+    elif text:
+        messages.insert(0, {"role": "system", "content": text})
+
+
+def system_message(messages: list[dict[str, Any]]) -> str | None:
+    if messages and messages[0].get("role") == "system":
+        return messages[0]["content"]
+    return None
+
+
+class PromptAssembly:
+    """Templates and skills of one robot, and the prompt they render to."""
+
+    def __init__(self, template_dirs: list[Path] | None) -> None:
+        self.template_dirs = template_dirs
+        self.templates: list[Template] = []
+        self.render_deferred = False
+        self.agent_skills: list[Any] = []
+
+    # --- build time ----------------------------------------------------------------------
+    def apply_template(self, robot: Any) -> None:
+        """Load ``robot``'s template skills and main template; front matter fills what the
+        constructor left open (config, name, description, tools, mcp)."""
+        names = list(robot.skills)
+        main: Template | None = None
+        if robot.template:
+            main = load_template(robot.template, self.template_dirs)
+            names += [s for s in main.skills if s not in names]
+        names = self._split_agent_skills(names)
+        skill_templates = expand_skills(names, self.template_dirs) if names else []
+        self.templates = [*skill_templates, *([main] if main else [])]
+        if not self.templates:
+            return
+        fm_config = RunConfig.cascade(*(RunConfig(t.config) for t in self.templates))
+        robot.config = fm_config.merge(robot.config)
+        extras: dict[str, Any] = {}
+        for t in self.templates:
+            extras.update({k: t.metadata[k] for k in FRONT_MATTER_EXTRAS if k in t.metadata})
+        if "robot_name" in extras and not robot._name_from_constructor:
+            robot.name = str(extras["robot_name"])
+        if extras.get("description") and robot.description is None:
+            robot.description = str(extras["description"])
+        if extras.get("tools") and not len(robot.local_tools):
+            for path in [extras["tools"]] if isinstance(extras["tools"], str) else extras["tools"]:
+                try:
+                    robot.local_tools.add(path).robot = robot
+                except ConfigurationError as exc:
+                    log.warning("template.tool_skipped", robot=robot.name, tool=path, error=str(exc))
+        if extras.get("mcp") and robot.config.mcp is None:
+            robot.config = robot.config.merge({"mcp": extras["mcp"]})
+
+    def _split_agent_skills(self, names: list[str]) -> list[str]:
+        """AgentSkills (SKILL.md bundles in the catalog) are checked first, as robot_lab
+        does; the remaining names are template skills."""
+        if not names:
+            self.agent_skills = []
+            return names
+        from robot_lab.skills import default_catalog
+
+        catalog = default_catalog()
+        self.agent_skills = catalog.select(names)
+        return [n for n in names if catalog.find(n) is None]
+
+    # --- rendering -----------------------------------------------------------------------
+    def render(self, build_context: Mapping[str, Any], system_prompt: str | None,
+               run_context: Mapping[str, Any] | None = None) -> str | None:
+        """The system prompt: rendered templates then the robot's own ``system_prompt``.
+        With incomplete build-time context the templates wait for run time."""
+        context = {**build_context, **(run_context or {})}
+        rendered: str | None = None
+        if self.templates:
+            missing = sorted({m for t in self.templates for m in t.missing(context)})
+            if missing and run_context is None:
+                self.render_deferred = True
+            else:
+                parts = [t.render(context) for t in self.templates]
+                rendered = "\n\n".join(p for p in parts if p) or None
+                self.render_deferred = False
+        parts = [p for p in (rendered, system_prompt) if p]
+        return "\n\n".join(parts) if parts else None
+
+    # --- one run -------------------------------------------------------------------------
+    def with_agent_skills(
+        self, messages: list[dict[str, Any]], skill_mode: str, message: str | None,
+        selected: list[Tool], base_prompt: str | None,
+    ) -> list[Tool] | Callable[[], list[Tool]]:
+        """Apply the AgentSkills for one run. Match mode: matched instructions are prepended
+        and their script tools offered. Tool mode: the prompt lists the skills and a
+        ``Skill`` tool activates one, so the offered tools are recomputed every round."""
+        if not self.agent_skills:
+            return selected
+        from robot_lab.skills import SkillTool, default_catalog, default_matcher
+
+        if skill_mode == "tool":
+            skill_tool = SkillTool(default_catalog(), [s.name for s in self.agent_skills])
+            set_system_message(messages, "\n\n".join(p for p in (base_prompt, skill_tool.listing()) if p))
+            return lambda: [as_tool(t) for t in skill_tool.filter_tools(selected)]
+        injection = default_matcher().prepare(message or "", self.agent_skills)
+        if not injection:
+            return selected
+        set_system_message(messages, injection.system_prompt(base_prompt))
+        return [as_tool(t) for t in injection.filter_tools(selected)]

@@ -1,0 +1,55 @@
+"""A robot as data: the RobotSpec that crosses process boundaries (the bus, network
+tasks, the registry, spawn). Live objects (lambdas, connections, callbacks) never cross,
+so a tool without an import path is refused here rather than failing in a worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from robot_lab.errors import ConfigurationError
+from robot_lab.runtime.run_config import RunConfig
+from robot_lab.schemas.messages import RobotSpec
+
+
+def to_spec(robot: Any) -> RobotSpec:
+    """``robot`` (a Robot) as a RobotSpec. Every tool needs an import path."""
+    paths = []
+    for t in robot.local_tools:
+        if not t.import_path:
+            raise ConfigurationError(
+                f"robot {robot.name!r}: tool {t.name!r} has no import path, so it cannot be sent to a worker; "
+                "define it at module level"
+            )
+        paths.append(t.import_path)
+    return RobotSpec(
+        name=robot.name,
+        description=robot.description,
+        model=robot.config.model,
+        provider=robot.provider,
+        system_prompt=robot.system_prompt,
+        template=robot.template,
+        context=robot.context if not callable(robot._context_source) else {},
+        local_tools=paths,
+        skills=robot.skills,
+        mcp_servers=robot.mcp_servers,
+        config=RunConfig(robot.config.to_json_dict()).merge({"model": None}).to_data(),
+        hooks=robot.hooks.import_paths(),
+    )
+
+
+def spec_kwargs(spec: RobotSpec) -> dict[str, Any]:
+    """The Robot constructor arguments that rebuild ``spec`` (name excluded)."""
+    return {
+        "template": spec.template,
+        "system_prompt": spec.system_prompt,
+        "context": spec.context,
+        "description": spec.description,
+        "local_tools": list(spec.local_tools),
+        "model": spec.model,
+        "provider": spec.provider,
+        "mcp_servers": spec.mcp_servers,
+        "skills": spec.skills,
+        "config": RunConfig.from_data(spec.config),
+        "hooks": list(spec.hooks),
+    }
