@@ -99,8 +99,8 @@ class _Handling:
         state = getattr(self.delivery, "state", None)
         if state == "acked":
             _m.handled.labels(self.robot).inc()
-        elif state == "nacked" or exc_type is not None:
-            _m.failed.labels(self.robot).inc()
+        elif state == "nacked" or exc_type is not None:  # a failure that goes straight to the
+            _m.failed.labels(self.robot).inc()           # DLQ is counted by dead_lettered()
 
 
 class _Nothing:
@@ -121,9 +121,16 @@ def handling(robot: str, delivery: Any) -> _Handling | _Nothing:
     return _NOTHING if _m is None else _Handling(robot, delivery)
 
 
+HANDLER_FAILURES = ("failed", "rejected")  # DLQ reasons that are the handler's own outcome
+
+
 def dead_lettered(robot: str, reason: str) -> None:
+    """Count a dead letter; one whose handler failed (its last delivery, or a rejection) is
+    also a failed handling."""
     if _m is not None:
         _m.dead.labels(robot, reason).inc()
+        if reason in HANDLER_FAILURES:
+            _m.failed.labels(robot).inc()
 
 
 def task_finished(robot: str, failed: bool) -> None:
