@@ -131,7 +131,10 @@ def connect(url: str | None = None, **kwargs: Any) -> redis.Redis:
         return embedded_client()
     parsed = parse_redis_url(url)
     if parsed.kind == "standalone":
-        return redis.Redis.from_url(url, **_defaults(kwargs))
+        options = _defaults(kwargs)
+        if parsed.scheme == "unix":  # a unix socket has no TCP keepalive (redis-py rejects the option)
+            options.pop("socket_keepalive", None)
+        return redis.Redis.from_url(url, **options)
     if parsed.kind == "sentinel":
         from redis.sentinel import Sentinel
 

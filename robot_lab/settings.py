@@ -129,9 +129,14 @@ class Settings(BaseSettings):
     cluster: bool = False
     app: str | None = None
     # Worker health: seconds between heartbeats (Redis key TTL = 3 beats) and the folder of
-    # the heartbeat files `robot-lab health` reads (liveness probes); None = <tmp>/robot-lab-health.
+    # the heartbeat files `robot-lab health` reads (liveness probes); None = a folder per user and
+    # key prefix, <tmp>/robot-lab-health-<uid>/<prefix> (workers/health.py).
     worker_heartbeat: float = 5.0
     health_dir: str | None = None
+    # Riding out Redis outages (restart, failover): long-running loops retry with a capped
+    # exponential backoff with jitter, first delay ~redis_retry_initial, at most redis_retry_max.
+    redis_retry_initial: float = 0.2
+    redis_retry_max: float = 5.0
 
     template_path: list[str] = Field(default_factory=lambda: ["prompts"])
     max_iterations: int = 10

@@ -3,7 +3,8 @@ imports another that imports it back.
 
 Layers, lowest first (a module may import its own layer and those below it):
 
-    foundation  errors, redis_url, settings, connection, keys, logging, tracing, text, observability
+    foundation  errors, redis_url, settings, connection, keys, logging, tracing, text, outage,
+                observability
     schemas     wire types (and the package facade ``robot_lab``, which imports schemas)
     bus         Redis Streams inboxes, replies, dead letters
     memory      shared Memory
@@ -31,7 +32,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "robot_lab"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("robot_lab.errors", "robot_lab.redis_url", "robot_lab.settings", "robot_lab.connection",
                     "robot_lab.keys", "robot_lab.logging", "robot_lab.tracing", "robot_lab.text",
-                    "robot_lab.observability")),
+                    "robot_lab.outage", "robot_lab.observability")),
     ("schemas", ("robot_lab.schemas",)),
     ("bus", ("robot_lab.bus",)),
     ("memory", ("robot_lab.memory",)),
