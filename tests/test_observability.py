@@ -149,3 +149,82 @@ def test_run_detail_and_its_event_stream(finished_run) -> None:
     assert "event: memory" in body  # the memory_key write
     overview = app.get("/api/overview").json()
     assert any(r["run_id"] == run_id for r in overview["recent"])
+
+
+# --- spans inside one robot run ------------------------------------------------------------
+
+@pytest.fixture
+def spans():
+    sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from robot_lab.observability import otel
+
+    exporter = InMemorySpanExporter()
+    provider = sdk.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel.configure(provider)
+    try:
+        yield exporter
+    finally:
+        otel.configure(None)
+        otel.reset()
+
+
+def test_a_robot_run_nests_llm_tool_and_mcp_call_spans(spans) -> None:
+    import robot_lab
+
+    server = str(REPO_ROOT / "tests" / "mcp_servers" / "calculator.py")
+
+    def lookup(order_id: str) -> str:
+        """Look up an order."""
+        return f"order {order_id}: shipped"
+
+    robot = robot_lab.build(name="spanner", model="scripted/echo", local_tools=[lookup],
+                            mcp_servers=[{"name": "calc", "transport": "stdio", "command": sys.executable,
+                                          "args": [server], "timeout": 30}])
+    try:
+        robot.run("where is it", mcp="inherit", tools=["lookup", "add"])
+    finally:
+        robot.disconnect()
+    finished = spans.get_finished_spans()
+    by_id = {s.context.span_id: s for s in finished}
+    parent = {s.name + ":" + str(s.attributes.get("robot_lab.tool", "")): by_id[s.parent.span_id].name
+              for s in finished if s.parent is not None and s.parent.span_id in by_id}
+    assert parent["tool.call:lookup"] == "robot.run"
+    assert parent["tool.call:add"] == "robot.run"
+    assert parent["mcp.call:add"] == "tool.call"  # the MCP request inside the tool call
+    assert parent["llm.call:"] == "robot.run"
+    run = next(s for s in finished if s.name == "robot.run")
+    assert run.attributes["robot_lab.robot"] == "spanner" and run.attributes["robot_lab.output_tokens"] > 0
+    assert len({s.context.trace_id for s in finished}) == 1
+
+
+def test_a_running_run_can_be_cancelled_with_the_token() -> None:
+    from robot_lab.runtime.network.coordinator import Coordinator
+    from robot_lab.runtime.network.dsl import create_network
+    from robot_lab.runtime.robot import build
+
+    connection = fakeredis.FakeRedis()
+    net = create_network("stuck")
+    net.task("never", build("nobody-serves", model="scripted/echo"))
+    handle = Coordinator(connection=connection).submit(net, "no worker")  # no worker: stays running
+    app = client(connection, token="t0ken")
+    assert app.get(f"/api/runs/{handle.run_id}").json()["status"] == "running"
+    done = app.post(f"/api/runs/{handle.run_id}/cancel", headers={"Authorization": "Bearer t0ken"})
+    assert done.status_code == 200 and done.json()["status"] == "cancelled"
+    assert app.get(f"/api/runs/{handle.run_id}").json()["status"] == "cancelled"
+
+
+def test_a_skill_script_call_is_a_span(spans, tmp_path) -> None:
+    from robot_lab.skills.script_tool import ScriptTool
+
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello from the script')\n")
+    tool = ScriptTool.from_path(script, skill_dir=tmp_path, skill_name="greeter")
+    assert tool is not None
+    output = tool.call({"args": []})
+    span = next(s for s in spans.get_finished_spans() if s.name == "skill.script")
+    assert span.attributes["robot_lab.skill"] == "greeter" and span.attributes["robot_lab.tool"] == tool.name
+    assert "hello from the script" in output
