@@ -25,6 +25,7 @@ def metrics_cmd(port: int, addr: str, robots: tuple[str, ...], url: str | None) 
     from robot_lab.observability import metrics
     from robot_lab.workers.metrics import RedisCollector
 
+    _warn_if_embedded(url)
     try:
         metrics.require()
         connection = connect(url) if url else get_redis()
@@ -35,6 +36,15 @@ def metrics_cmd(port: int, addr: str, robots: tuple[str, ...], url: str | None) 
     click.echo(f"serving metrics on http://{addr}:{port}/metrics", err=True)
     _wait_for_signal()
     server[0].shutdown()
+
+
+def _warn_if_embedded(url: str | None) -> None:
+    """Without a Redis URL these commands would read this process's own empty fakeredis."""
+    from robot_lab.settings import get_settings
+
+    if not (url or get_settings().redis_url):
+        click.echo("warning: no REDIS_URL (or --url): showing this process's embedded Redis, which is empty",
+                   err=True)
 
 
 def _serve_only(port: int, addr: str, collector: object) -> tuple:
@@ -75,6 +85,7 @@ def dashboard(host: str, port: int, url: str | None, allow_actions: bool, token:
     except ImportError as exc:
         raise click.ClickException(f"the dashboard needs starlette and uvicorn: pip install 'robot-lab[dashboard]' "
                                    f"({exc})") from None
+    _warn_if_embedded(url)
     if allow_actions and not token:
         token = os.urandom(16).hex()
         click.echo(f"action token: {token}", err=True)
