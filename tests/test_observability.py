@@ -228,3 +228,40 @@ def test_a_skill_script_call_is_a_span(spans, tmp_path) -> None:
     span = next(s for s in spans.get_finished_spans() if s.name == "skill.script")
     assert span.attributes["robot_lab.skill"] == "greeter" and span.attributes["robot_lab.tool"] == tool.name
     assert "hello from the script" in output
+
+
+def test_otel_exporter_otlp_endpoint_sends_spans_over_otlp_http(tmp_path) -> None:
+    """The real OTLP/HTTP exporter, configured only by OTEL_EXPORTER_OTLP_ENDPOINT, posts the
+    spans to a collector (here a local HTTP server that records the requests)."""
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    import http.server
+    import threading
+
+    received: list[tuple[str, bytes]] = []
+
+    class Collector(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            received.append((self.path, self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        out = run_child(BUS_ROUND, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{server.server_port}",
+                        OTEL_SERVICE_NAME="otlp-test")
+    finally:
+        server.shutdown()
+        thread.join(5)
+    assert out.returncode == 0, out.stderr
+    assert "TRACING True" in out.stdout
+    paths = {path for path, _ in received}
+    body = b"".join(data for _, data in received)
+    assert paths == {"/v1/traces"}
+    assert b"bus.publish" in body and b"bus.handle" in body and b"otlp-test" in body
