@@ -40,6 +40,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("robot_lab.commands.status:status", "Queues, workers, bus lag, DLQ and active runs (--json)."),
     "health": ("robot_lab.commands.status:health", "Worker liveness/readiness probe (exit 0 = healthy)."),
     "runs": ("robot_lab.commands.runs:runs", "Recent network runs: status, duration, tokens, cost."),
+    "metrics": ("robot_lab.commands.observe:metrics_cmd", "Prometheus exporter of queue, lag and budget gauges."),
+    "dashboard": ("robot_lab.commands.observe:dashboard", "Web view of robots, queues, DLQ and live runs."),
 }
 
 

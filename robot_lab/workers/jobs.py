@@ -23,6 +23,7 @@ from typing import Any
 from robot_lab.errors import ConfigurationError, retryable
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger, log_context
+from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, caused_by_outage, is_outage
 from robot_lab.schemas import RobotResult
 from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS, RunStore, enqueue_jobs
@@ -195,7 +196,8 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
     activate: list[str] = []
     from robot_lab.tracing import continue_trace
 
-    with log_context(robot=robot_name), continue_trace(meta.get("traceparent")):
+    with log_context(robot=robot_name), continue_trace(meta.get("traceparent"), "task", flush=True, run_id=run_id,
+                                                       task=task, robot=robot_name):
         try:
             result, activate = _run_task_hooks(store, graph, meta, task, worker)
         except Exception as exc:
@@ -232,6 +234,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         if result.input_tokens or result.output_tokens:
             usage = {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
                      "cost": result.cost}
+        metrics.task_finished(robot_name, result.failed)  # before the run can be seen complete
         # The robot's work is done: a Redis outage now must not throw it away. Both calls
         # are safe to repeat (a repeated complete is refused, the first one counted; a
         # child whose enqueue was lost is re-enqueued by the sweeper's repair of queued tasks).

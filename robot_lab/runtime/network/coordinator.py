@@ -20,6 +20,7 @@ import msgspec
 from robot_lab.errors import AwaitTimeout, ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
+from robot_lab.observability import hooks as observe
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new_id
 from robot_lab.runtime.network.dag import Graph, NetworkSpec, compile_network
@@ -217,6 +218,7 @@ class Coordinator:
                     raise ConfigurationError(f"network {graph.spec.name!r}: task {task.name!r} router: {exc}") from exc
         return specs
 
+    @observe.network_submit
     def submit(self, network: Any, message: Any = None, *, context: dict[str, Any] | None = None,
                max_concurrent: int | None = None, stream: bool = True, run_id: str | None = None) -> RunHandle:
         graph = network.validate() if hasattr(network, "validate") else compile_network(network)
