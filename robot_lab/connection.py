@@ -65,7 +65,7 @@ def embedded_client() -> redis.Redis:
 
 
 def _defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
-    # redis-py 8 defaults to RESP3 and a 5 s socket timeout; the brief keeps RESP2 shapes,
+    # redis-py 8 defaults to RESP3 and a 5 s socket timeout; robot-lab keeps RESP2 shapes,
     # and blocking reads (memory waits, XREAD BLOCK) must not trip a socket timeout.
     kwargs.setdefault("protocol", 2)
     kwargs.setdefault("socket_timeout", None)
@@ -131,7 +131,10 @@ def connect(url: str | None = None, **kwargs: Any) -> redis.Redis:
         return embedded_client()
     parsed = parse_redis_url(url)
     if parsed.kind == "standalone":
-        return redis.Redis.from_url(url, **_defaults(kwargs))
+        options = _defaults(kwargs)
+        if parsed.scheme == "unix":  # a unix socket has no TCP keepalive (redis-py rejects the option)
+            options.pop("socket_keepalive", None)
+        return redis.Redis.from_url(url, **options)
     if parsed.kind == "sentinel":
         from redis.sentinel import Sentinel
 

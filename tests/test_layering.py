@@ -3,7 +3,7 @@ imports another that imports it back.
 
 Layers, lowest first (a module may import its own layer and those below it):
 
-    foundation  errors, redis_url, settings, connection, keys, logging, tracing, text
+    foundation  errors, redis_url, settings, connection, keys, logging, tracing, text, outage
     schemas     wire types (and the package facade ``robot_lab``, which imports schemas)
     bus         Redis Streams inboxes, replies, dead letters
     memory      shared Memory
@@ -29,7 +29,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "robot_lab"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("robot_lab.errors", "robot_lab.redis_url", "robot_lab.settings", "robot_lab.connection",
-                    "robot_lab.keys", "robot_lab.logging", "robot_lab.tracing", "robot_lab.text")),
+                    "robot_lab.keys", "robot_lab.logging", "robot_lab.tracing", "robot_lab.text",
+                    "robot_lab.outage")),
     ("schemas", ("robot_lab.schemas",)),
     ("bus", ("robot_lab.bus",)),
     ("memory", ("robot_lab.memory",)),

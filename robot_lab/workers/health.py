@@ -1,21 +1,25 @@
-"""Worker heartbeats that mean something: a beat is written only while the worker makes
-progress, so a wedged worker stops beating and its probe fails.
+"""Worker heartbeats that mean something: a healthy beat is written only while every loop
+of the worker makes progress, so a dead or wedged loop fails the probe.
 
 Each ``robot-lab worker`` process (and each rq child with ``--concurrency N``) runs one
 :class:`WorkerHeartbeat` thread. Every ``interval`` seconds it asks its checks whether the
-process is healthy; only then it writes
+process is healthy and writes
 
-* ``<prefix>:worker:<name>`` -- JSON record, ``PX`` = 3 intervals (read by ``robot-lab status``:
-  a killed worker disappears within three beats), indexed in the zset ``<prefix>:workers``;
-* ``<health dir>/<name>.json`` -- the same record in a local file whose age the liveness
-  probe ``robot-lab health`` checks (no Redis needed: a Redis outage must not restart every
-  worker pod).
+* ``<prefix>:worker:<name>`` -- only when healthy: JSON record, ``PX`` = 3 intervals (read by
+  ``robot-lab status``: a killed worker disappears within three beats), indexed in the zset
+  ``<prefix>:workers``;
+* ``<health dir>/<name>.json`` -- the same record in a local file whose age and ``problem``
+  the liveness probe ``robot-lab health`` checks (no Redis needed: a Redis outage must not
+  restart every worker pod).
 
 "Healthy" for the rq loop (:func:`rq_loop_problem`): idle, the loop came back from its
 blocking dequeue within ``dequeue_timeout`` + slack; busy, the job in hand is not past its rq
-timeout + slack (rq's death penalty should have stopped it). For the bus: every poller thread
-is alive. A Redis error while beating is logged and retried (the file is not touched, so a
-long outage does fail liveness -- after ``max_age``).
+timeout + slack (rq's death penalty should have stopped it). For every other loop (bus
+pollers, sweeper, spawn watcher, rq child processes) see :mod:`.supervision`: a loop that
+died or stopped making progress is named in the file's ``problem`` and fails the probe.
+The file is written on every tick, healthy or not; a wedged heartbeat thread lets it age.
+A Redis outage does not fail liveness (the loops ride it out, see :mod:`robot_lab.outage`);
+the beat then only skips the Redis record, and ``--ready`` fails.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
+from robot_lab.outage import OutageTracker, is_outage
 
 log = get_logger("robot_lab.health")
 
@@ -44,10 +49,17 @@ Check = Callable[[], "str | None"]
 
 
 def health_dir() -> Path:
+    """``ROBOT_LAB_HEALTH_DIR``, else ``<tmp>/robot-lab-health-<user>/<key prefix>``: one
+    folder per user and worker group (key prefix), so a probe on a shared host judges only
+    its own workers, never another user's or another prefix's."""
     from robot_lab.settings import get_settings
 
-    configured = get_settings().health_dir
-    return Path(configured) if configured else Path(tempfile.gettempdir()) / "robot-lab-health"
+    settings = get_settings()
+    if settings.health_dir:
+        return Path(settings.health_dir)
+    user = str(os.getuid()) if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+    prefix = "".join(c if c.isalnum() or c in "-_." else "_" for c in settings.key_prefix)
+    return Path(tempfile.gettempdir()) / f"robot-lab-health-{user}" / prefix
 
 
 class LoopProgress:
@@ -92,11 +104,6 @@ def rq_loop_problem(worker: Any) -> str | None:
     return None
 
 
-def threads_problem(threads: list[threading.Thread]) -> str | None:
-    dead = [t.name for t in threads if not t.is_alive()]
-    return f"threads died: {', '.join(dead)}" if dead else None
-
-
 class WorkerHeartbeat:
     """The beat thread of one worker process (see the module docstring)."""
 
@@ -116,6 +123,7 @@ class WorkerHeartbeat:
         self.directory = directory or health_dir()
         self.started_at = time.time()
         self.problem: str | None = None
+        self.outage = OutageTracker(f"heartbeat-{name}")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -132,30 +140,43 @@ class WorkerHeartbeat:
         return data
 
     def beat(self) -> bool:
-        """One tick: run the checks, write the beat if healthy. Returns whether it beat."""
+        """One tick: run the checks; write the local file always (with the problem, if any,
+        so the probe names the dead or stuck loop) and the Redis record only when healthy.
+        Returns whether the beat was healthy."""
+        problem = None
         for check in self.checks:
             problem = check()
             if problem:
-                if problem != self.problem:
-                    log.error("worker.unhealthy", worker=self.name, problem=problem)
-                self.problem = problem
-                return False
-        self.problem = None
+                break
+        if problem and problem != self.problem:
+            starting = problem.startswith("starting: ")  # supervision.STARTING: not serving yet
+            (log.info if starting else log.error)("worker.unhealthy", worker=self.name, problem=problem)
+        elif not problem and self.problem:
+            recovered = not self.problem.startswith("starting: ")
+            (log.warning if recovered else log.info)("worker.serving", worker=self.name)
+        self.problem = problem
         data = self.record()
-        text = json.dumps(data)
-        try:
-            pipe = self.connection.pipeline(transaction=False)
-            pipe.set(self.keys.worker(self.name), text, px=max(1, int(self.interval * 3000)))
-            pipe.zadd(self.keys.workers(), {self.name: data["beat"]})
-            pipe.execute()
-        except Exception as exc:  # Redis down: no beat, the file ages, liveness decides
-            log.warning("worker.heartbeat_failed", worker=self.name, error=f"{type(exc).__name__}: {exc}")
-            return False
+        if problem:
+            data["problem"] = problem
+        else:
+            try:
+                pipe = self.connection.pipeline(transaction=False)
+                pipe.set(self.keys.worker(self.name), json.dumps(data), px=max(1, int(self.interval * 3000)))
+                pipe.zadd(self.keys.workers(), {self.name: data["beat"]})
+                pipe.execute()
+                self.outage.back()
+            except Exception as exc:
+                # Redis away: the loops ride it out, so liveness stays green (restarting the
+                # worker would not bring Redis back); readiness (--ready) asks Redis itself.
+                if not is_outage(exc):
+                    raise
+                self.outage.lost(exc)
+                data["redis"] = "unreachable"
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.file.with_suffix(".tmp")
-        tmp.write_text(text)
+        tmp.write_text(json.dumps(data))
         os.replace(tmp, self.file)
-        return True
+        return problem is None and "redis" not in data
 
     def start(self) -> WorkerHeartbeat:
         prune_dead_files(self.directory)
@@ -195,6 +216,9 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+pid_alive = _pid_alive  # public name, for `robot-lab status` (stale rq registrations)
+
+
 def prune_dead_files(directory: Path) -> None:
     """Remove heartbeat files of this host's processes that no longer exist (a previous
     container incarnation, a killed dev worker), so they do not fail the next probe."""
@@ -214,9 +238,10 @@ def check_health(directory: Path | None = None, *, worker: str | None = None,
                  max_age: float | None = None) -> tuple[bool, list[str]]:
     """The liveness verdict from the heartbeat files: (ok, one line per worker/problem).
 
-    ``worker`` limits the check to names containing it. Unhealthy: no file at all, a file
-    older than ``max_age`` (default 6 beats, at least 30 s), or a file of a process of this
-    host that is gone (a dead rq child of a multi-process worker).
+    ``worker`` limits the check to names containing it. Unhealthy: no file of a live process
+    at all, or a file older than ``max_age`` (default 6 beats, at least 30 s). The file of a
+    process of this host that is gone (a killed dev worker, a previous container) is
+    reported once and removed; it does not fail the probe of the workers still alive.
     """
     directory = directory or health_dir()
     files = sorted(directory.glob("*.json")) if directory.is_dir() else []
@@ -236,8 +261,13 @@ def check_health(directory: Path | None = None, *, worker: str | None = None,
         found += 1
         limit = max_age if max_age is not None else max(30.0, 6 * float(data.get("interval", 5.0)))
         if data.get("host") == host and not _pid_alive(int(data.get("pid", 0))):
+            # reported once, then gone: a dead neighbour must not fail the live workers' probe
+            found -= 1
+            path.unlink(missing_ok=True)
+            lines.append(f"{name}: process {data.get('pid')} is gone (its heartbeat file is removed)")
+        elif data.get("problem") and age <= limit:
             ok = False
-            lines.append(f"{name}: process {data.get('pid')} is gone")
+            lines.append(f"{name}: unhealthy: {data['problem']}")
         elif age > limit:
             ok = False
             lines.append(f"{name}: no healthy beat for {age:.0f}s (limit {limit:.0f}s)")

@@ -23,6 +23,7 @@ from typing import Any
 from robot_lab.errors import ConfigurationError, retryable
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger, log_context
+from robot_lab.outage import OutageTracker, caused_by_outage, is_outage
 from robot_lab.schemas import RobotResult
 from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS, RunStore, enqueue_jobs
 from robot_lab.workers.routing import choose_routes, route_tool_for
@@ -116,22 +117,29 @@ def task_message(store: RunStore, graph: Any, task: str, meta: dict[str, str]) -
 class _Heartbeat:
     """Keeps the task's lease alive from a daemon thread while the robot runs."""
 
-    def __init__(self, store: RunStore, task: str, worker: str, lease_ms: int) -> None:
+    def __init__(self, store: RunStore, task: str, worker: str, lease_ms: int, outage: OutageTracker) -> None:
         self.store, self.task, self.worker, self.lease_ms = store, task, worker, lease_ms
+        self.outage = outage
         self.stop_event = threading.Event()
         self.lost = False
         self.thread = threading.Thread(target=self._loop, name=f"lease-{task}", daemon=True)
 
     def _loop(self) -> None:
         interval = self.lease_ms / 3000
+        outage = self.outage
         while not self.stop_event.wait(interval):
             try:
-                if not self.store.heartbeat(self.task, self.worker, self.lease_ms):
+                alive = self.store.heartbeat(self.task, self.worker, self.lease_ms)
+                outage.back()
+                if not alive:
                     self.lost = True
                     log.warning("task.lease_lost", task=self.task)
                     return
-            except Exception as exc:  # Redis hiccup: try again next beat
-                log.warning("task.heartbeat_failed", task=self.task, error=str(exc))
+            except Exception as exc:  # Redis hiccup: try again next beat (one line per outage)
+                if is_outage(exc):
+                    outage.lost(exc)
+                else:
+                    log.warning("task.heartbeat_failed", task=self.task, error=str(exc))
 
     def __enter__(self) -> _Heartbeat:
         self.thread.start()
@@ -160,17 +168,21 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
     worker = worker_identity()
     lease_ms = int(os.environ.get("ROBOT_LAB_TASK_LEASE_MS", DEFAULT_LEASE_MS))
     with log_context(run_id=run_id, task=task):
-        claim = store.claim(task, job_id, worker, lease_ms)
+        # Redis away: wait for it (a claim is re-entrant for the same worker), rather than
+        # fail the job in rq and have the sweeper record the task as failed
+        outage = OutageTracker(f"task-{task}")  # one lost/back pair per outage for this job
+        claim = outage.call(lambda: store.claim(task, job_id, worker, lease_ms))
         if claim != "ok":
             log.info("task.not_claimed", reason=claim, job_id=job_id)
             return {"task": task, "status": claim}
-        with _Heartbeat(store, task, worker, lease_ms):
-            outcome = _execute(store, keys, run_id, task, job_id, worker)
+        with _Heartbeat(store, task, worker, lease_ms, outage):
+            outcome = _execute(store, keys, run_id, task, job_id, worker, outage)
         _sweep_soon(connection, keys)
         return outcome
 
 
-def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, worker: str) -> dict[str, Any]:
+def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, worker: str,
+             outage: OutageTracker | None = None) -> dict[str, Any]:
     from robot_lab.runtime.network.coordinator import graph_for
 
     meta = store.meta()
@@ -187,6 +199,14 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         try:
             result, activate = _run_task_hooks(store, graph, meta, task, worker)
         except Exception as exc:
+            if caused_by_outage(exc):
+                # not the task's fault: no failure is recorded; the lease expires and the
+                # task runs again (docs/operations.md, "Failure modes")
+                log.warning("task.interrupted_by_redis_outage", error=f"{type(exc).__name__}: {exc}")
+                outage = outage or OutageTracker(f"task-{task}")
+                outage.lost(exc)
+                outage.call(store.r.ping)  # then rq can record the job's failure
+                raise
             if retryable(exc) and _retries_left() > 0:
                 log.warning("task.retrying", error=f"{type(exc).__name__}: {exc}")
                 store.release(task, job_id, f"{type(exc).__name__}: {exc}")
@@ -212,11 +232,16 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         if result.input_tokens or result.output_tokens:
             usage = {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
                      "cost": result.cost}
-        status, ignored, items = store.complete(task, job_id, result, activate=activate, data=data, usage=usage)
+        # The robot's work is done: a Redis outage now must not throw it away. Both calls
+        # are safe to repeat (a repeated complete is refused, the first one counted; a
+        # child whose enqueue was lost is re-enqueued by the sweeper's repair of queued tasks).
+        outage = outage or OutageTracker(f"task-{task}")
+        status, ignored, items = outage.call(
+            lambda: store.complete(task, job_id, result, activate=activate, data=data, usage=usage))
         if ignored:
             log.warning("task.activation_ignored", names=ignored, routes=spec.routes)
         if status == "ok":
-            enqueue_jobs(store.r, keys, run_id, items, graph)
+            outage.call(lambda: enqueue_jobs(store.r, keys, run_id, items, graph))
         log.info("task.finished", status=status, failed=result.failed, queued=[t for t, _, _ in items])
         return {"task": task, "status": status, "failed": result.failed}
 
@@ -382,8 +407,12 @@ class _DeltaBuffer:
 
     def flush(self) -> None:
         if self.parts:
-            self.store.emit("text.delta", task=self.task, robot=self.robot, data={"delta": "".join(self.parts)})
-            self.parts = []
+            try:
+                self.store.emit("text.delta", task=self.task, robot=self.robot, data={"delta": "".join(self.parts)})
+                self.parts = []
+            except Exception as exc:  # Redis away: keep the text for the next flush
+                if not is_outage(exc):
+                    raise
         self.last = time.monotonic()
 
 

@@ -27,6 +27,7 @@ from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
 from robot_lab.runtime.network.run_state import queue_name
+from robot_lab.workers.health import LOOP_SLACK
 
 log = get_logger("robot_lab.worker")
 
@@ -38,9 +39,11 @@ def robot_worker_class() -> type:
     from rq.worker import SimpleWorker
 
     from robot_lab.workers.health import LoopProgress
+    from robot_lab.workers.supervision import RidesOutages
 
-    class RobotWorker(LoopProgress, SimpleWorker):
-        """Records loop progress for the heartbeat (workers/health.py)."""
+    class RobotWorker(LoopProgress, RidesOutages, SimpleWorker):
+        """Records loop progress for the heartbeat (workers/health.py) and rides out Redis
+        outages (workers/supervision.py)."""
 
     return RobotWorker
 
@@ -69,20 +72,23 @@ def resolve_worker_robots(names: list[str], *, connection: Any, keys: Keys, app:
         if spec is None:
             spec = published_spec(name, connection=connection, keys=keys)
         if spec is None:
-            where = f"app {app.name!r}" if app is not None else "no app (set ROBOT_LAB_APP or --app)"
+            where = f"not in app {app.name!r}" if app is not None else "no app given (set ROBOT_LAB_APP or --app)"
             raise ConfigurationError(
-                f"unknown robot {name!r}: not in {where} and not published in the Redis robot registry"
+                f"unknown robot {name!r}: {where}, and no robot of that name is published in Redis"
             )
         check_importable(spec)
         specs[name] = spec
     return specs
 
 
-def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool) -> None:
-    """One rq worker (main thread of its process: rq installs its signal handlers)."""
+def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool, loops: Any = None) -> None:
+    """One rq worker (main thread of its process: rq installs its signal handlers). Its
+    progress joins ``loops`` (the main process's registry), or -- in an rq child process --
+    a heartbeat of its own."""
     from rq import Queue
-    from robot_lab.workers.health import RQ_WORKER_TTL, WorkerHeartbeat, rq_loop_problem, threads_problem
+    from robot_lab.workers.health import RQ_WORKER_TTL, WorkerHeartbeat, rq_loop_problem
     from robot_lab.runtime.network.serializer import JobSerializer
+    from robot_lab.workers.supervision import Loops
 
     from robot_lab.connection import connect
 
@@ -90,19 +96,35 @@ def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool) -> None
     worker_cls = robot_worker_class()
     qs = [Queue(q, connection=connection, serializer=JobSerializer) for q in queues]
     worker = worker_cls(qs, connection=connection, serializer=JobSerializer, name=name, worker_ttl=RQ_WORKER_TTL)
-    # The beat (workers/health.py) also watches this process's bus pollers and sweeper.
-    watched = [t for t in threading.enumerate() if t.name.startswith("bus-") or t.name == "sweeper"]
-    heartbeat = WorkerHeartbeat(
-        connection, default_keys(), name, [q.split(":", 1)[1] for q in queues],
-        role="worker" if watched else "rq",
-        checks=[lambda: rq_loop_problem(worker), lambda: threads_problem(watched)],
-        info=lambda: {"queues": queues, "bus": sorted(t.name[4:] for t in watched if t.name != "sweeper"),
-                      **worker.progress()},
-    ).start()
+    heartbeat = None
+    if loops is None:
+        loops = Loops()
+        heartbeat = WorkerHeartbeat(connection, default_keys(), name, [q.split(":", 1)[1] for q in queues],
+                                    role="rq", checks=[loops.problem],
+                                    info=lambda: {"queues": queues, **loops.info(), **worker.progress()})
+    loops.add("rq", idle_limit=float("inf"), probe=lambda: worker.loop_beat)  # started = first beat
+    loops.checks.append(lambda: rq_loop_problem(worker))
+    loops.extra_info = worker.progress
+    loops.started()
+    if heartbeat is not None:
+        heartbeat.start()
     try:
-        worker.work(burst=burst, logging_level="WARNING")
+        _work(worker, burst)
     finally:
-        heartbeat.stop()
+        if heartbeat is not None:
+            heartbeat.stop()
+
+
+def _work(worker: Any, burst: bool) -> None:
+    """rq's ``work()``; started again when it quit because of a Redis outage (rq's own
+    failure path raises out of it), never when asked to stop."""
+    while True:
+        outages = worker._tracker().outages
+        worker.work(burst=burst, logging_level="WARNING")
+        if burst or worker._stop_requested or worker._tracker().outages == outages:
+            return
+        log.warning("worker.rq_loop_restarted", worker=worker.name)
+        worker._ride_out(worker.connection.ping)
 
 
 def _child_main(url: str | None, queues: list[str], name: str, burst: bool) -> None:
@@ -111,27 +133,40 @@ def _child_main(url: str | None, queues: list[str], name: str, burst: bool) -> N
     _rq_loop(url, queues, name, burst)
 
 
-def _sweeper(connection: Any, keys: Keys, stop: threading.Event) -> None:
+def _sweeper(connection: Any, keys: Keys, stop: threading.Event, loop: Any) -> None:
+    from robot_lab.outage import is_outage
     from robot_lab.runtime.network.coordinator import Coordinator
 
     coordinator = Coordinator(connection=connection, keys=keys)
+    loop.tick()
     while not stop.wait(SWEEP_INTERVAL):
-        try:
-            coordinator.sweep(min_interval_ms=int(SWEEP_INTERVAL * 1000))
-        except Exception as exc:
-            log.warning("worker.sweep_failed", error=f"{type(exc).__name__}: {exc}")
+        with loop.busy("sweeping"):
+            try:
+                coordinator.sweep(min_interval_ms=int(SWEEP_INTERVAL * 1000))
+            except Exception as exc:
+                if is_outage(exc):
+                    loop.outage.lost(exc)
+                    loop.outage.pause(stop)
+                    continue
+                loop.failed(exc)
+                log.warning("worker.sweep_failed", error=f"{type(exc).__name__}: {exc}")
+                continue
+        loop.succeeded()
 
 
-def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: set[str],
+def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: set[str], loops: Any,
                    interval: float = 1.0) -> None:
     """Serve every robot spawned at run time (``<prefix>:robots:spawned``): a bus poller per
     new name, built from its published spec. A spec that cannot be built is logged and
     retried on the next pass."""
     from robot_lab.app import published_spec
     from robot_lab.bus import BusPoller
+    from robot_lab.outage import is_outage
     from robot_lab.runtime.robot import Robot
 
+    loop = loops.loops["spawn-watcher"]
     while not stop.is_set():
+        loop.tick()
         try:
             names = sorted(n.decode() if isinstance(n, bytes) else n for n in connection.smembers(keys.spawned()))
             for name in names:
@@ -141,12 +176,29 @@ def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: 
                 if spec is None:
                     continue
                 poller = BusPoller(name, redis=connection).serve(Robot.from_spec(spec))
-                threading.Thread(target=poller.run_forever, args=(stop,), name=f"bus-{name}", daemon=True).start()
+                bus_thread(loops, name, poller, stop).start()
                 serving.add(name)
                 log.info("worker.serving_spawned", robot=name)
         except Exception as exc:
+            if is_outage(exc):
+                loop.outage.lost(exc)
+                loop.outage.pause(stop)
+                continue
             log.warning("worker.spawn_watch_failed", error=f"{type(exc).__name__}: {exc}")
+        else:
+            loop.outage.back()
         stop.wait(interval)
+
+
+def bus_thread(loops: Any, robot: str, poller: Any, stop: threading.Event) -> threading.Thread:
+    """The supervised thread of one robot's bus poller (workers/supervision.py): its rounds
+    count as progress, a Redis outage is ridden out, its death fails the health probe."""
+    from robot_lab.runtime.network.run_state import DEFAULT_JOB_TIMEOUT
+    from robot_lab.workers.supervision import JOB_SLACK, LOOP_SLACK, supervise_poller
+
+    loop = loops.add(f"bus-{robot}", idle_limit=poller.block_ms / 1000 + LOOP_SLACK)
+    supervise_poller(poller, loop, stop, handler_limit=DEFAULT_JOB_TIMEOUT + JOB_SLACK)
+    return loops.thread(loop, poller.run_forever, stop, stop=stop)
 
 
 def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None = None,
@@ -183,38 +235,60 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
     # warm-up starts some): a fork taken while another thread holds a lock (logging, a
     # connection pool, litellm's executor) can deadlock the child. Each child warms up itself.
     children = _start_children(url, queues, base, burst, concurrency) if concurrency > 1 else []
-    warm_up()
     stop = threading.Event()
-    threads: list[threading.Thread] = [
-        threading.Thread(target=_sweeper, args=(connection, keys, stop), name="sweeper", daemon=True)
-    ]
+    # Every loop is registered before it starts and the heartbeat runs from here on, so a
+    # loop that dies at start-up fails `robot-lab health` naming it (workers/supervision.py).
+    loops, heartbeat = _supervision(connection, keys, base, robots, queues, children)
+    warm_up()
+    threads = [loops.thread(loops.add("sweeper", idle_limit=SWEEP_INTERVAL + LOOP_SLACK, busy_limit=300.0),
+                            _sweeper, connection, keys, stop, loops.loops["sweeper"], stop=stop)]
     if bus:
         from robot_lab.bus import BusPoller
         from robot_lab.runtime.robot import Robot
 
         for name, spec in specs.items():
             poller = BusPoller(name, redis=connection).serve(Robot.from_spec(spec))
-            threads.append(threading.Thread(target=poller.run_forever, args=(stop,), name=f"bus-{name}",
-                                            daemon=True))
+            threads.append(bus_thread(loops, name, poller, stop))
     if spawned:
-        threads.append(threading.Thread(target=_spawn_watcher, args=(connection, keys, stop, set(robots)),
-                                        name="spawn-watcher", daemon=True))
+        loops.add("spawn-watcher", idle_limit=LOOP_SLACK + 1.0, busy_limit=300.0)
+        threads.append(loops.thread(loops.loops["spawn-watcher"], _spawn_watcher, connection, keys, stop,
+                                    set(robots), loops, stop=stop))
     for thread in threads:
         thread.start()
+    if not queues or concurrency > 1:
+        loops.started()  # else _rq_loop says so once the rq loop is registered too
     try:
         if not queues:  # only spawned robots: nothing for rq to do; wait for SIGTERM/SIGINT
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
             stop.wait()
         elif concurrency == 1:
-            _rq_loop(url, queues, base, burst)
+            _rq_loop(url, queues, base, burst, loops)
         else:
             _wait_children(children)
     finally:
+        loops.stopping()
         stop.set()
         for thread in threads:
             thread.join(15)
+        heartbeat.stop()
         log.info("worker.stopped", robots=robots)
+
+
+def _supervision(connection: Any, keys: Keys, base: str, robots: list[str], queues: list[str],
+                 children: list[Any]) -> tuple[Any, Any]:
+    """The main process's loop registry and its heartbeat (started)."""
+    from robot_lab.workers.health import WorkerHeartbeat
+    from robot_lab.workers.supervision import Loops
+
+    loops = Loops()
+    for child in children:
+        loops.checks.append(lambda child=child: None if child.is_alive() or child.exitcode == 0 else
+                            f"rq child {child.name} (pid {child.pid}) exited with code {child.exitcode}")
+    heartbeat = WorkerHeartbeat(connection, keys, base, robots, role="worker", checks=[loops.problem],
+                                info=lambda: {"queues": queues, **loops.info(),
+                                              **(loops.extra_info() if loops.extra_info else {})})
+    return loops, heartbeat.start()
 
 
 def _start_children(url: str | None, queues: list[str], base: str, burst: bool, concurrency: int) -> list[Any]:

@@ -20,6 +20,7 @@ import msgspec
 from robot_lab.errors import AwaitTimeout, ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
+from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new_id
 from robot_lab.runtime.network.dag import Graph, NetworkSpec, compile_network
 from robot_lab.runtime.network.enqueue import enqueue_jobs
@@ -94,21 +95,35 @@ class RunHandle:
 
     def follow(self, *, timeout: float | None = None, sweep: bool = True,
                block_ms: int = 500) -> Iterator[RunEvent]:
-        """Yield events as they come (replaying from the start) until ``stream.ended``."""
+        """Yield events as they come (replaying from the start) until ``stream.ended``.
+
+        A Redis outage (restart, failover) is waited out with backoff and one ``redis.lost``
+        / ``redis.back`` log line pair; the events are read on from where they stopped."""
         deadline = None if timeout is None else time.monotonic() + timeout
         last = "0-0"
         last_sweep = 0.0
+        outage = OutageTracker("coordinator")
         while True:
-            entries = self.store.events(last, block_ms=None if last == "0-0" else block_ms)
+            try:
+                entries = self.store.events(last, block_ms=None if last == "0-0" else block_ms)
+                if sweep and time.monotonic() - last_sweep >= SWEEP_EVERY:
+                    last_sweep = time.monotonic()
+                    self.coordinator.sweep_run(self.run_id)
+                over = not entries and self.store.status() not in ("running", "unknown")
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                outage.lost(exc)
+                entries, over = [], False
+                outage.pause()
+            else:
+                outage.back()
             for entry_id, event in entries:
                 last = entry_id
                 yield event
                 if event.event == "stream.ended":
                     return
-            if sweep and time.monotonic() - last_sweep >= SWEEP_EVERY:
-                last_sweep = time.monotonic()
-                self.coordinator.sweep_run(self.run_id)
-            if self.store.status() not in ("running", "unknown") and not entries:
+            if over:
                 return
             if deadline is not None and time.monotonic() > deadline:
                 raise AwaitTimeout(f"run {self.run_id} did not finish within {timeout} s")
@@ -119,7 +134,7 @@ class RunHandle:
         for event in self.follow(timeout=timeout):
             if on_event is not None:
                 on_event(event)
-        return self.result()
+        return OutageTracker("coordinator").call(self.result)
 
     def result(self) -> NetworkResult:
         meta = self.store.meta()
@@ -288,6 +303,8 @@ class Coordinator:
             try:
                 total += self.sweep_run(run_id)
             except Exception as exc:  # one broken run must not stop the sweep of the others
+                if is_outage(exc):
+                    raise  # Redis is away for every run: the caller backs off
                 log.warning("run.sweep_failed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
         return total
 
