@@ -134,6 +134,9 @@ def test_the_estimate_counts_input_with_litellm_plus_the_maximum_output() -> Non
     assert default.output_tokens == 333 and default.tokens == default.input_tokens + 333
     assert default.cost is None  # unpriced: a cost budget reserves all that is free
     assert default.amount("tokens") == default.tokens and default.amount("calls") is None
+    # a llama-3 model would make litellm fetch its tokenizer from Hugging Face: never here
+    llama = estimate_call("groq/llama-3.1-8b-instant", messages, max_tokens=10)
+    assert litellm.disable_hf_tokenizer_download is True and llama.input_tokens == default.input_tokens
 
 
 def test_the_default_output_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,8 @@
 """How big a model call's reservation is: an estimate made before the call.
 
-Tokens: the input counted with litellm's ``token_counter`` (the model's own tokenizer where
-litellm knows it, a default tokenizer otherwise -- offline either way) plus the most the
+Tokens: the input counted with litellm's ``token_counter`` (tiktoken: the model's encoding
+where litellm knows it, its default one otherwise; never a tokenizer fetched from the
+network) plus the most the
 call may write: ``max_tokens``, or ``budget.default_output_tokens`` (setting
 ``ROBOT_LAB_BUDGET__DEFAULT_OUTPUT_TOKENS``) when the call sets none. Cost: litellm's price
 of those tokens when it knows the model's price; otherwise None, and the call reserves all
@@ -53,11 +54,21 @@ def _fallback_count(messages: Sequence[Any], tools: Sequence[Any] | None) -> int
     return math.ceil(len(text) / 4)
 
 
-def count_input_tokens(model: str, messages: Sequence[Any], tools: Sequence[Any] | None = None) -> int:
+def _litellm() -> Any:
     from robot_lab.runtime.llm.gateway import litellm_module
 
+    litellm = litellm_module()
+    # For llama, cohere, deepseek and some anthropic models litellm would fetch a tokenizer
+    # from Hugging Face on first use: a network request (robot-lab runs offline) that stalled
+    # 25 s with no network. tiktoken's bundled encoding is close enough for a reservation.
+    litellm.disable_hf_tokenizer_download = True
+    return litellm
+
+
+def count_input_tokens(model: str, messages: Sequence[Any], tools: Sequence[Any] | None = None) -> int:
+    """Input tokens of a call as litellm counts them (chars / 4 if it cannot)."""
     try:
-        return int(litellm_module().token_counter(model=model, messages=list(messages), tools=tools or None))
+        return int(_litellm().token_counter(model=model, messages=list(messages), tools=tools or None))
     except Exception as exc:  # an odd message shape must not stop the call; over-count instead
         log.debug("budget.token_count_fallback", model=model, error=f"{type(exc).__name__}: {exc}")
         return _fallback_count(messages, tools)
@@ -80,9 +91,7 @@ def estimate_call(
     output_tokens = int(max_tokens) if max_tokens else int(default_output_tokens)
     cost: float | None = None
     try:
-        from robot_lab.runtime.llm.gateway import litellm_module
-
-        prompt_cost, completion_cost = litellm_module().cost_per_token(
+        prompt_cost, completion_cost = _litellm().cost_per_token(
             model=model, prompt_tokens=input_tokens, completion_tokens=output_tokens)
         cost = float(prompt_cost) + float(completion_cost)
     except Exception:  # no price known for this model (scripted, local, custom)
