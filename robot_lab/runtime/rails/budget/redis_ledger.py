@@ -27,9 +27,10 @@ class BudgetHolder:
     """Who holds a reservation, for as long as a lease lives.
 
     ``id`` is unique to one attempt of one piece of work (a network task's job id and
-    worker). ``registry`` is a Redis set listing ``<budget key>\n<holder id>`` for every
-    budget this holder reserved in, written before the first reservation, so whoever sees
-    the lease expire can find and release everything (:func:`release_holder`).
+    worker). ``registry`` is a Redis set with one member per budget this holder reserved in
+    (the budget's key and the holder id, joined by a newline), written before the first
+    reservation, so whoever sees the lease expire can find and release everything
+    (:func:`release_holder`).
     """
 
     id: str
@@ -60,6 +61,7 @@ def release_holder(redis: Any, registry: str) -> dict[str, dict[str, float]]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
 
 def _num(value: Any) -> float:
     return float(value.decode() if isinstance(value, bytes) else value)
