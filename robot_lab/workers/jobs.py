@@ -332,6 +332,7 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
         tools = [t.name for t in base] + [route_tool.name]
 
     deltas = _DeltaBuffer(store, task, spec.robot)
+    job_id = store.job_id(task) or task
     try:
         result = robot.run(
             message,
@@ -342,26 +343,43 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
             run_id=store.run_id,
             task=task,
             network_hooks=network_hooks,
-            budgets=_run_budgets(store, network_config),
+            budgets=_run_budgets(store, network_config, job_id, worker),
             doom_loop=_run_doom_loop(store, network_config),
             **context,
         )
     finally:
         deltas.flush()
+        _release_budget_holds(store, job_id)
     activate = choose_routes(spec, result, message=message, run_id=store.run_id)
     return result, activate
 
 
-def _run_budgets(store: RunStore, network_config: Any) -> list[Any]:
+def _run_budgets(store: RunStore, network_config: Any, job_id: str, worker: str) -> list[Any]:
     """A network's ``token_budget``/``cost_budget`` is one ledger for the whole run, shared
-    by every worker through Redis (scope ``run:<id>``)."""
+    by every worker through Redis (scope ``run:<id>``). Its reservations are held by this
+    attempt (job id + worker), so the sweeper gives them back if this worker dies."""
     limits = {k: v for k, v in (("tokens", network_config.token_budget), ("cost", network_config.cost_budget))
               if v is not None}
     if not limits:
         return []
-    from robot_lab.runtime.rails.budget import RedisLedger
+    from robot_lab.runtime.rails.budget import BudgetHolder, RedisLedger
 
-    return [RedisLedger(f"run:{store.run_id}", limits, redis=store.r, keys=store.keys, ttl=7 * 86_400)]
+    holder = BudgetHolder(id=f"{job_id}@{worker}", registry=store.budget_holds_key(job_id))
+    return [RedisLedger(f"run:{store.run_id}", limits, redis=store.r, keys=store.keys, ttl=7 * 86_400,
+                        holder=holder)]
+
+
+def _release_budget_holds(store: RunStore, job_id: str) -> None:
+    """Whatever the attempt still holds once the robot is done (a reconcile that failed, an
+    exception between reserve and settle) goes back now, not when the budget expires."""
+    try:
+        from robot_lab.runtime.rails.budget import release_holder
+
+        released = release_holder(store.r, store.budget_holds_key(job_id))
+        if released:
+            log.warning("task.budget_released", released=released)
+    except Exception as exc:  # Redis hiccup: the sweeper cannot see this one, the TTL will
+        log.warning("task.budget_release_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def _run_doom_loop(store: RunStore, network_config: Any) -> Any:

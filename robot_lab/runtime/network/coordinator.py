@@ -26,6 +26,7 @@ from robot_lab.schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new
 from robot_lab.runtime.network.dag import Graph, NetworkSpec, compile_network
 from robot_lab.runtime.network.enqueue import enqueue_jobs
 from robot_lab.runtime.network.run_state import RunStore
+from robot_lab.runtime.rails.budget.redis_ledger import release_holder
 
 log = get_logger("robot_lab.coordinator")
 
@@ -260,6 +261,11 @@ class Coordinator:
         store = RunStore(self.connection, self.keys, run_id)
         if store.status() != "running":
             return 0
+        for task, job_id in store.lost_attempts():
+            # a dead worker's budget reservations go back before its task is re-run
+            released = release_holder(self.connection, store.budget_holds_key(job_id))
+            if released:
+                log.warning("run.budget_released", run_id=run_id, task=task, job_id=job_id, released=released)
         items = store.reclaim()
         items += store.repair_queued()
         for task, job_id, error in store.failed_jobs():
