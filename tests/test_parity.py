@@ -116,7 +116,8 @@ def transcript(results: dict[str, Any], streamed: dict[str, str], changes: list[
     return {
         "tasks": tasks,
         "memory": sorted((c.key, json.dumps(c.value), c.writer) for c in changes if c.op == "set"),
-        "calls": sorted(json.dumps(normalized(c), sort_keys=True) for c in calls),
+        # a worker's own warm-up call (no robot) is not part of any scenario
+        "calls": sorted(json.dumps(normalized(c), sort_keys=True) for c in calls if c.get("robot")),
         "learnings": learnings,
     }
 

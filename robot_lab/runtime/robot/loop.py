@@ -46,9 +46,10 @@ def call_model(
     on_chunk: Callable[[Chunk], Any] | None,
     ledgers: list[Any],
 ) -> LLMResponse:
-    """One model call inside the budget protocol: reserve what remains (BudgetExceeded
-    before the call when spent), reconcile actual usage, then InferenceError on overrun.
-    Model, provider and parameters come from the run plan."""
+    """One model call inside the budget protocol: reserve the call's estimate (waiting while
+    other calls' reservations may come back; BudgetExceeded before the call when spent),
+    reconcile actual usage, then InferenceError on overrun. Model, provider and parameters
+    come from the run plan."""
     config = plan.config
 
     def complete() -> LLMResponse:
@@ -59,8 +60,8 @@ def call_model(
         response = complete()
         add_usage(robot, response)
         return response
-    caps = {budget_mod.TOKENS: float(config.max_tokens)} if config.max_tokens else None
-    reservation = budget_mod.reserve_all_remaining(ledgers, caps=caps)
+    estimate = budget_mod.estimate_call(plan.model, robot.messages, specs, config.max_tokens)
+    reservation = budget_mod.reserve_for_call(ledgers, estimate)
     try:
         response = complete()
     except BaseException:
