@@ -212,3 +212,43 @@ def test_fleet_rides_out_a_redis_restart(aof_redis, tmp_path, processes, monkeyp
         proc.wait(60)
     assert [p.returncode for p in workers] == [0, 0, 0], processes.logs()
     client.close()
+
+
+def test_a_demoted_primary_is_ridden_out_until_promoted(aof_redis, tmp_path):
+    """A failover seen from a client that still talks to the old primary: writes answer
+    READONLY. The client drops such connections (so a managed Redis's DNS is re-resolved) and
+    a loop's tracker treats it as an outage -- one lost/back pair -- until a primary answers."""
+    import threading
+
+    from robot_lab.connection import connect
+    from robot_lab.outage import Backoff, OutageTracker
+
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = AofRedis(other_dir)
+    other.start()
+    admin = redis.Redis.from_url(aof_redis.url)
+    client = connect(aof_redis.url)
+    try:
+        assert client.set("k", "before")
+        admin.replicaof("127.0.0.1", other.port)  # demoted: a replica of another server
+        wait_for(lambda: admin.info("replication")["role"] == "slave", timeout=10)
+        with pytest.raises(redis.exceptions.ReadOnlyError):
+            client.set("k", "during")
+        lines: list[str] = []
+
+        class Log:
+            def warning(self, event: str, **kw: object) -> None:
+                lines.append(event)
+
+        promote = threading.Timer(1.0, lambda: admin.replicaof("NO", "ONE"))
+        promote.start()
+        tracker = OutageTracker("test", backoff=Backoff(0.05, 0.2), logger=Log())
+        assert tracker.call(lambda: client.set("k", "after")) is True
+        promote.join()
+        assert lines == ["redis.lost", "redis.back"]
+        assert client.get("k") == b"after"
+    finally:
+        client.close()
+        admin.close()
+        other.stop()
