@@ -77,10 +77,11 @@ class AofRedis:
         wait_for(up, timeout=20, interval=0.05)
         client.close()
 
-    def stop(self) -> None:
-        """SIGTERM: Redis flushes the AOF and exits (a restart, not a data loss test)."""
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """SIGTERM: Redis flushes the AOF and exits; SIGKILL: a crash (``appendfsync always``
+        keeps every acknowledged write, so this is a restart test, not a data loss test)."""
         if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.process.send_signal(sig)
             try:
                 self.process.wait(20)
             except subprocess.TimeoutExpired:
@@ -125,7 +126,8 @@ def _log_lines(path: Path) -> list[dict]:
     return out
 
 
-def test_fleet_rides_out_a_redis_restart(aof_redis, tmp_path, processes, monkeypatch):  # noqa: F811
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["restart", "crash"])
+def test_fleet_rides_out_a_redis_restart(aof_redis, tmp_path, processes, sig):  # noqa: F811
     prefix = f"rltest-{uid()}"
     keys = Keys(prefix=prefix)
     client = redis.Redis.from_url(aof_redis.url)
@@ -161,7 +163,7 @@ def test_fleet_rides_out_a_redis_restart(aof_redis, tmp_path, processes, monkeyp
 
     wait_for(lambda: sum(e["event"] == "task.started" for e in events()) >= 2, timeout=120, interval=0.05)
     client.close()
-    aof_redis.stop()
+    aof_redis.stop(sig)
     time.sleep(3)  # long enough for every loop to notice, short of the rq/bus timeouts
     for proc in (*workers, watcher, runner):
         assert proc.poll() is None, processes.logs()
