@@ -1,6 +1,12 @@
 """A robot with two Python-function tools and a circuit breaker (robot_lab examples 02/06).
 
     python examples/02_tools.py
+
+Offline (no API key) the robot runs on the scripted model ``scripted/echo``. It does not read
+the question: it calls every offered tool once with placeholder arguments built from the
+tool's JSON schema ("a" for a string, 0 for an integer), which is why the output shows
+``order_status({'order_id': 'a'})``. With a real model (``OPENAI_API_KEY`` and, say,
+``ROBOT_LAB_MODEL=openai/gpt-4o-mini``) the model reads "A-1001" from the question instead.
 """
 
 import robot_lab

@@ -2,11 +2,21 @@
 
 Subcommands live in ``robot_lab.commands.*`` and load only when invoked (click's lazy-group
 pattern), so ``robot-lab --help`` never imports litellm, rq or fastembed.
+
+Two things every subcommand gets from the group:
+
+* quiet logs on human paths: interactive commands log at WARNING unless ``-v`` (INFO),
+  ``--debug`` (DEBUG) or ``ROBOT_LAB_LOG_LEVEL`` says otherwise; ``worker`` and
+  ``watch --all`` keep the configured level (JSON lines for a log collector);
+* one line per failure: any error a user can cause (a bad Redis URL, an unreachable or
+  refusing Redis, an unknown robot, a bad app path, ...) prints ``Error: <what> (<hint>)``
+  and exits 1 -- the traceback only with ``--debug`` (:mod:`robot_lab.commands.errors`).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 import click
@@ -20,7 +30,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "skills": ("robot_lab.commands.skills:skills", "AgentSkills: list, show, validate, create, match."),
     "send": ("robot_lab.commands.bus:send", "Publish a message to a robot's inbox (--wait for the reply)."),
     "tail": ("robot_lab.commands.bus:tail", "Follow a robot's inbox live."),
-    "bus": ("robot_lab.commands.bus:bus_group", "Inspect robot inboxes (bus stats)."),
+    "bus": ("robot_lab.commands.bus:bus_group", "Inspect robot inboxes (bus stats, bus remove)."),
     "dlq": ("robot_lab.commands.bus:dlq_group", "Dead letters of a robot: list, show, replay, purge."),
     "worker": ("robot_lab.commands.worker:worker", "Run robots' tasks (rq queues robot:<name>) and bus inboxes."),
     "run": ("robot_lab.commands.run:run", "Run a network (APP:NETWORK) on a message."),
@@ -50,6 +60,18 @@ class LazyGroup(click.Group):
             return getattr(importlib.import_module(module_name), attr)
         return super().get_command(ctx, cmd_name)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            if ctx.params.get("debug"):
+                raise
+            from robot_lab.commands.errors import one_line
+
+            raise click.ClickException(one_line(exc)) from exc
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Show help lines without importing every command module.
         rows = [(name, self.lazy[name][1]) for name in sorted(self.lazy)]
@@ -63,11 +85,27 @@ class LazyGroup(click.Group):
                 formatter.write_dl(sorted(rows))
 
 
+# Commands that are services, not conversations: their logs are their output.
+SERVICE_COMMANDS = frozenset({"worker"})
+
+
 @click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="robot-lab")
-def main() -> None:
+@click.option("-v", "--verbose", count=True, help="More log lines on stderr (-v: info, -vv: debug).")
+@click.option("--debug", is_flag=True, help="Debug log lines, and a full traceback when a command fails.")
+@click.pass_context
+def main(ctx: click.Context, verbose: int, debug: bool) -> None:
     """robot-lab: teams of LLM robots as worker processes on Redis.
 
     With no REDIS_URL everything runs in this process on an embedded fakeredis and, with no
     provider key, on the offline scripted model. Start with `robot-lab demo`.
+
+    Exit status: 0 done, 1 failed (one line `Error: ...` on stderr; --debug shows the
+    traceback), 2 a usage error, 124 a wait (run, demo) timed out while the run goes on.
     """
+    level = "DEBUG" if debug or verbose > 1 else "INFO" if verbose else None
+    if level is None and (ctx.invoked_subcommand in SERVICE_COMMANDS or "ROBOT_LAB_LOG_LEVEL" in os.environ):
+        return
+    from robot_lab.logging import configure_logging
+
+    configure_logging(level=level or "WARNING", force=True)

@@ -141,7 +141,11 @@ def connect(url: str | None = None, **kwargs: Any) -> redis.Redis:
         # Redis moves to the new primary). Retrying it drops the connection, so the next one
         # resolves the name again (robot_lab/outage.py rides out the rest).
         kwargs.setdefault("retry_on_error", [redis.exceptions.ReadOnlyError])
-        return redis.Redis.from_url(url, **_defaults(kwargs))
+        options = _defaults(kwargs)
+        if parsed.scheme == "unix":  # a unix socket has no TCP keepalive (redis-py rejects the option)
+            options.pop("socket_keepalive", None)
+            options.pop("socket_keepalive_options", None)
+        return redis.Redis.from_url(url, **options)
     if parsed.kind == "sentinel":
         from redis.sentinel import Sentinel
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from robot_lab.errors import ConfigurationError
@@ -47,18 +48,11 @@ def parse_redis_url(url: str) -> RedisURL:
             f"Redis URL {redact_url(url)!r}: unknown scheme {scheme!r} (use redis, rediss, unix, "
             "redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster)"
         )
-    if scheme in PLAIN_SCHEMES:
-        return RedisURL(kind="standalone", scheme=scheme, ssl=scheme == "rediss")
     parts = urlsplit(url)
-    netloc = parts.netloc
-    userinfo, at, hostlist = netloc.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, pw = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(pw) if colon else None
-        if not colon:  # "redis+sentinel://secret@host" -> a password, as redis-py reads it
-            username, password = None, unquote(user) or None
+    userinfo, at, hostlist = parts.netloc.rpartition("@")
+    username, password = _credentials(userinfo) if at else (None, None)
+    if scheme in PLAIN_SCHEMES:
+        return _parse_plain(url, scheme, parts, hostlist, username, password)
     hosts = tuple(_host_port(item, url, 26379 if scheme in SENTINEL_SCHEMES else 6379)
                   for item in hostlist.split(",") if item.strip())
     if not hosts:
@@ -66,7 +60,6 @@ def parse_redis_url(url: str) -> RedisURL:
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     path = [p for p in parts.path.split("/") if p]
     service = None
-    db = 0
     if scheme in SENTINEL_SCHEMES:
         if not path:
             raise ConfigurationError(
@@ -77,10 +70,7 @@ def parse_redis_url(url: str) -> RedisURL:
         db_part = path[1] if len(path) > 1 else options.pop("db", "0")
     else:
         db_part = path[0] if path else options.pop("db", "0")
-    try:
-        db = int(db_part)
-    except ValueError:
-        raise ConfigurationError(f"Redis URL {redact_url(url)!r}: database {db_part!r} is not a number") from None
+    db = _db_number(db_part, url)
     if scheme in CLUSTER_SCHEMES and db != 0:
         raise ConfigurationError(f"Redis URL {redact_url(url)!r}: Redis Cluster has only database 0")
     return RedisURL(
@@ -94,6 +84,55 @@ def parse_redis_url(url: str) -> RedisURL:
         ssl=scheme.startswith("rediss") or options.pop("ssl", "").lower() in _BOOL_TRUE,
         options=options,
     )
+
+
+def _credentials(userinfo: str) -> tuple[str | None, str | None]:
+    user, colon, pw = userinfo.partition(":")
+    if not colon:  # "redis://secret@host" -> a password, as redis-py reads it
+        return None, unquote(user) or None
+    return unquote(user) or None, unquote(pw)
+
+
+def _db_number(text: str, url: str) -> int:
+    try:
+        db = int(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"Redis URL {redact_url(url)!r}: database {text!r} is not a number (redis://host:6379/0)"
+        ) from None
+    if db < 0:
+        raise ConfigurationError(f"Redis URL {redact_url(url)!r}: database {db} is negative")
+    return db
+
+
+def _parse_plain(url: str, scheme: str, parts: Any, hostlist: str, username: str | None,
+                 password: str | None) -> RedisURL:
+    """``redis://``, ``rediss://`` and ``unix://``: checked here, so that a typo fails with a
+    clear line instead of being read as database 0 (``redis://host/abc``) or failing deep in
+    redis-py. The client is still built by redis-py's own ``from_url``."""
+    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    if scheme == "unix":
+        if hostlist:
+            raise ConfigurationError(
+                f"Redis URL {redact_url(url)!r}: a unix:// URL names a socket path, not a host "
+                "(unix:///run/redis.sock?db=0 or unix://:password@/run/redis.sock)"
+            )
+        if not parts.path or parts.path == "/":
+            raise ConfigurationError(f"Redis URL {redact_url(url)!r}: no socket path (unix:///run/redis.sock)")
+        db = _db_number(options.get("db", "0"), url)
+        return RedisURL(kind="standalone", scheme=scheme, db=db, username=username, password=password,
+                        options=options)
+    if "," in hostlist:
+        raise ConfigurationError(
+            f"Redis URL {redact_url(url)!r}: several hosts need redis+sentinel:// or redis+cluster://"
+        )
+    host, port = _host_port(hostlist, url, 6379) if hostlist.strip() else ("localhost", 6379)
+    path = [p for p in parts.path.split("/") if p]
+    if len(path) > 1:
+        raise ConfigurationError(f"Redis URL {redact_url(url)!r}: path {parts.path!r} is not a database number")
+    db = _db_number(path[0] if path else options.get("db", "0"), url)
+    return RedisURL(kind="standalone", scheme=scheme, hosts=((host, port),), db=db, username=username,
+                    password=password, ssl=scheme == "rediss", options=options)
 
 
 def _host_port(item: str, url: str, default_port: int) -> tuple[str, int]:

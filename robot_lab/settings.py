@@ -129,7 +129,8 @@ class Settings(BaseSettings):
     cluster: bool = False
     app: str | None = None
     # Worker health: seconds between heartbeats (Redis key TTL = 3 beats) and the folder of
-    # the heartbeat files `robot-lab health` reads (liveness probes); None = <tmp>/robot-lab-health.
+    # the heartbeat files `robot-lab health` reads (liveness probes); None = a folder per user and
+    # key prefix, <tmp>/robot-lab-health-<uid>/<prefix> (workers/health.py).
     worker_heartbeat: float = 5.0
     health_dir: str | None = None
     # Riding out Redis outages (restart, failover): long-running loops retry with a capped

@@ -18,7 +18,7 @@ from robot_lab.keys import Keys
 from robot_lab.runtime.network.coordinator import Coordinator
 from robot_lab.runtime.network.dsl import create_network
 from robot_lab.runtime.robot import build
-from robot_lab.workers.status import collect_status
+from robot_lab.workers.status import collect_status, rq_registrations
 from tests.redis_server import wait_for
 from tests.worker_procs import VENV_BIN, child_env, processes, uid  # noqa: F401
 
@@ -76,6 +76,12 @@ def test_status_json_shows_killed_workers_abandoned_task_and_dlq(client, real_re
     wait_for(lambda: any(e.event == "task.started" for _, e in handle.store.events()), timeout=30)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
+    # rq still lists the killed worker (for up to the job timeout + 60 s): status calls it stale
+    from rq import Queue, Worker
+
+    queue = f"robot:{slow.name}"
+    [stale] = rq_registrations(client, [queue], set(), clean=False)[queue]["stale"]
+    assert stale.endswith(f".{proc.pid}") and len(Worker.all(queue=Queue(queue, connection=client))) == 1
 
     def abandoned() -> bool:
         row = _row(collect_status(client, keys, [slow.name]), slow.name)
@@ -97,6 +103,14 @@ def test_status_json_shows_killed_workers_abandoned_task_and_dlq(client, real_re
     [run] = data["runs"]
     assert run["run_id"] == handle.run_id and run["finished"] == 0
     assert any("abandoned task" in p for p in data["problems"])
+    # the stuck run: its task waits on a queue that no live worker serves
+    assert f"{slow.name}: a run waits on it and no live worker serves robot:{slow.name} " \
+           f"(start one: robot-lab worker {slow.name})" in data["problems"]
+    assert row["rq_workers"] == 0 and Worker.all(queue=Queue(queue, connection=client)) == []  # cleaned up
+    assert not client.exists(f"rq:worker:{stale}")
+    table = subprocess.run([str(VENV_BIN / "robot-lab"), "status", slow.name], env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert table.returncode == 0 and f"! {slow.name}: a run waits on it and no live worker" in table.stdout
     dead = subprocess.run(probe, env=env, capture_output=True, text=True, timeout=60)
     assert dead.returncode == 1 and "is gone" in dead.stdout
 

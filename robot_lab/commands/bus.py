@@ -21,6 +21,27 @@ def _bus() -> Any:
     return Bus()
 
 
+def _embedded() -> bool:
+    from robot_lab.settings import get_settings
+
+    return get_settings().embedded
+
+
+EMBEDDED_NOTE = ("no inboxes: no REDIS_URL, so this command sees only its own in-process Redis; "
+                 "set REDIS_URL to the Redis your workers use")
+
+
+def _no_inbox(bus: Any, robot: str) -> click.ClickException:
+    """The error for a robot without an inbox, saying what exists and what to do."""
+    known = bus.robots()
+    listed = f"known: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}" if known else "there are none"
+    hint = ("no REDIS_URL: embedded mode sees only the inboxes of this one process; set REDIS_URL to the Redis "
+            "your workers use") if _embedded() else "start its worker, or pass --create to make the inbox"
+    return click.ClickException(
+        f"Unknown channel: {robot!r} has no inbox under prefix {bus.keys.prefix!r} ({listed}); {hint}"
+    )
+
+
 def _content(text: str, as_json: bool) -> Any:
     if not as_json:
         return text
@@ -53,16 +74,26 @@ def send(
     """Publish TEXT to ROBOT's inbox; prints the message id, or the reply with --wait."""
     bus = _bus()
     content = _content(text, as_json)
+    if not bus.exists(robot):
+        if not create:
+            raise _no_inbox(bus, robot)
+        bus.register(robot)
+        if not _embedded() and not bus.redis.exists(bus.keys.robot_spec(robot)):
+            click.echo(f"note: created inbox {robot!r}, but no robot of that name is published; until a worker "
+                       f"serves it, `robot-lab status` lists it as an orphan (`robot-lab bus remove {robot}` "
+                       "deletes it)", err=True)
     try:
         if wait:
-            if create and not bus.exists(robot):
-                bus.register(robot)
             reply = bus.request(robot, content, timeout=timeout, from_=from_, conversation_id=conversation_id)
             click.echo(_show_content(reply.content))
         else:
-            message = bus.publish(robot, content, from_=from_, conversation_id=conversation_id, create=create)
+            message = bus.publish(robot, content, from_=from_, conversation_id=conversation_id)
             click.echo(message.id)
-    except (BusError, AwaitTimeout) as exc:
+    except AwaitTimeout as exc:
+        raise click.ClickException(
+            f"{exc}; is a worker serving {robot!r}? (`robot-lab status {robot}`; raise --timeout for a slow model)"
+        ) from exc
+    except BusError as exc:
         raise click.ClickException(str(exc)) from exc
 
 
@@ -94,7 +125,7 @@ def tail(robot: str, from_start: bool, count: int | None, as_json: bool, timeout
     bus = _bus()
     key = bus.keys.inbox(robot)
     if not bus.exists(robot):
-        raise click.ClickException(f"Unknown channel: {robot!r} (no inbox {key!r})")
+        raise _no_inbox(bus, robot)
     cursor = "0-0"
     if not from_start:
         last = bus.redis.xrevrange(key, count=1)
@@ -119,7 +150,7 @@ def tail(robot: str, from_start: bool, count: int | None, as_json: bool, timeout
 
 @click.group("bus")
 def bus_group() -> None:
-    """Inspect robot inboxes."""
+    """Inspect robot inboxes (stats) and remove stray ones (remove)."""
 
 
 @bus_group.command("stats")
@@ -131,6 +162,9 @@ def stats(robots: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
         return
+    if not rows:
+        click.echo(EMBEDDED_NOTE if _embedded() else "no inboxes yet (a worker registers its robots' inboxes)")
+        return
     from rich.console import Console
     from rich.table import Table
 
@@ -139,6 +173,21 @@ def stats(robots: tuple[str, ...], as_json: bool) -> None:
         table.add_row(r.robot, str(r.length), str(r.groups), str(r.consumers), str(r.pending),
                       "?" if r.lag is None else str(r.lag), str(r.dlq))
     Console().print(table)
+
+
+@bus_group.command("remove")
+@click.argument("robots", nargs=-1, required=True)
+@click.option("--force", is_flag=True, help="Also remove an inbox whose robot is published or served.")
+def remove(robots: tuple[str, ...], force: bool) -> None:
+    """Delete the inbox, dead letters and registration of ROBOTS (a mistyped `send --create`)."""
+    bus = _bus()
+    for robot in robots:
+        if not bus.exists(robot) and robot not in bus.robots():
+            raise _no_inbox(bus, robot)
+        if not force and bus.redis.exists(bus.keys.robot_spec(robot)):
+            raise click.ClickException(f"{robot!r} is a published robot; pass --force to delete its inbox anyway")
+        bus.unregister(robot, drop=True)
+        click.echo(f"removed inbox {robot!r}")
 
 
 @click.group("dlq")

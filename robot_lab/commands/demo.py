@@ -8,6 +8,7 @@ Procfile) and this command only submits and watches. The live view is shared wit
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -118,29 +119,31 @@ def follow_live(handle: Any, *, title: str, timeout: float | None = None) -> Run
 
 @click.command("demo")
 @click.option("--message", "-m", default=None, help="The customer message (default: a billing complaint)")
-@click.option("--delay-ms", type=int, default=None, help="Scripted model delay per call (default 400)")
+@click.option("--delay-ms", type=int, default=None,
+              help="Scripted model delay per call, in either mode (default 400)")
 @click.option("--plain", is_flag=True, help="Print events as lines instead of the live view")
-@click.option("--timeout", type=float, default=120.0, show_default=True)
+@click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds to wait (exit 124 past it)")
 def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float) -> None:
     """Run the support-desk network (classifier -> billing/technical/general -> parallel
-    analysis -> summary) and show its DAG live."""
+    analysis -> summary) and show its DAG live.
+
+    Without REDIS_URL everything runs in this process; with it, the run goes to the
+    workers of the Procfile (`honcho start`), and a note names any queue no live worker
+    serves.
+    """
     from rich.console import Console
     from rich.panel import Panel
 
     from robot_lab import demo as demo_app
-    from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
+    from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
+    from robot_lab.errors import AwaitTimeout
     from robot_lab.memory.store import Memory
-
-    import os
-
-    from robot_lab.logging import configure_logging
+    from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
     from robot_lab.workers.process import warm_up
 
-    if "ROBOT_LAB_LOG_LEVEL" not in os.environ:
-        configure_logging(level="WARNING", force=True)  # keep the live view readable
-    if delay_ms is not None:
-        demo_app.register_scripts(delay_ms)
-    network = demo_app.support
+    if delay_ms is not None and delay_ms < 0:
+        raise click.BadParameter("must be >= 0", param_hint="--delay-ms")
+    network = demo_app.support if delay_ms is None else demo_app.build_app(delay_ms).networks["support"]
     message = message or demo_app.SAMPLE_MESSAGES[0]
     console = Console()
     coordinator = Coordinator()
@@ -152,42 +155,41 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
         pool = EmbeddedWorkers(coordinator.connection, sorted({t.robot for t in network.spec.tasks}),
                                threads=4).start()
         console.print("[dim]embedded mode: in-process Redis (fakeredis), 4 in-process workers, scripted model[/]")
-    else:
-        _warn_without_workers(coordinator, network, console)
     console.print(Panel(message, title="customer message"))
     console.print(network.visualize(), style="dim", markup=False, highlight=False)
     with console.status("loading the model gateway (litellm)..."):
         warm_up()
     started = time.monotonic()
+    handle = coordinator.submit(network, message)
+    notes = None if embedded else WorkerNotes(
+        handle, lambda line: console.print(f"[yellow]note: {line}[/]", highlight=False, soft_wrap=True))
     try:
-        handle = coordinator.submit(network, message)
+        if notes is not None:
+            notes.start()
         if plain:
             for event in handle.follow(timeout=timeout):
                 print_event(event)
         else:
             follow_live(handle, title=f"network support (run {handle.run_id})", timeout=timeout)
-        result = handle.result()
+    except AwaitTimeout:
+        phrases = [] if embedded else waiting_for(handle)
+        if notes is not None:
+            notes.stop()
+        click.echo(f"Error: {timeout_line(handle.run_id, timeout, phrases, embedded=embedded)}", err=True)
+        sys.exit(TIMEOUT_EXIT)
     finally:
+        if notes is not None:
+            notes.stop()
         if pool is not None:
             pool.stop(wait=False)
+    result = handle.result()
     memory = Memory.for_run(result.run_id, redis=coordinator.connection, keys=coordinator.keys)
-    notes = {k: memory.get(k) for k in ("sentiment", "urgency")}
+    found = {k: memory.get(k) for k in ("sentiment", "urgency")}
     routed = ", ".join(sorted(result.activated)) or "none"
     console.print()
-    console.print(f"routed to: [bold]{routed}[/]   shared memory: {notes}   "
+    console.print(f"routed to: [bold]{routed}[/]   shared memory: {found}   "
                   f"wall time: {time.monotonic() - started:.2f}s")
     console.print(Panel(result.reply or "(no reply)", title=f"final answer ({result.final_task})",
                         border_style="green" if result.status == "completed" else "red"))
-
-
-def _warn_without_workers(coordinator: Any, network: Any, console: Any) -> None:
-    from rq import Queue, Worker
-
-    missing = []
-    for robot in sorted({t.robot for t in network.spec.tasks}):
-        queue = Queue(f"robot:{robot}", connection=coordinator.connection)
-        if not Worker.all(queue=queue, connection=coordinator.connection):
-            missing.append(robot)
-    if missing:
-        console.print(f"[yellow]no workers listen on {', '.join('robot:' + m for m in missing)}; start them "
-                      "with `honcho start` (Procfile) or `robot-lab worker <robot>`[/]")
+    if result.status != "completed":
+        sys.exit(1)

@@ -26,12 +26,9 @@ def resolve_target(target: str) -> Any:
     module_name, sep, attr = target.rpartition(":")
     if not sep:
         raise ConfigurationError(f"target {target!r} must look like 'package.module:network'")
-    import importlib
+    from robot_lab.runtime.registry import import_user_module
 
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    module = import_user_module(module_name, repr(module_name))
     obj = getattr(module, attr, None)
     if isinstance(obj, Network):
         return obj
@@ -75,33 +72,47 @@ def _print_result(result: Any, as_json: bool) -> None:
 @click.argument("target")
 @click.argument("message", required=False)
 @click.option("--context", "-c", "context", multiple=True, help="key=value run context (repeatable)")
-@click.option("--no-wait", is_flag=True, help="Submit and print the run id")
-@click.option("--timeout", type=float, default=None, help="Seconds to wait for the result")
+@click.option("--no-wait", is_flag=True, help="Submit and print the run id (needs REDIS_URL)")
+@click.option("--timeout", type=float, default=None, help="Seconds to wait for the result (exit 124 past it)")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON")
 def run(target: str, message: str | None, context: tuple[str, ...], no_wait: bool, timeout: float | None,
         as_json: bool) -> None:
     """Run network TARGET (package.module:network) on MESSAGE.
 
-    With REDIS_URL the tasks go to `robot-lab worker` / `rq worker` processes;
-    without, they run in this process.
+    With REDIS_URL the tasks go to `robot-lab worker` / `rq worker` processes (while a task
+    waits on a queue that no live worker serves, a note says so every few seconds); without,
+    they run in this process.
     """
+    from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
+    from robot_lab.errors import AwaitTimeout
     from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
 
-    try:
-        network = resolve_target(target)
-        ctx = _context(context)
-        coordinator = Coordinator()
-        if is_embedded(coordinator.connection):
+    network = resolve_target(target)
+    ctx = _context(context)
+    coordinator = Coordinator()
+    if is_embedded(coordinator.connection):
+        if no_wait:
+            raise click.UsageError("--no-wait needs REDIS_URL: an embedded run lives only as long as this "
+                                   "command (its in-process workers stop with it)")
+        try:
             result = network.run(message, timeout=timeout, **ctx)
-        else:
-            handle = coordinator.submit(network, message, context=ctx)
-            click.echo(f"run {handle.run_id} submitted", err=True)
-            if no_wait:
-                click.echo(handle.run_id)
-                return
-            result = handle.wait(timeout=timeout)
-    except ConfigurationError as exc:
-        raise click.ClickException(str(exc)) from exc
+        except AwaitTimeout as exc:
+            run_id = str(exc).split()[1] if str(exc).startswith("run ") else "?"
+            click.echo(f"Error: {timeout_line(run_id, timeout, [], embedded=True)}", err=True)
+            sys.exit(TIMEOUT_EXIT)
+    else:
+        handle = coordinator.submit(network, message, context=ctx)
+        if no_wait:
+            click.echo(handle.run_id)
+            return
+        click.echo(f"run {handle.run_id} submitted", err=True)
+        with WorkerNotes(handle, lambda line: click.echo(f"note: {line}", err=True)):
+            try:
+                handle.wait(timeout=timeout)
+            except AwaitTimeout:
+                click.echo(f"Error: {timeout_line(handle.run_id, timeout, waiting_for(handle))}", err=True)
+                sys.exit(TIMEOUT_EXIT)
+        result = handle.result()
     _print_result(result, as_json)
     if result.status != "completed":
         sys.exit(1)
@@ -144,6 +155,11 @@ def _watch_all(coordinator: Any) -> None:
     from robot_lab.logging import get_logger
     from robot_lab.outage import OutageTracker, is_outage
 
+    root = click.get_current_context().find_root()
+    if not root.params.get("verbose") and not root.params.get("debug"):
+        from robot_lab.logging import configure_logging
+
+        configure_logging(force=True)  # a service: its log lines (settings' level, JSON) are its output
     log = get_logger("robot_lab.coordinator")
     seen: set[str] = set()
     outage = OutageTracker("watch")

@@ -20,6 +20,16 @@ def runs(limit: int, status_filter: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
+    if not rows:
+        from robot_lab.settings import get_settings
+
+        which = f"{status_filter} runs" if status_filter else "runs"
+        click.echo(f"no {which} yet")
+        if get_settings().embedded:
+            from robot_lab.commands.status import EMBEDDED_NOTE
+
+            click.echo(EMBEDDED_NOTE)
+        return
     from rich.console import Console
     from rich.table import Table
 

@@ -22,19 +22,12 @@ def render_status(data: dict[str, Any]) -> None:
     if not console.is_terminal and "COLUMNS" not in __import__("os").environ:
         console = Console(width=160)  # piped: do not squeeze the table into 80 columns
     console.print(f"[bold]robot-lab[/] prefix [cyan]{data['prefix']}[/] on {data['redis']}")
-    table = Table(title="robots", expand=False)
-    for col, justify in (("robot", "left"), ("queued", "right"), ("started", "right"), ("failed", "right"),
-                         ("workers", "right"), ("rq workers", "right"), ("running", "right"),
-                         ("abandoned", "right"), ("bus lag", "right"), ("pending", "right"), ("DLQ", "right")):
-        table.add_column(col, justify=justify, no_wrap=col == "robot")
-    for row in data["robots"]:
-        workers = f"[red]0[/]" if not row["workers"] and (row["queued"] or row["running"]) else str(row["workers"])
-        abandoned = f"[bold red]{row['abandoned']}[/]" if row["abandoned"] else "0"
-        dlq = f"[yellow]{row['dlq']}[/]" if row["dlq"] else "0"
-        table.add_row(row["robot"], str(row["queued"]), str(row["started"]), str(row["failed"]), workers,
-                      str(row["rq_workers"]), str(row["running"]), abandoned,
-                      "-" if row["bus_lag"] is None else str(row["bus_lag"]), str(row["bus_pending"]), dlq)
-    console.print(table)
+    if data["redis"] == "embedded":
+        console.print(f"[yellow]{EMBEDDED_NOTE}[/]", soft_wrap=True)
+    if not data["robots"]:
+        console.print("[dim]no robots yet: no inbox, queue, worker or run under this prefix[/]")
+    else:
+        console.print(_robots_table(data))
     if data["runs"]:
         runs = Table(title="active runs")
         for col in ("run", "network", "age", "progress", "running", "abandoned / lost"):
@@ -49,7 +42,29 @@ def render_status(data: dict[str, Any]) -> None:
     else:
         console.print("[dim]no active runs[/]")
     for problem in data["problems"]:
-        console.print(f"[yellow]! {problem}[/]")
+        console.print(f"[yellow]! {problem}[/]", soft_wrap=True, highlight=False)
+
+
+EMBEDDED_NOTE = ("embedded mode (no REDIS_URL): this command sees only its own in-process Redis, which is "
+                 "empty; set REDIS_URL to the Redis your workers use")
+
+
+def _robots_table(data: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="robots", expand=False)
+    for col, justify in (("robot", "left"), ("queued", "right"), ("started", "right"), ("failed", "right"),
+                         ("workers", "right"), ("rq workers", "right"), ("running", "right"),
+                         ("abandoned", "right"), ("bus lag", "right"), ("pending", "right"), ("DLQ", "right")):
+        table.add_column(col, justify=justify, no_wrap=col == "robot")
+    for row in data["robots"]:
+        workers = f"[red]0[/]" if not row["workers"] and (row["queued"] or row["running"]) else str(row["workers"])
+        abandoned = f"[bold red]{row['abandoned']}[/]" if row["abandoned"] else "0"
+        dlq = f"[yellow]{row['dlq']}[/]" if row["dlq"] else "0"
+        table.add_row(row["robot"], str(row["queued"]), str(row["started"]), str(row["failed"]), workers,
+                      str(row["rq_workers"]), str(row["running"]), abandoned,
+                      "-" if row["bus_lag"] is None else str(row["bus_lag"]), str(row["bus_pending"]), dlq)
+    return table
 
 
 @click.command("status")
@@ -57,7 +72,9 @@ def render_status(data: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the status document as JSON")
 def status(robots: tuple[str, ...], as_json: bool) -> None:
     """Queues, workers, bus lag, dead letters and active runs of ROBOTS (default: every
-    robot this key prefix knows). Read-only: it never requeues anything."""
+    robot this key prefix knows), and a problem line for each thing that needs a human.
+    Exit 1 when a named robot is unknown. It never requeues anything; it only drops rq's
+    registrations of workers that are certainly dead."""
     from robot_lab.workers.status import collect_status
 
     data = collect_status(robots=list(robots) or None)
@@ -65,6 +82,8 @@ def status(robots: tuple[str, ...], as_json: bool) -> None:
         click.echo(json.dumps(data, default=str))
     else:
         render_status(data)
+    if data["unknown"]:  # the user named a robot that does not exist: a mistake, not a state
+        sys.exit(1)
 
 
 @click.command("health")

@@ -14,8 +14,10 @@ import os
 from robot_lab.app import App
 from robot_lab.runtime.network.dsl import create_network
 from robot_lab.runtime.robot import build
-from robot_lab.runtime.llm.scripted import register_script
+from robot_lab.runtime.llm.scripted import register_script, register_script_family
 
+# The default delay of every scripted call; `robot-lab demo --delay-ms N` picks another per
+# run instead (its robots use ``scripted/demo-<robot>@N``, built by :func:`_family`).
 DEFAULT_DELAY_MS = int(os.environ.get("ROBOT_LAB_DEMO_DELAY_MS", "400"))
 SAMPLE_MESSAGES = (
     "I was charged twice for my invoice this month and I want a refund!",
@@ -67,10 +69,20 @@ def register_scripts(delay_ms: int = DEFAULT_DELAY_MS) -> None:
         register_script(name, script)
 
 
-def build_app() -> App:
+def _family(name: str) -> dict | None:
+    """``demo-<robot>@<ms>``: the demo script of <robot> with <ms> delays."""
+    base, _, delay = name.partition("@")
+    if not delay.isdigit():
+        return None
+    return scripts(int(delay)).get(base)
+
+
+def build_app(delay_ms: int | None = None) -> App:
+    """The demo app; with ``delay_ms`` its robots use that delay wherever they run."""
     app = App("support-desk", import_path="robot_lab.demo:app")
+    suffix = "" if delay_ms is None else f"@{delay_ms}"
     robots = {
-        name: app.robot(name, model=f"scripted/demo-{name}", system_prompt=prompt)
+        name: app.robot(name, model=f"scripted/demo-{name}{suffix}", system_prompt=prompt)
         for name, prompt in (
             ("classifier", "Route the customer's message to billing, technical or general support."),
             ("billing", "You answer billing questions."),
@@ -93,5 +105,6 @@ def build_app() -> App:
 
 
 register_scripts()
+register_script_family("demo-", _family)
 app = build_app()
 support = app.networks["support"]

@@ -75,6 +75,12 @@ def read_yaml_app(path: str | Path) -> dict[str, Any]:
     unknown = set(data) - {"name", "robots", "networks"}
     if unknown:
         raise ConfigurationError(f"app file {path}: unknown top-level keys {sorted(unknown)}")
+    for section in ("robots", "networks"):
+        if data.get(section) is not None and not isinstance(data[section], list):
+            raise ConfigurationError(
+                f"app file {path}: {section} must be a list (one '- name: ...' entry per item), "
+                f"got a {type(data[section]).__name__}"
+            )
     return data
 
 
@@ -90,13 +96,32 @@ def read_yaml_robots(path: str | Path, data: dict[str, Any] | None = None) -> li
     return specs
 
 
+def import_user_module(module_name: str, what: str) -> Any:
+    """Import user code (an app, a network's module); any failure becomes one
+    ConfigurationError naming the file and line where it broke, not a 40-line traceback."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {what}: {exc} (is it on PYTHONPATH?)") from exc
+    except Exception as exc:  # user code raised while being imported
+        import traceback
+
+        where = ""
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename]
+        if isinstance(exc, SyntaxError) and exc.filename:
+            where = f" ({exc.filename}:{exc.lineno})"
+        elif frames:
+            where = f" ({frames[-1].filename}:{frames[-1].lineno})"
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ConfigurationError(
+            f"cannot import {what}: {type(exc).__name__}: {text}{where}"
+        ) from exc
+
+
 def import_app_object(path: str) -> Any:
     """``pkg.module:attr`` or ``pkg.module`` (attribute ``app``); a callable is called."""
     module_name, _, attr = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import app {path!r}: {exc}") from exc
+    module = import_user_module(module_name, f"app {path!r}")
     obj = getattr(module, attr or "app", None)
     if obj is None:
         raise ConfigurationError(f"app {path!r}: module {module_name} has no attribute {attr or 'app'!r}")

@@ -93,16 +93,57 @@ def decode_message(data: bytes | str) -> RobotMessage:
         raise _schema_error(exc, "RobotMessage") from exc
 
 
+# RFC 3339 date-time with a required offset. Also a `pattern`, not only `format`, because
+# most validators (jsonschema, ajv) do not check `format` unless told to.
+DATE_TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
+
+ENVELOPE_EXAMPLE = {
+    "v": 1,
+    "id": "node-0001",
+    "to": "billing",
+    "from": "frontdesk",
+    "reply_to": "frontdesk",
+    "conversation_id": "ticket-42",
+    "created_at": "2026-05-01T12:00:00.000Z",
+    "deadline": "2026-05-01T12:05:00.000Z",
+    "content": "My invoice is wrong",
+}
+
+
+def _hoist_docs(prop: dict[str, Any]) -> None:
+    """msgspec puts an optional field's description inside its ``anyOf`` branch; a reader
+    looks for it on the property."""
+    for branch in prop.get("anyOf", []):
+        for key in ("description", "examples"):
+            if key in branch:
+                prop.setdefault(key, branch.pop(key))
+
+
+def _document_envelope(definition: dict[str, Any]) -> None:
+    from robot_lab.schemas.messages import DATE_TIME_FIELDS
+
+    definition["properties"].pop("extensions", None)
+    definition["additionalProperties"] = True
+    definition["description"] = (
+        "robot-lab envelope v1: one message to a robot. Publish it as the field `envelope` of an "
+        "entry on the robot's inbox stream: XADD robot_lab:bus:<to> * envelope '<this JSON>'. "
+        "Only `to` and `content` are required. The reply (an envelope with kind \"reply\" and "
+        "in_reply_to = your id) is appended to the stream robot_lab:bus:<reply_to>; read it with "
+        "XREAD. Unknown fields are kept. robot_lab is the default key prefix (ROBOT_LAB_KEY_PREFIX)."
+    )
+    definition["examples"] = [ENVELOPE_EXAMPLE]
+    for name, prop in definition["properties"].items():
+        _hoist_docs(prop)
+        if name in DATE_TIME_FIELDS:
+            for branch in prop.get("anyOf", [prop]):
+                if branch.get("type") == "string":
+                    branch.update(format="date-time", pattern=DATE_TIME_PATTERN)
+
+
 def _build_schema(type_: type) -> dict[str, Any]:
     schema = msgspec.json.schema(type_)
     if type_ is RobotMessage:
-        definition = schema["$defs"]["RobotMessage"]
-        definition["properties"].pop("extensions", None)
-        definition["additionalProperties"] = True
-        definition["description"] = (
-            "robot-lab envelope v1. Publish with: XADD robot_lab:bus:<robot> * envelope <json>. "
-            "Unknown fields are kept."
-        )
+        _document_envelope(schema["$defs"]["RobotMessage"])
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema
 

@@ -8,7 +8,7 @@ language can read and write them; the JSON Schema of each is exported by :mod:`.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -24,6 +24,16 @@ def utcnow() -> _dt.datetime:
 Content = str | dict[str, Any]
 
 
+def _doc(description: str, *examples: Any) -> msgspec.Meta:
+    """Field documentation that ends up in the JSON Schema (``robot-lab schema``), which is
+    all a Node or Go developer reads: say what the field means and show a value."""
+    return msgspec.Meta(description=description, examples=list(examples) if examples else None)
+
+
+# The fields of RobotMessage that hold an RFC 3339 date-time (the schema adds format + pattern).
+DATE_TIME_FIELDS = ("created_at", "deadline")
+
+
 class RobotMessage(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     """Envelope v1: one entry on a robot's inbox stream (field ``envelope`` of the entry).
 
@@ -32,20 +42,53 @@ class RobotMessage(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     through an older worker.
     """
 
-    to: str
-    content: Content
-    id: str = msgspec.field(default_factory=new_id)
-    v: int = ENVELOPE_VERSION
-    kind: str = "message"
-    from_: str = msgspec.field(default="anonymous", name="from")
-    in_reply_to: str | None = None
-    reply_to: str | None = None
-    conversation_id: str | None = None
-    correlation_id: str | None = None
-    created_at: _dt.datetime = msgspec.field(default_factory=utcnow)
-    deadline: _dt.datetime | None = None
-    headers: dict[str, str] = msgspec.field(default_factory=dict)
-    signature: str | None = None
+    to: Annotated[str, _doc(
+        "Name of the robot this message is for; the entry goes on its inbox stream "
+        "<prefix>:bus:<to> (default prefix robot_lab).", "billing")]
+    content: Annotated[Content, _doc(
+        "The message itself: text, or a JSON object for structured input.",
+        "My invoice is wrong", {"order_id": "A-1001", "question": "Where is my parcel?"})]
+    id: Annotated[str, _doc(
+        "Unique id of this message, chosen by the sender (robot-lab makes a UUIDv7). Replies name it "
+        "in in_reply_to, and a redelivered id is answered once. Without one the worker uses "
+        "<robot>/<stream entry id>.", "01935c5e-8b1a-7c3e-9f00-2a4b6c8d0e1f", "node-0001")] = \
+        msgspec.field(default_factory=new_id)
+    v: Annotated[int, _doc("Envelope version: 1.", 1)] = ENVELOPE_VERSION
+    kind: Annotated[str, _doc(
+        "\"message\" for a request or notice (what you send); \"reply\" for an answer to in_reply_to; "
+        "\"error\" when a robot gave up on in_reply_to (header \"error\" holds the reason, content "
+        "the text).", "message", "reply", "error")] = "message"
+    from_: Annotated[str, _doc(
+        "Name of the sender: a robot or any client name. A reply goes here when reply_to is not set.",
+        "frontdesk")] = msgspec.field(default="anonymous", name="from")
+    in_reply_to: Annotated[str | None, _doc(
+        "On a reply or error: the id of the message it answers.",
+        "node-0001")] = None
+    reply_to: Annotated[str | None, _doc(
+        "Name of the inbox the reply goes to: it is appended to the stream <prefix>:bus:<reply_to>, "
+        "which is created (with a TTL) if missing, so a client can pick any name and XREAD it. "
+        "Defaults to from.", "frontdesk")] = None
+    conversation_id: Annotated[str | None, _doc(
+        "Groups the messages of one conversation: they are handled one at a time, in stream order, "
+        "and the robot keeps their history under this id. Copied onto the reply.", "ticket-42")] = None
+    correlation_id: Annotated[str | None, _doc(
+        "Any id of the sender's own, copied unchanged onto the reply (to match replies to requests).",
+        "order-A-1001")] = None
+    created_at: Annotated[_dt.datetime, _doc(
+        "When the sender made the message: an RFC 3339 date-time with a timezone (Z or +hh:mm), "
+        "as JavaScript's new Date().toISOString() writes it.",
+        "2026-05-01T12:00:00.000Z")] = msgspec.field(default_factory=utcnow)
+    deadline: Annotated[_dt.datetime | None, _doc(
+        "Optional RFC 3339 date-time with a timezone. Not handled after it: the message is "
+        "dead-lettered as expired, and an error envelope goes to reply_to.",
+        "2026-05-01T12:05:00Z")] = None
+    headers: Annotated[dict[str, str], _doc(
+        "String metadata: W3C trace context (traceparent, tracestate) is carried onto replies; "
+        "an error envelope has \"error\" = the reason. Your own keys are kept.",
+        {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})] = \
+        msgspec.field(default_factory=dict)
+    signature: Annotated[str | None, _doc(
+        "Reserved for a message signature; robot-lab v1 carries it and does not check it.")] = None
     extensions: dict[str, Any] = msgspec.field(default_factory=dict)
 
     @property

@@ -49,10 +49,17 @@ Check = Callable[[], "str | None"]
 
 
 def health_dir() -> Path:
+    """``ROBOT_LAB_HEALTH_DIR``, else ``<tmp>/robot-lab-health-<user>/<key prefix>``: one
+    folder per user and worker group (key prefix), so a probe on a shared host judges only
+    its own workers, never another user's or another prefix's."""
     from robot_lab.settings import get_settings
 
-    configured = get_settings().health_dir
-    return Path(configured) if configured else Path(tempfile.gettempdir()) / "robot-lab-health"
+    settings = get_settings()
+    if settings.health_dir:
+        return Path(settings.health_dir)
+    user = str(os.getuid()) if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+    prefix = "".join(c if c.isalnum() or c in "-_." else "_" for c in settings.key_prefix)
+    return Path(tempfile.gettempdir()) / f"robot-lab-health-{user}" / prefix
 
 
 class LoopProgress:
@@ -209,6 +216,9 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+pid_alive = _pid_alive  # public name, for `robot-lab status` (stale rq registrations)
+
+
 def prune_dead_files(directory: Path) -> None:
     """Remove heartbeat files of this host's processes that no longer exist (a previous
     container incarnation, a killed dev worker), so they do not fail the next probe."""
@@ -228,9 +238,10 @@ def check_health(directory: Path | None = None, *, worker: str | None = None,
                  max_age: float | None = None) -> tuple[bool, list[str]]:
     """The liveness verdict from the heartbeat files: (ok, one line per worker/problem).
 
-    ``worker`` limits the check to names containing it. Unhealthy: no file at all, a file
-    older than ``max_age`` (default 6 beats, at least 30 s), or a file of a process of this
-    host that is gone (a dead rq child of a multi-process worker).
+    ``worker`` limits the check to names containing it. Unhealthy: no file of a live process
+    at all, or a file older than ``max_age`` (default 6 beats, at least 30 s). The file of a
+    process of this host that is gone (a killed dev worker, a previous container) is
+    reported once and removed; it does not fail the probe of the workers still alive.
     """
     directory = directory or health_dir()
     files = sorted(directory.glob("*.json")) if directory.is_dir() else []
@@ -250,8 +261,10 @@ def check_health(directory: Path | None = None, *, worker: str | None = None,
         found += 1
         limit = max_age if max_age is not None else max(30.0, 6 * float(data.get("interval", 5.0)))
         if data.get("host") == host and not _pid_alive(int(data.get("pid", 0))):
-            ok = False
-            lines.append(f"{name}: process {data.get('pid')} is gone")
+            # reported once, then gone: a dead neighbour must not fail the live workers' probe
+            found -= 1
+            path.unlink(missing_ok=True)
+            lines.append(f"{name}: process {data.get('pid')} is gone (its heartbeat file is removed)")
         elif data.get("problem") and age <= limit:
             ok = False
             lines.append(f"{name}: unhealthy: {data['problem']}")

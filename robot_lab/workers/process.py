@@ -72,9 +72,9 @@ def resolve_worker_robots(names: list[str], *, connection: Any, keys: Keys, app:
         if spec is None:
             spec = published_spec(name, connection=connection, keys=keys)
         if spec is None:
-            where = f"app {app.name!r}" if app is not None else "no app (set ROBOT_LAB_APP or --app)"
+            where = f"not in app {app.name!r}" if app is not None else "no app given (set ROBOT_LAB_APP or --app)"
             raise ConfigurationError(
-                f"unknown robot {name!r}: not in {where} and not published in the Redis robot registry"
+                f"unknown robot {name!r}: {where}, and no robot of that name is published in Redis"
             )
         check_importable(spec)
         specs[name] = spec

@@ -7,8 +7,15 @@ workers (heartbeat keys, ``workers/health.py``), tasks running and tasks *abando
 consumers, DLQ). Plus the active runs with their progress, and recent runs with duration,
 tokens and cost summed over their task results.
 
-Everything is read-only: status never sweeps (``robot-lab watch --all`` does), so it shows
-the damage as it is.
+Liveness comes from robot-lab's own heartbeats. rq's worker registry is only a second
+opinion: a ``kill -9``ed worker stays registered there until its key expires (up to the job
+timeout + 60 s), so a registration of a ``robot-lab.*`` worker without a live heartbeat is
+reported as *stale* and not counted (:func:`rq_registrations`).
+
+Status never sweeps (``robot-lab watch --all`` does), so it shows the damage as it is. Its one
+write is housekeeping of liveness records: expired heartbeat index entries, and the rq
+registrations of workers that are certainly dead (see :func:`rq_registrations`), so that
+``rq info`` stops listing a killed worker as busy.
 """
 
 from __future__ import annotations
@@ -40,6 +47,82 @@ def live_workers(connection: Any, keys: Keys) -> list[dict[str, Any]]:
             gone.append(name)
     if gone:
         connection.zrem(keys.workers(), *gone)
+    return out
+
+
+ROBOT_LAB_WORKER_PREFIX = "robot-lab."
+RQ_WORKER_KEY = "rq:worker:"
+RQ_QUEUE_WORKERS = "rq:workers:"
+
+
+def _rq_heartbeat_age(value: Any, now: float) -> float | None:
+    import datetime as dt
+
+    if not value:
+        return None
+    try:
+        stamp = dt.datetime.fromisoformat(_s(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.timezone.utc)
+    return now - stamp.timestamp()
+
+
+def rq_registrations(connection: Any, queues: list[str], live_names: set[str], *,
+                     clean: bool = True) -> dict[str, dict[str, list[str]]]:
+    """rq's registered workers of each queue, split into ``live`` and ``stale``.
+
+    A ``robot-lab.*`` worker is live while its robot-lab heartbeat is (``live_names``); any
+    other registration (a plain ``rq worker``) is taken at its word, except one of this host
+    whose process is gone. A stale registration is *removed* from rq's registry (``clean``)
+    when its worker is certainly dead: its process is gone from this host, or rq itself has
+    not heard from it for longer than a robot-lab worker's rq TTL + 60 s (a live robot-lab
+    worker refreshes it every 30 s when idle; a busy one keeps beating in robot-lab's own
+    heartbeat, which is checked first).
+    """
+    import socket
+
+    from robot_lab.workers.health import RQ_WORKER_TTL, pid_alive
+
+    host = socket.gethostname()
+    now = time.time()
+    pipe = connection.pipeline(transaction=False)
+    for queue in queues:
+        pipe.smembers(RQ_QUEUE_WORKERS + queue)
+    members = [sorted(_s(k) for k in found) for found in pipe.execute()]
+    worker_keys = sorted({k for keys_ in members for k in keys_})
+    pipe = connection.pipeline(transaction=False)
+    for key in worker_keys:
+        pipe.hmget(key, "hostname", "pid", "last_heartbeat", "queues")
+    info = dict(zip(worker_keys, pipe.execute()))
+    dead: dict[str, list[str]] = {}
+    out: dict[str, dict[str, list[str]]] = {}
+    for queue, keys_ in zip(queues, members):
+        live, stale = [], []
+        for key in keys_:
+            name = key[len(RQ_WORKER_KEY):]
+            hostname, pid, beat, worker_queues = info[key]
+            if hostname is None:  # the hash expired: rq's own cleanup drops it on next read
+                continue
+            gone = _s(hostname) == host and pid is not None and not pid_alive(int(_s(pid)))
+            ours = name.startswith(ROBOT_LAB_WORKER_PREFIX)
+            if ours and name in live_names or not ours and not gone:
+                live.append(name)
+                continue
+            stale.append(name)
+            age = _rq_heartbeat_age(beat, now)
+            if gone or (ours and age is not None and age > RQ_WORKER_TTL + 60):
+                dead[key] = [q for q in _s(worker_queues or b"").split(",") if q] or [queue]
+        out[queue] = {"live": live, "stale": stale}
+    if clean and dead:
+        pipe = connection.pipeline(transaction=False)
+        for key, worker_queues in dead.items():
+            pipe.srem("rq:workers", key)
+            for queue in worker_queues:
+                pipe.srem(RQ_QUEUE_WORKERS + queue, key)
+            pipe.delete(key)
+        pipe.execute()
     return out
 
 
@@ -135,7 +218,7 @@ def known_robots(connection: Any, keys: Keys, workers: list[dict[str, Any]], run
 
 def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dict[str, Any]],
                runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from rq import Queue, Worker
+    from rq import Queue
     from rq.registry import FailedJobRegistry, StartedJobRegistry
 
     from robot_lab.bus import Bus
@@ -144,6 +227,7 @@ def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dic
 
     bus = Bus(redis=connection, keys=keys)
     inbox = {s.robot: s for s in bus.stats(robots)} if robots else {}
+    registered = rq_registrations(connection, [queue_name(r) for r in robots], {w["name"] for w in workers})
     rows = []
     for robot in robots:
         queue = Queue(queue_name(robot), connection=connection, serializer=JobSerializer)
@@ -161,7 +245,8 @@ def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dic
             "workers": len(alive),
             "worker_names": alive,
             "bus_workers": len(bus_alive),
-            "rq_workers": Worker.count(queue=queue),
+            "rq_workers": len(registered[queue.name]["live"]),
+            "stale_rq_workers": registered[queue.name]["stale"],
             "running": sum(1 for r in runs for t in r["running"] if t["robot"] == robot),
             "abandoned": sum(1 for r in runs for t in r["abandoned"] if t["robot"] == robot),
             "lost": sum(1 for r in runs for t in r["lost"] if t["robot"] == robot),
@@ -184,9 +269,11 @@ def collect_status(connection: Any = None, keys: Keys | None = None, robots: lis
     keys = keys or default_keys()
     workers = live_workers(connection, keys)
     runs = active_runs(connection, keys)
-    names = robots or known_robots(connection, keys, workers, runs)
+    unknown = unknown_robots(connection, keys, robots, workers, runs) if robots else []
+    names = [r for r in robots if r not in unknown] if robots else known_robots(connection, keys, workers, runs)
     rows = robot_rows(connection, keys, names, workers, runs)
-    problems = []
+    problems = [f"unknown robot {name!r}: no inbox, queue, worker, run or published spec under prefix "
+                f"{keys.prefix!r} (`robot-lab status` lists the known ones)" for name in unknown]
     for row in rows:
         if row["abandoned"]:
             problems.append(f"{row['robot']}: {row['abandoned']} abandoned task(s) (worker lost); "
@@ -194,9 +281,17 @@ def collect_status(connection: Any = None, keys: Keys | None = None, robots: lis
         if row["lost"]:
             problems.append(f"{row['robot']}: {row['lost']} queued task(s) whose rq job is missing")
         if row["queued"] and not row["workers"] and not row["rq_workers"]:
-            problems.append(f"{row['robot']}: {row['queued']} queued job(s) and no worker")
+            problems.append(f"{row['robot']}: {row['queued']} queued job(s) and no live worker on {row['queue']} "
+                            f"(start one: robot-lab worker {row['robot']})")
+        elif (row["abandoned"] or row["lost"]) and not row["workers"] and not row["rq_workers"]:
+            problems.append(f"{row['robot']}: a run waits on it and no live worker serves {row['queue']} "
+                            f"(start one: robot-lab worker {row['robot']})")
+        if row["stale_rq_workers"]:
+            problems.append(f"{row['robot']}: rq still lists {len(row['stale_rq_workers'])} dead worker(s) on "
+                            f"{row['queue']} ({', '.join(row['stale_rq_workers'])}); not counted as live")
         if row["dlq"]:
             problems.append(f"{row['robot']}: {row['dlq']} dead letter(s) (robot-lab dlq list {row['robot']})")
+    problems += orphan_inbox_problems(connection, keys, rows, runs)
     settings = get_settings()
     return {
         "prefix": keys.prefix,
@@ -207,8 +302,48 @@ def collect_status(connection: Any = None, keys: Keys | None = None, robots: lis
         "runs": runs,
         "abandoned": [t for r in runs for t in r["abandoned"]],
         "lost": [t for r in runs for t in r["lost"]],
+        "unknown": unknown,
         "problems": problems,
     }
+
+
+def unknown_robots(connection: Any, keys: Keys, names: list[str], workers: list[dict[str, Any]],
+                   runs: list[dict[str, Any]]) -> list[str]:
+    """The names among ``names`` that nothing of this prefix knows (a typo, another prefix)."""
+    from robot_lab.runtime.network.run_state import queue_name
+
+    known = set(known_robots(connection, keys, workers, runs))
+    candidates = [n for n in names if n not in known]
+    if not candidates:
+        return []
+    pipe = connection.pipeline(transaction=False)
+    for name in candidates:
+        pipe.exists(keys.robot_spec(name), keys.inbox(name), "rq:queue:" + queue_name(name),
+                    RQ_QUEUE_WORKERS + queue_name(name))
+    return [n for n, found in zip(candidates, pipe.execute()) if not found]
+
+
+def orphan_inbox_problems(connection: Any, keys: Keys, rows: list[dict[str, Any]],
+                          runs: list[dict[str, Any]]) -> list[str]:
+    """An inbox is an orphan when it is registered but no robot of that name is published,
+    served (robot-lab worker, rq worker, bus consumer) or used by an active run -- what a
+    mistyped ``send --create`` leaves behind."""
+    in_runs = {robot for run in runs for robot in run["robots"]}
+    candidates = [r for r in rows if r["robot"] not in in_runs and not r["workers"] and not r["bus_workers"]
+                  and not r["rq_workers"] and not r["bus_consumers"]]
+    if not candidates:
+        return []
+    registered = {_s(r) for r in connection.smembers(keys.registry())}
+    candidates = [r for r in candidates if r["robot"] in registered]
+    pipe = connection.pipeline(transaction=False)
+    for row in candidates:
+        pipe.exists(keys.robot_spec(row["robot"]))
+    return [
+        f"orphan inbox {row['robot']!r}: registered, but no robot of that name is published or served "
+        f"({row['bus_length']} message(s) in it; a mistyped `send --create`? remove it with "
+        f"`robot-lab bus remove {row['robot']}`)"
+        for row, published in zip(candidates, pipe.execute()) if not published
+    ]
 
 
 def recent_runs(connection: Any = None, keys: Keys | None = None, limit: int = 20,

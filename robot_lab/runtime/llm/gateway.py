@@ -192,10 +192,66 @@ def _model_requests_allowed() -> bool:
     return get_settings().allow_model_requests
 
 
+# Provider answers that another attempt cannot change: a wrong or missing key, an unknown
+# model, a request the provider rejects. Checked before RETRYABLE_PROVIDER_ERRORS, because
+# litellm's classes all derive from openai's APIError.
+PERMANENT_PROVIDER_ERRORS = frozenset(
+    {
+        "AuthenticationError",
+        "PermissionDeniedError",
+        "NotFoundError",
+        "BadRequestError",
+        "UnprocessableEntityError",
+        "ContextWindowExceededError",
+        "ContentPolicyViolationError",
+        "UnsupportedParamsError",
+    }
+)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it wraps (litellm keeps the original in ``original_exception``)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = getattr(current, "original_exception", None) or current.__cause__ or current.__context__
+
+
 def _is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, scripted.ScriptedProviderError):
         return True
-    return any(cls.__name__ in RETRYABLE_PROVIDER_ERRORS for cls in type(exc).__mro__)
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & PERMANENT_PROVIDER_ERRORS:
+        return False
+    return bool(names & RETRYABLE_PROVIDER_ERRORS)
+
+
+def _permanent_error(exc: BaseException, model: str) -> ConfigurationError | None:
+    """The ConfigurationError to raise at once for ``exc``, or None when it may pass."""
+    for inner in _chain(exc):
+        if isinstance(inner, ConfigurationError):  # e.g. an unknown scripted behaviour
+            return inner
+    if {cls.__name__ for cls in type(exc).__mro__} & PERMANENT_PROVIDER_ERRORS:
+        return ConfigurationError(f"{model}: {short_error(exc)} (not retried: another attempt cannot fix this)")
+    return None
+
+
+def _check_credentials(litellm: Any, model: str, kwargs: dict[str, Any]) -> None:
+    """Fail before the first attempt when the provider's key is not in the environment."""
+    if kwargs.get("api_key") or kwargs.get("api_base"):
+        return
+    try:
+        missing = litellm.validate_environment(model).get("missing_keys") or []
+    except Exception:  # litellm cannot tell (an unknown provider): the call itself will say
+        return
+    keys = [k for k in missing if any(word in k for word in ("KEY", "TOKEN", "SECRET"))]
+    if keys:
+        raise ConfigurationError(
+            f"{model}: no credentials: set {' and '.join(keys)} (or pick another model with -m / ROBOT_LAB_MODEL; "
+            "scripted/echo needs none)"
+        )
 
 
 def short_error(exc: BaseException, limit: int = 300) -> str:
@@ -315,6 +371,8 @@ class LLMGateway:
             )
         litellm = litellm_module()
         kwargs: dict[str, Any] = {k: v for k, v in (params or {}).items() if v is not None}
+        if not is_scripted(model):
+            _check_credentials(litellm, model, kwargs)
         if tools:
             kwargs["tools"] = tools
         attempt = 0
@@ -327,6 +385,9 @@ class LLMGateway:
             except ConfigurationError:
                 raise
             except Exception as exc:  # litellm maps provider failures to its own exception types
+                permanent = _permanent_error(exc, model)
+                if permanent is not None:
+                    raise permanent from exc
                 if attempt >= self.max_retries or not _is_retryable(exc):
                     raise InferenceError(f"{model}: {short_error(exc)}") from exc
                 delay = self.retry_interval * (self.backoff_factor**attempt)

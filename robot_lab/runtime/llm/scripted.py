@@ -140,6 +140,18 @@ def register_script(name: str, script: Script | dict[str, Any]) -> None:
         _registry[name] = script
 
 
+_families: dict[str, Any] = {}
+
+
+def register_script_family(prefix: str, factory: Any) -> None:
+    """Make every ``scripted/<prefix>...`` name answer with ``factory(name)`` (a script dict,
+    or None for "no such script"), built on first use. Lets a script carry a parameter in
+    its name -- the demo's ``demo-billing@250`` is the billing script with 250 ms delays --
+    so a run can choose it and every worker that imported the family builds the same one."""
+    with _registry_lock:
+        _families[prefix] = factory
+
+
 def unregister_script(name: str) -> None:
     with _registry_lock:
         _registry.pop(name, None)
@@ -387,6 +399,12 @@ def _run_step(
 def _script_for(name: str) -> Script | None:
     with _registry_lock:
         script = _registry.get(name)
+        family = next((f for prefix, f in _families.items() if name.startswith(prefix)), None)
+    if script is None and family is not None:
+        data = family(name)
+        if data is not None:
+            register_script(name, data)
+            return _registry[name]
     return script or _load_script_file(name)
 
 
