@@ -234,7 +234,7 @@ class RidesOutages:
     def _tracker(self) -> OutageTracker:
         tracker = getattr(self, "outage", None)
         if tracker is None:
-            tracker = self.outage = OutageTracker("rq")
+            tracker = self.outage = OutageTracker(f"rq {getattr(self, 'name', '')}".strip())
         return tracker
 
     def _ride_out(self, fn: Callable[[], Any]) -> Any:
