@@ -46,6 +46,11 @@ class Keys:
         """List: un-acked entry ids of one conversation in stream order; the head may run."""
         return f"{self.inbox(robot)}:conv:{conversation_id}"
 
+    def conversation_heads(self, robot: str) -> str:
+        """Hash: conversation id -> ``head|since_ms|runner`` of each conversation with
+        entries queued (what ``robot-lab status`` reads to find stalled conversations)."""
+        return f"{self.inbox(robot)}:conv-heads"
+
     def registry(self) -> str:
         """Set of robot names with a registered inbox (robot_lab's channel registry)."""
         return f"{self.prefix}:robots"
@@ -125,6 +130,10 @@ class Keys:
     def skill_embedding(self, model: str, digest: str) -> str:
         """Bytes (float32) of one skill-description embedding, by model and content hash."""
         return f"{self.prefix}:skills:emb:{model}:{digest}"
+
+    def skill_sticky(self, robot: str, conversation_id: str) -> str:
+        """String: JSON list of the skill names a conversation is using (they stick to it)."""
+        return f"{self.conversation(robot, conversation_id)}:skills"
 
 
 def default_keys() -> Keys:

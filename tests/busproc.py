@@ -13,6 +13,8 @@ Worker modes:
   order   append each message's sequence number to its conversation's list and flag any
           overlap of two handlers of one conversation
   echo    respond_to_tasks: reply "echo: <content>"
+  convecho  respond_to_tasks: append the message's sequence number to its conversation's
+          list, then reply "re: <seq>"
 """
 
 from __future__ import annotations
@@ -64,6 +66,12 @@ def worker(mode: str, robot: str, consumer: str) -> None:
         poller.on_message(ordered)
     elif mode == "echo":
         poller.respond_to_tasks(lambda msg: f"echo: {msg.content}")
+    elif mode == "convecho":
+        def convecho(msg):  # type: ignore[no-untyped-def]
+            r.rpush(f"{test}:order:{msg.conversation_id}", f"{consumer}:{msg.content['seq']}")
+            return f"re: {msg.content['seq']}"
+
+        poller.respond_to_tasks(convecho)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -32,6 +32,10 @@ class Handling(PollerState):
 
     # --- handling ---------------------------------------------------------------------
     def _process_ready(self, limit: int | None) -> int:
+        # Held entries are in stream order (Intake keeps them so), so the first entry of a
+        # conversation met here is the oldest one this consumer holds: if the consumer holds
+        # the conversation's head, that is the one ACQUIRE is asked about. Once one entry of
+        # a conversation is refused, the rest of that conversation waits for the next round.
         if limit == 0:
             return 0
         done = 0
@@ -49,7 +53,9 @@ class Handling(PollerState):
                 if conv is not None:
                     blocked.add(conv)
                 continue
-            if conv is not None and not self.bus._acquire(keys=[self.inbox], args=[self.robot, conv, d.entry_id]):
+            if conv is not None and not self.bus._acquire(
+                keys=[self.inbox], args=[self.robot, conv, d.entry_id, self.consumer]
+            ):
                 blocked.add(conv)
                 continue
             if d.needs_claim and not self._redeliver(d):

@@ -11,6 +11,7 @@ free entries are batched here and ride on the next round trip.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -117,6 +118,16 @@ class Intake(PollerState):
         )
         return {_s(r["message_id"]): int(r["times_delivered"]) for r in rows}
 
+    def _hold(self, d: Delivery) -> None:
+        """Hold ``d``, keeping held entries in stream order. Reads come in order, but an
+        entry reclaimed from a dead consumer is older than entries read before it; were it
+        queued behind them, the conversation it heads would wait forever on itself (issue
+        20: the handling loop stops at the first entry of a conversation that may not run)."""
+        newest = next(reversed(self._held), None)
+        self._held[d.entry_id] = d
+        if newest is not None and stream_id_key(newest) > stream_id_key(d.entry_id):
+            self._held = OrderedDict(sorted(self._held.items(), key=lambda kv: stream_id_key(kv[0])))
+
     def _intake(
         self, entry: str, fields: Mapping[bytes, bytes], deliveries: int, cid: str | None, *, from_script: bool = False
     ) -> int:
@@ -145,13 +156,22 @@ class Intake(PollerState):
         if not from_script:
             cid = message.conversation_id if message else _lenient_conversation(raw)
         d = Delivery(self, entry, fields, deliveries, message, error, cid or None)
-        self._held[entry] = d
+        self._hold(d)
         if message is None:
             self._dead_letter(d, "invalid", error or "invalid envelope")
             return 1
         if message.to != self.robot:
             log.warning("bus.misaddressed", robot=self.robot, to=message.to, message_id=message.id)
         return 0
+
+
+def stream_id_key(entry: str) -> tuple[int, int]:
+    """Sort key of a stream entry id ``"ms-seq"`` (numeric, not lexical)."""
+    ms, _, seq = entry.partition("-")
+    try:
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return (0, 0)
 
 
 class _IdProbe(msgspec.Struct):

@@ -34,6 +34,7 @@ import redis as _redis
 
 from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
+from robot_lab.bus.conversations import sweep_interval
 from robot_lab.bus.core import Bus, check_robot_name
 from robot_lab.bus.delivery import Delivery
 from robot_lab.bus.handling import Handling
@@ -95,7 +96,7 @@ class BusPoller(Intake, Handling, Reclaim):
         self.visibility_timeout = float(visibility_timeout or cfg.visibility_timeout)
         self.max_deliveries = int(max_deliveries or cfg.max_deliveries)
         self.retry_delay = float(cfg.retry_delay if retry_delay is None else retry_delay)
-        self.claim_interval = float(claim_interval or max(0.05, self.visibility_timeout / 2))
+        self.claim_interval = float(claim_interval or sweep_interval(self.visibility_timeout))
         self.heartbeat_interval = max(0.02, self.visibility_timeout / 3)
         self.max_held = self.batch_size * 4
         self._register = register
@@ -148,11 +149,14 @@ class BusPoller(Intake, Handling, Reclaim):
         (a dict content is flattened to ``"k: v"`` lines, as robot_lab does)."""
 
         takes_conversation = "conversation_id" in inspect.signature(robot.run).parameters
+        takes_attachments = "attachments" in inspect.signature(robot.run).parameters
 
         def run(message: RobotMessage) -> Any:
             kwargs = dict(run_kwargs)
             if takes_conversation and message.conversation_id and "conversation_id" not in kwargs:
                 kwargs["conversation_id"] = message.conversation_id  # any worker continues the chat
+            if takes_attachments and message.extensions.get("attachments") and "attachments" not in kwargs:
+                kwargs["attachments"] = message.extensions["attachments"]  # files for the skills' workspace
             result = robot.run(flatten_content(message.content), **kwargs)
             return getattr(result, "reply", result)
 
@@ -246,11 +250,14 @@ class BusPoller(Intake, Handling, Reclaim):
             log.info("bus.poller_stopped", robot=self.robot, consumer=self.consumer, **self.counts)
 
     def _heartbeat_loop(self, stop: threading.Event) -> None:
+        # Never dies: a heartbeat thread that stopped would let every held entry be reclaimed
+        # from a live consumer. (Reading the held ids races with the poll thread; a beat that
+        # loses the race is simply retried at the next interval.)
         while not stop.wait(self.heartbeat_interval):
             try:
                 self._heartbeat()
-            except _redis.RedisError as exc:
-                log.warning("bus.heartbeat_failed", robot=self.robot, error=str(exc))
+            except Exception as exc:  # noqa: BLE001
+                log.warning("bus.heartbeat_failed", robot=self.robot, error=f"{type(exc).__name__}: {exc}")
 
     # --- one round --------------------------------------------------------------------
     def run_once(self, block_ms: int = 0) -> int:

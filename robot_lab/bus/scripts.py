@@ -3,7 +3,17 @@
 Every script touches only keys that start with the robot's inbox key (``KEYS[1]``), so in
 cluster mode (``Keys(cluster=True)`` wraps the robot name in a hash tag) they all live in
 one slot. Conversation keys are derived inside the scripts as ``KEYS[1] .. ':conv:' .. id``,
-which is exactly :meth:`robot_lab.keys.Keys.conversation_lock` (a test pins that).
+which is exactly :meth:`robot_lab.keys.Keys.conversation_lock` (a test pins that), and the
+conversation heads hash as ``KEYS[1] .. ':conv-heads'`` (:meth:`Keys.conversation_heads`).
+
+Conversation order: READ appends each conversation entry to its list in stream order; an
+entry runs only while it is the list's head (ACQUIRE); COMPLETE / DEAD_LETTER remove it.
+The head's "in progress" mark is its pending entry in the group's PEL: it belongs to the
+consumer that owns that entry, is kept alive only by that consumer's heartbeat and passes
+to another consumer by XAUTOCLAIM once it has been idle for the visibility timeout. The
+``:conv-heads`` hash records, per conversation, ``head|since_ms|runner``: the head, since
+when it is head (or was last granted to a new runner) and the consumer ACQUIRE granted it
+to, so ``robot-lab status`` can tell a head that runs from one nobody runs.
 
 Reply shapes differ a little between Redis and fakeredis inside Lua (an empty XREADGROUP is
 ``false`` on Redis and ``{}`` on fakeredis; fakeredis flattens the stream level), so the
@@ -24,6 +34,28 @@ local function id_lt(a, b)
   local bm, bs = parse_id(b)
   if am ~= bm then return am < bm end
   return as < bs
+end
+"""
+
+# Conversation heads bookkeeping (see the module docstring). Times are the server's clock.
+_CONV_HELPERS = """
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function note_head(inbox, cid)
+  local head = redis.call('LINDEX', inbox .. ':conv:' .. cid, 0)
+  if head then
+    redis.call('HSET', inbox .. ':conv-heads', cid, head .. '|' .. now_ms() .. '|')
+  else
+    redis.call('HDEL', inbox .. ':conv-heads', cid)
+  end
+end
+local function leave(inbox, cid, entry)
+  local ck = inbox .. ':conv:' .. cid
+  local was_head = redis.call('LINDEX', ck, 0) == entry
+  redis.call('LREM', ck, 1, entry)
+  if was_head then note_head(inbox, cid) end
 end
 """
 
@@ -74,7 +106,7 @@ return redis.call('XTRIM', KEYS[1], 'MINID', threshold)
 # out in stream order and this runs atomically, every conversation list is in stream
 # order no matter how many consumers read concurrently.
 # Returns {entries, last_delivered_id}; each entry is {id, fields, conversation_id|false}.
-READ = """
+READ = _CONV_HELPERS + """
 local res = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3],
                        'STREAMS', KEYS[1], '>')
 local out = {}
@@ -93,7 +125,9 @@ if res and #res > 0 then
         if ok and type(doc) == 'table' and type(doc['conversation_id']) == 'string'
            and doc['conversation_id'] ~= '' then
           cid = doc['conversation_id']
-          redis.call('RPUSH', KEYS[1] .. ':conv:' .. cid, e[1])
+          if redis.call('RPUSH', KEYS[1] .. ':conv:' .. cid, e[1]) == 1 then
+            note_head(KEYS[1], cid)
+          end
         end
       end
     else
@@ -117,19 +151,48 @@ end
 return {out, last}
 """
 
-# KEYS[1] inbox. ARGV: group, conversation_id, entry_id.
-# 1 when entry_id may be handled now: it is the oldest unacknowledged entry of its
-# conversation. A head that is no longer pending anywhere (acked by hand, purged, trimmed)
-# is dropped so that a conversation can never stall on a ghost.
-ACQUIRE = """
+# KEYS[1] inbox. ARGV: group, conversation_id, entry_id, consumer.
+# 1 when entry_id may be handled now by this consumer: it is the oldest unacknowledged entry
+# of its conversation and this consumer owns it (or the conversation has no list). An entry
+# another consumer has reclaimed meanwhile is refused: the head runs only on its owner. A
+# head that is no longer pending anywhere (acked by hand, purged, trimmed) is dropped so
+# that a conversation can never stall on a ghost. Granting records the runner in the heads
+# hash (keeping ``since`` when the same consumer retries the same head).
+ACQUIRE = _CONV_HELPERS + """
 local ck = KEYS[1] .. ':conv:' .. ARGV[2]
+local popped = false
 for _ = 1, 1000 do
   local head = redis.call('LINDEX', ck, 0)
-  if not head then return 1 end
-  if head == ARGV[3] then return 1 end
+  if not head then
+    if popped then note_head(KEYS[1], ARGV[2]) end
+    return 1
+  end
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], head, head, 1)
-  if p and #p > 0 then return 0 end
+  local owner = (p and #p > 0) and p[1][2] or nil
+  if head == ARGV[3] and owner then
+    if owner ~= ARGV[4] then
+      if popped then note_head(KEYS[1], ARGV[2]) end
+      return 0
+    end
+    local hk = KEYS[1] .. ':conv-heads'
+    local cur = redis.call('HGET', hk, ARGV[2])
+    local cur_head, cur_runner = nil, nil
+    if cur then cur_head, cur_runner = string.match(cur, '^([^|]*)|[^|]*|(.*)$') end
+    if cur_head ~= head or cur_runner ~= ARGV[4] then
+      redis.call('HSET', hk, ARGV[2], head .. '|' .. now_ms() .. '|' .. ARGV[4])
+    end
+    return 1
+  end
+  if owner then
+    if popped then note_head(KEYS[1], ARGV[2]) end
+    return 0
+  end
   redis.call('LPOP', ck)
+  popped = true
+  if head == ARGV[3] then  -- ours, but acked meanwhile: nothing to run
+    note_head(KEYS[1], ARGV[2])
+    return 0
+  end
 end
 return 0
 """
@@ -137,24 +200,20 @@ return 0
 # KEYS[1] inbox. ARGV: group, entry_id, conversation_id ('' for none). XACK + leave the
 # conversation in one step, so the next entry of the conversation becomes the head only
 # once this one is really acknowledged.
-COMPLETE = """
+COMPLETE = _CONV_HELPERS + """
 local n = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-if ARGV[3] ~= '' then
-  redis.call('LREM', KEYS[1] .. ':conv:' .. ARGV[3], 1, ARGV[2])
-end
+if ARGV[3] ~= '' then leave(KEYS[1], ARGV[3], ARGV[2]) end
 return n
 """
 
 # KEYS[1] inbox, KEYS[2] dlq. ARGV: group, entry_id, conversation_id, dlq_maxlen, then
 # field/value pairs of the dead letter. Record first, then ack: never acked-and-lost.
-DEAD_LETTER = """
+DEAD_LETTER = _CONV_HELPERS + """
 local fields = {}
 for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
 local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(fields))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-if ARGV[3] ~= '' then
-  redis.call('LREM', KEYS[1] .. ':conv:' .. ARGV[3], 1, ARGV[2])
-end
+if ARGV[3] ~= '' then leave(KEYS[1], ARGV[3], ARGV[2]) end
 return id
 """
 

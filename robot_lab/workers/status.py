@@ -259,6 +259,16 @@ def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dic
     return rows
 
 
+def stalled_conversation_problems(connection: Any, keys: Keys, robots: list[str]) -> list[str]:
+    """One line per conversation whose head has waited longer than the visibility timeout
+    plus one reclaim sweep with no live consumer running it (bus/conversations.py)."""
+    from robot_lab.bus import Bus
+    from robot_lab.bus.conversations import stalled_conversations
+
+    bus = Bus(connection, keys=keys)
+    return [s.describe() for robot in robots for s in stalled_conversations(bus, robot)]
+
+
 def collect_status(connection: Any = None, keys: Keys | None = None, robots: list[str] | None = None) -> dict[str, Any]:
     """The whole ``robot-lab status --json`` document."""
     from robot_lab.connection import get_redis, redact_url
@@ -291,7 +301,13 @@ def collect_status(connection: Any = None, keys: Keys | None = None, robots: lis
                             f"{row['queue']} ({', '.join(row['stale_rq_workers'])}); not counted as live")
         if row["dlq"]:
             problems.append(f"{row['robot']}: {row['dlq']} dead letter(s) (robot-lab dlq list {row['robot']})")
-    problems += orphan_inbox_problems(connection, keys, rows, runs)
+    orphans = orphan_inbox_problems(connection, keys, rows, runs)
+    for row in rows:
+        if row["bus_lag"] and not row["bus_workers"] and not any(f"inbox {row['robot']!r}:" in o for o in orphans):
+            problems.append(f"{row['robot']}: {row['bus_lag']} unread message(s) in its inbox and no live "
+                            f"robot-lab worker serving it (start one: robot-lab worker {row['robot']})")
+    problems += orphans
+    problems += stalled_conversation_problems(connection, keys, names)
     settings = get_settings()
     return {
         "prefix": keys.prefix,
