@@ -18,6 +18,7 @@ import msgspec
 
 from robot_lab.errors import SchemaError
 from robot_lab.logging import get_logger, log_context
+from robot_lab.observability import metrics
 from robot_lab.tracing import continue_trace
 from robot_lab.schemas import utcnow
 from robot_lab.text.strings import as_str as _s
@@ -80,7 +81,8 @@ class Handling(PollerState):
         msg = d.message
         assert msg is not None
         with log_context(robot=self.robot, message_id=msg.id, conversation_id=msg.conversation_id), \
-                continue_trace(msg.headers.get("traceparent")):
+                continue_trace(msg.headers.get("traceparent"), "bus.handle", robot=self.robot, message_id=msg.id), \
+                metrics.handling(self.robot, d):
             if d.deliveries > self.max_deliveries:
                 last = f"; last error: {d.last_error}" if d.last_error else ""
                 self._dead_letter(
@@ -153,6 +155,7 @@ class Handling(PollerState):
         if raw is None:
             raw = json.dumps({_s(k): _s(v) for k, v in d.fields.items()})
         text = _error_text(error)
+        metrics.dead_lettered(self.robot, reason)
         fields: list[Any] = [
             "envelope", raw, "reason", reason, "error", text, "deliveries", d.deliveries,
             "entry_id", d.entry_id, "robot", self.robot, "consumer", self.consumer,
