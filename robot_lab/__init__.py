@@ -69,6 +69,10 @@ _EXPORTS: dict[str, str] = {
     # runtime
     "Robot": "robot_lab.runtime.robot",
     "build": "robot_lab.runtime.robot",
+    "current_run": "robot_lab.runtime.robot.context",
+    "current_memory": "robot_lab.runtime.robot.context",
+    "RunContext": "robot_lab.runtime.robot.context",
+    "RunPlan": "robot_lab.runtime.robot.plan",
     "Tool": "robot_lab.runtime.tools",
     "tool": "robot_lab.runtime.tools",
     "RunConfig": "robot_lab.runtime.run_config",

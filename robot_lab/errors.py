@@ -102,6 +102,9 @@ def retryable(error: BaseException | None) -> bool:
         return False
     if isinstance(error, (MCPError, ToolError)):
         return bool(error.retryable)
+    flag = getattr(error, "retryable", None)  # an error may say so itself (a budget overrun: False)
+    if isinstance(flag, bool):
+        return flag
     return isinstance(error, InferenceError)
 
 

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 SCRIPTED_DEFAULT_MODEL = "scripted/echo"
+DEFAULT_MAX_TOOL_ROUNDS = 25
 
 # Provider key -> model used when ROBOT_LAB_MODEL is unset but that key is present.
 PROVIDER_DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
@@ -195,8 +196,12 @@ class Settings(BaseSettings):
     redis_retry_max: float = 5.0
 
     template_path: list[str] = Field(default_factory=lambda: ["prompts"])
-    max_iterations: int = 10
-    max_tool_rounds: int | None = None
+    # robot_lab's max_iterations bounded its network's router loop; networks here are DAGs
+    # (no loop to bound), so setting it is an error rather than a silent no-op.
+    max_iterations: int | None = None
+    # The bottom of the run cascade: a tool loop always ends (robot_lab's max_tool_iterations).
+    max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
+    # The global parents of a run's `tools` / `mcp` "inherit" (robot_lab's config.tools / .mcp).
     tools: str | list[str] = "none"
     mcp: str | list[str] = "none"
 
@@ -207,6 +212,23 @@ class Settings(BaseSettings):
     skills: SkillsSettings = Field(default_factory=SkillsSettings)
     bus: BusSettings = Field(default_factory=BusSettings)
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
+
+    @field_validator("max_iterations")
+    @classmethod
+    def _no_max_iterations(cls, value: int | None) -> int | None:
+        if value is not None:
+            raise ValueError(
+                "max_iterations is not supported: robot-lab networks are DAGs with no router loop to bound; "
+                "use max_tool_rounds to bound a robot's tool loop"
+            )
+        return value
+
+    @field_validator("max_tool_rounds")
+    @classmethod
+    def _positive_rounds(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"max_tool_rounds must be >= 1, got {value}")
+        return value
 
     @classmethod
     def settings_customise_sources(

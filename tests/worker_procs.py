@@ -87,3 +87,10 @@ def wait_for_workers(connection: Any, queues: list[str], timeout: float = 60.0) 
         return all(Worker.all(queue=Queue(q, connection=connection)) for q in queues)
 
     wait_for(ready, timeout=timeout, interval=0.2)
+
+
+def delete_prefix(client: Any, prefix: str) -> None:
+    """Remove every key a test wrote under its unique prefix on a shared real server."""
+    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    if keys:
+        client.delete(*keys)

@@ -146,13 +146,16 @@ class BusPoller(Intake, Handling, Reclaim):
 
     def serve(self, robot: Any, *, auto_reply: bool = True, **run_kwargs: Any) -> BusPoller:
         """Run ``robot.run(text, **run_kwargs)`` on each task and reply with ``.reply``
-        (a dict content is flattened to ``"k: v"`` lines, as robot_lab does)."""
+        (a dict content is flattened to ``"k: v"`` lines, as robot_lab does). A robot with
+        a ``serve_policy(headers)`` (a Robot) offers what it was built with, narrowed by the
+        message's headers; ``run_kwargs`` given here win."""
 
         takes_conversation = "conversation_id" in inspect.signature(robot.run).parameters
+        policy = getattr(robot, "serve_policy", None)
         takes_attachments = "attachments" in inspect.signature(robot.run).parameters
 
         def run(message: RobotMessage) -> Any:
-            kwargs = dict(run_kwargs)
+            kwargs = {**(policy(message.headers) if callable(policy) else {}), **run_kwargs}
             if takes_conversation and message.conversation_id and "conversation_id" not in kwargs:
                 kwargs["conversation_id"] = message.conversation_id  # any worker continues the chat
             if takes_attachments and message.extensions.get("attachments") and "attachments" not in kwargs:

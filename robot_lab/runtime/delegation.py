@@ -98,7 +98,8 @@ def delegate(
         if isinstance(to, str):
             return _remote(to, task, delegated_by=delegated_by, timeout=timeout, bus=bus)
         started = time.monotonic()
-        result = to.run(task, **run_kwargs)
+        policy = getattr(to, "serve_policy", None)  # a delegatee offers what it was built with
+        result = to.run(task, **{**(policy() if callable(policy) else {}), **run_kwargs})
         result.duration = time.monotonic() - started
         result.delegated_by = delegated_by
         return result

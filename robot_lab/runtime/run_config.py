@@ -36,6 +36,15 @@ NON_SERIALIZABLE_FIELDS = frozenset((*CALLBACK_FIELDS, "bus"))
 FIELDS = frozenset((*LLM_FIELDS, *TOOL_FIELDS, *CALLBACK_FIELDS, *INFRA_FIELDS))
 
 
+def check_enable_cache(value: Any) -> None:
+    """robot_lab's ``enable_cache`` switched on its semantic response cache; robot-lab has
+    none, so asking for one is an error rather than a silent no-op."""
+    if value:
+        raise ConfigurationError(
+            "enable_cache=True is not supported: robot-lab has no response cache (leave it unset or False)"
+        )
+
+
 class RunConfig:
     """A sparse mapping of known fields; unset fields read as None."""
 
@@ -56,6 +65,8 @@ class RunConfig:
         else:
             if key in CALLBACK_FIELDS and not callable(value):
                 raise ConfigurationError(f"RunConfig field {key} must be callable, got {type(value).__name__}")
+            if key == "enable_cache":
+                check_enable_cache(value)
             self._values[key] = value
         return self
 

@@ -221,7 +221,7 @@ RUN_EVENT_NAMES: tuple[str, ...] = (
     "stream.ended",
     # additions for distributed networks
     "task.queued", "task.started", "task.completed", "task.failed", "task.skipped",
-    "task.retrying", "tool_call.started", "tool_call.completed", "run.cancelled",
+    "task.retrying", "tool_call.started", "tool_call.completed", "run.cancelled", "memory.changed",
 )
 
 
@@ -306,3 +306,10 @@ class RobotSpec(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     mcp_servers: list[dict[str, Any]] = msgspec.field(default_factory=list)
     config: RunConfigData = msgspec.field(default_factory=RunConfigData)
     hooks: list[str] = msgspec.field(default_factory=list)
+    # AgentSkills: "match" (embedding matching per run) or "tool" (a Skill tool activates one)
+    skill_mode: str = "match"
+    mcp_discovery: bool = False
+    template_dirs: list[str] | None = None
+    # The serving policy (bus, delegation, spawn): what a served run offers.
+    serve_tools: str | list[str] = "inherit"
+    serve_mcp: str | list[str] = "inherit"

@@ -32,7 +32,8 @@ from robot_lab.workers.routing import choose_routes, route_tool_for
 log = get_logger("robot_lab.workers")
 
 RESERVED_RUN_KWARGS = frozenset(
-    {"tools", "mcp", "network_config", "on_content", "extra_tools", "run_id", "task", "message"}
+    {"tools", "mcp", "network_config", "task_config", "config", "on_content", "extra_tools", "run_id", "task",
+     "message", "memory", "network", "hooks", "network_hooks", "budgets", "doom_loop", "conversation_id"}
 )
 _imported_apps: set[str] = set()
 _last_sweep = 0.0
@@ -280,21 +281,25 @@ def _run_task_hooks(store: RunStore, graph: Any, meta: dict[str, str], task: str
 
     registry = HookRegistry(graph.spec.hooks)
     spec = graph.tasks[task]
+    memory = _task_memory(store, meta, spec)
     ctx = TaskHookContext(task=spec, task_name=task, robot=spec.robot, config=graph.spec.config,
-                          run_id=store.run_id)
+                          run_id=store.run_id, memory=memory)
     outcome: dict[str, Any] = {}
 
     def core() -> RobotResult:
-        result, activate = _run_robot(store, graph, meta, task, worker, network_hooks=registry)
+        result, activate = _run_robot(store, graph, meta, task, worker, memory, network_hooks=registry)
         outcome["activate"] = activate
         return result
 
-    with hook_scope(registry):
-        result = run_hooks("task", ctx, core)
+    try:
+        with hook_scope(registry):
+            result = run_hooks("task", ctx, core)
+    finally:
+        memory.close()
     return result, outcome.get("activate", [])
 
 
-def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, worker: str,
+def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, worker: str, memory: Any,
                network_hooks: Any = None) -> tuple[RobotResult, list[str]]:
     import json
 
@@ -320,39 +325,70 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
     store.r.hset(store.key + ":inputs", task, message)
     run_context = deep_merge(json.loads(meta.get("context") or "{}"), spec.context)
     context = {k: v for k, v in run_context.items() if k not in RESERVED_RUN_KWARGS}
+    # The run plan's layers: the network's config under the robot, the task's above it.
     network_config = RunConfig.from_data(graph.spec.config)
-    if spec.config is not None:
-        network_config = network_config.merge(RunConfig.from_data(spec.config))
-    tools: Any = spec.tools if spec.tools is not None else (network_config.tools or "none")
+    task_config = RunConfig.from_data(spec.config) if spec.config is not None else None
+    combined = network_config.merge(task_config)  # run-wide budgets and loop guard; tools/mcp parents
+    tools: Any = spec.tools if spec.tools is not None else (combined.tools or "none")
+    mcp: Any = spec.mcp if spec.mcp is not None else (combined.mcp or "none")
     extra = []
     use_llm_router = bool(spec.routes) and spec.router is None
     if use_llm_router:
         route_tool = route_tool_for(spec.routes)
         extra.append(route_tool)
-        base = robot.select_tools(tools, network_config=network_config)
+        base = robot.select_tools(tools, network_config=combined)
         tools = [t.name for t in base] + [route_tool.name]
 
+    since = memory.version
     deltas = _DeltaBuffer(store, task, spec.robot)
     job_id = store.job_id(task) or task
     try:
         result = robot.run(
             message,
             tools=tools,
+            mcp=mcp,
             network_config=network_config,
+            task_config=task_config,
             on_content=deltas.add if stream else None,
             extra_tools=extra,
             run_id=store.run_id,
             task=task,
+            memory=memory,
             network_hooks=network_hooks,
-            budgets=_run_budgets(store, network_config, job_id, worker),
-            doom_loop=_run_doom_loop(store, network_config),
+            budgets=_run_budgets(store, combined, job_id, worker),
+            doom_loop=_run_doom_loop(store, combined),
             **context,
         )
     finally:
         deltas.flush()
+        _emit_memory_changes(store, task, spec.robot, memory, since)
         _release_budget_holds(store, job_id)
     activate = choose_routes(spec, result, message=message, run_id=store.run_id)
     return result, activate
+
+
+def _task_memory(store: RunStore, meta: dict[str, str], spec: Any) -> Any:
+    """The task's active memory: ``task(memory="scope")`` names one, else the run's shared
+    ``Memory.for_run``; rebuilt from its scope name on this worker's Redis."""
+    from robot_lab.memory.store import Memory
+
+    network = meta.get("network")
+    if spec.memory:
+        return Memory(spec.memory, redis=store.r, keys=store.keys, network_name=network)
+    return Memory.for_run(store.run_id, network_name=network, redis=store.r, keys=store.keys)
+
+
+def _emit_memory_changes(store: RunStore, task: str, robot: str, memory: Any, since: int) -> None:
+    """One ``memory.changed`` event per write this task's robot made (the writer is the
+    robot), so a run's events show who wrote what."""
+    try:
+        for change in memory.changes(since_version=since):
+            if change.writer == robot:
+                store.emit("memory.changed", task=task, robot=robot,
+                           data={"scope": change.scope, "key": change.key, "op": change.op,
+                                 "version": change.version, "writer": change.writer})
+    except Exception as exc:  # events are a side channel: never lose the task's result over them
+        log.warning("task.memory_events_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def _run_budgets(store: RunStore, network_config: Any, job_id: str, worker: str) -> list[Any]:

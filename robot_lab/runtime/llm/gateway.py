@@ -93,12 +93,14 @@ def _scripted_handler_class(litellm: Any) -> type:
     class ScriptedLLM(CustomLLM):  # type: ignore[misc, valid-type]
         """litellm custom provider ``scripted``: answers come from :mod:`.scripted`."""
 
-        def _decide(self, model: str, messages: list, optional_params: dict) -> scripted.Decision:
+        def _decide(self, model: str, messages: list, optional_params: dict, kwargs: dict) -> scripted.Decision:
+            metadata = (kwargs.get("litellm_params") or {}).get("metadata")
+            scripted.record_call(model, messages, optional_params, metadata)
             return scripted.decide(model, messages, optional_params.get("tools") or [])
 
         def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
             optional_params = kwargs.get("optional_params") or {}
-            d = self._decide(model, messages, optional_params)
+            d = self._decide(model, messages, optional_params, kwargs)
             message: dict[str, Any] = {"role": "assistant", "content": d.text or None}
             if d.tool_calls:
                 message["tool_calls"] = [
@@ -117,7 +119,7 @@ def _scripted_handler_class(litellm: Any) -> type:
 
         def streaming(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
             optional_params = kwargs.get("optional_params") or {}
-            d = self._decide(model, messages, optional_params)
+            d = self._decide(model, messages, optional_params, kwargs)
             usage = {
                 "prompt_tokens": d.prompt_tokens,
                 "completion_tokens": d.completion_tokens,
@@ -364,8 +366,14 @@ class LLMGateway:
         tools: list[dict[str, Any]] | None = None,
         on_chunk: Callable[[Chunk], None] | None = None,
         params: dict[str, Any] | None = None,
+        provider: str | None = None,
+        robot: str | None = None,
     ) -> LLMResponse:
-        """One model call; ``on_chunk`` turns on streaming. Raises InferenceError on failure."""
+        """One model call; ``on_chunk`` turns on streaming. Raises InferenceError on failure.
+
+        ``provider`` is robot_lab's robot provider: litellm's ``custom_llm_provider`` for a
+        bare model name (``claude-sonnet-4-5`` + ``anthropic``); a ``provider/model`` string
+        already names its provider and keeps it. The scripted model records both."""
         if not is_scripted(model) and not _model_requests_allowed():
             raise ConfigurationError(
                 f"model requests are disabled (ROBOT_LAB_ALLOW_MODEL_REQUESTS=0): refusing to call {model!r}; "
@@ -373,8 +381,12 @@ class LLMGateway:
             )
         litellm = litellm_module()
         kwargs: dict[str, Any] = {k: v for k, v in (params or {}).items() if v is not None}
-        if not is_scripted(model):
-            _check_credentials(litellm, model, kwargs)
+        if is_scripted(model):
+            kwargs["metadata"] = {"robot_lab_provider": provider, "robot_lab_robot": robot}
+        else:
+            if provider and "/" not in model:
+                kwargs["custom_llm_provider"] = provider
+            _check_credentials(litellm, f"{provider}/{model}" if "custom_llm_provider" in kwargs else model, kwargs)
         if tools:
             kwargs["tools"] = tools
         attempt = 0

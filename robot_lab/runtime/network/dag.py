@@ -41,6 +41,8 @@ class TaskSpec(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     routes: list[str] = msgspec.field(default_factory=list)
     router: str | None = None
     memory_key: str | None = None
+    mcp: str | list[str] | None = None
+    memory: str | None = None  # the scope of the task's active memory (default: the run's)
     timeout: float | None = None
     retries: int = 2
 

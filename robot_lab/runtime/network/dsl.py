@@ -77,12 +77,17 @@ class Network:
         memory_key: str | None = None,
         timeout: float | None = None,
         retries: int = 2,
+        mcp: str | list[str] | None = None,
+        memory: str | None = None,
     ) -> Network:
         """Add a task. ``depends_on``: None (entry, or the enclosing group's dependencies),
         a task/group name or list of them, or ``"optional"`` (runs only when activated).
         ``routes``: optional tasks this task may activate -- its robot chooses through a
         ``route`` tool call unless ``router`` (``pkg.mod:func``) decides in Python.
-        ``memory_key``: also store the reply in the run's shared memory under that key."""
+        ``memory_key``: also store the reply in the run's shared memory under that key.
+        ``mcp``: the task's MCP servers (``none`` default, ``inherit``, or names), like ``tools``.
+        ``memory``: the scope name of the task robot's active memory (default: the run's
+        shared memory, ``run:<id>``)."""
         dag._check_name("task", name)
         if any(t.name == name for t in self._tasks):
             raise ConfigurationError(f"network {self.name!r}: task {name!r} is defined twice")
@@ -108,6 +113,15 @@ class Network:
             raise ConfigurationError(
                 f"network {self.name!r}: task {name!r} tools must be 'none', 'inherit' or a list of names"
             )
+        if mcp is not None and not (mcp in ("none", "inherit") or isinstance(mcp, list)):
+            raise ConfigurationError(
+                f"network {self.name!r}: task {name!r} mcp must be 'none', 'inherit' or a list of server names"
+            )
+        if memory is not None and (not isinstance(memory, str) or not memory.strip()):
+            raise ConfigurationError(
+                f"network {self.name!r}: task {name!r} memory must be a scope name (a non-empty string), "
+                f"got {memory!r}"
+            )
         spec = TaskSpec(
             name=name,
             robot=robot_name,
@@ -122,6 +136,8 @@ class Network:
             memory_key=memory_key,
             timeout=timeout,
             retries=retries,
+            mcp=mcp,
+            memory=memory,
         )
         self._tasks.append(spec)
         if self._group_stack:
@@ -243,7 +259,7 @@ class Network:
             if not isinstance(raw, dict) or "name" not in raw or "robot" not in raw:
                 raise ConfigurationError(f"network {net.name!r}: {where} needs 'name' and 'robot'")
             allowed = {"name", "robot", "depends_on", "context", "tools", "config", "routes", "router",
-                       "memory_key", "timeout", "retries"}
+                       "memory_key", "timeout", "retries", "mcp", "memory"}
             extra = set(raw) - allowed
             if extra:
                 raise ConfigurationError(f"network {net.name!r}: {where} has unknown keys {sorted(extra)}")

@@ -1,10 +1,12 @@
 """The Robot and its collaborators, one concern each.
 
-``core`` (the Robot class and ``build``), ``prompt`` (templates, skills, the system
-prompt), ``toolset`` (which tools a run offers), ``mcp_attach`` (MCP servers of a robot),
-``run`` (one run: hooks, prompt, tools, learnings) and ``loop`` (the tool loop and the
-budget protocol of each model call), ``learning``, ``compaction`` and ``spec`` (the robot
-as data). ``robot_lab.runtime.robot`` keeps exporting what the single module did.
+``core`` (the Robot class and ``build``), ``plan`` (the run plan: one cascade for every
+run, wherever it runs), ``prompt`` (templates, skills, the system prompt), ``toolset``
+(which tools a run offers), ``serving`` (what a served robot offers), ``mcp_attach`` (MCP
+servers of a robot), ``run`` (one run: hooks, prompt, tools, learnings), ``context``
+(``current_run()`` for tools), ``loop`` (the tool loop and the budget protocol of each
+model call), ``learning``, ``compaction`` and ``spec`` (the robot as data).
+``robot_lab.runtime.robot`` keeps exporting what the single module did.
 """
 
 from robot_lab.runtime.robot.core import Robot, build

@@ -31,9 +31,11 @@ from robot_lab.runtime.robot.learning import Learning
 from robot_lab.runtime.robot.loop import ContentCallback
 from robot_lab.runtime.robot.mcp_attach import MCPAttachment
 from robot_lab.runtime.robot.prompt import PromptAssembly, set_system_message, system_message
-from robot_lab.runtime.robot.spec import spec_kwargs, to_spec
+from robot_lab.runtime.robot.plan import SKILL_MODES
+from robot_lab.runtime.robot.serving import SERVE_DEFAULT, serve_kwargs
+from robot_lab.runtime.robot.spec import check_bus, spec_kwargs, to_spec
 from robot_lab.runtime.robot.toolset import DEFAULT_MAX_TOOLS, is_none_value, select_tools, validate_tools_filter
-from robot_lab.runtime.run_config import RunConfig
+from robot_lab.runtime.run_config import RunConfig, check_enable_cache
 from robot_lab.runtime.tools import Tool, ToolManifest
 from robot_lab.schemas.messages import RobotResult, RobotSpec
 
@@ -62,7 +64,7 @@ class Robot:
         on_tool_call: Callable[..., Any] | None = None,
         on_tool_result: Callable[..., Any] | None = None,
         on_content: ContentCallback | None = None,
-        enable_cache: bool = True,
+        enable_cache: bool | None = None,
         bus: Any = None,
         skills: Iterable[str] | None = None,
         temperature: float | None = None,
@@ -82,49 +84,45 @@ class Robot:
         template_dirs: Iterable[str | Path] | None = None,
         hooks: Iterable[Any] = (),
         skill_mode: str = "match",
+        serve_tools: Any = SERVE_DEFAULT,
+        serve_mcp: Any = SERVE_DEFAULT,
     ) -> None:
         validate_tools_filter(tools)
+        validate_tools_filter(serve_tools)
         self.name = str(name)
         self._name_from_constructor = self.name != "robot"
         self.description = description
         self.provider = provider
         self.system_prompt = system_prompt
         self.template = template
-        self._prompt = PromptAssembly([Path(d) for d in template_dirs] if template_dirs is not None else None)
+        self.template_dirs = [str(d) for d in template_dirs] if template_dirs is not None else None
+        self._prompt = PromptAssembly([Path(d) for d in self.template_dirs] if self.template_dirs is not None else None)
         self._context_source = context
         self._mcp = MCPAttachment(self.name, mcp_servers, discovery=mcp_discovery)
-        self.enable_cache = enable_cache
-        self.bus = bus
+        check_enable_cache(enable_cache)
+        self.enable_cache = bool(enable_cache)
         self.skills = [str(s) for s in (skills or [])]
-        if skill_mode not in ("match", "tool"):
+        if skill_mode not in SKILL_MODES:
             raise ConfigurationError(f"skill_mode must be 'match' or 'tool', got {skill_mode!r}")
         self.skill_mode = skill_mode
+        self.serve_tools = serve_tools
+        self.serve_mcp = serve_mcp
         self.local_tools = ToolManifest()
         for item in local_tools:
             self.local_tools.add(item).robot = self
         self._gateway = gateway
         self.hooks = HookRegistry(hooks)
-        explicit = {
-            "model": model,
-            "temperature": temperature,
-            "top_p": top_p,
-            "top_k": top_k,
-            "max_tokens": max_tokens,
-            "presence_penalty": presence_penalty,
-            "frequency_penalty": frequency_penalty,
-            "stop": stop,
-            "max_tool_rounds": max_tool_rounds,
-            "token_budget": token_budget,
-            "cost_budget": cost_budget,
-            "doom_loop_threshold": doom_loop_threshold,
-            "on_tool_call": on_tool_call,
-            "on_tool_result": on_tool_result,
-            "on_content": on_content,
-            "tools": None if is_none_value(tools) else tools,
-            "mcp": None if is_none_value(mcp) else mcp,
-        }
+        explicit = dict(
+            model=model, temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens,
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, stop=stop,
+            max_tool_rounds=max_tool_rounds, token_budget=token_budget, cost_budget=cost_budget,
+            doom_loop_threshold=doom_loop_threshold, on_tool_call=on_tool_call, on_tool_result=on_tool_result,
+            on_content=on_content, tools=None if is_none_value(tools) else tools,
+            mcp=None if is_none_value(mcp) else mcp,
+        )
         base = config if isinstance(config, RunConfig) else RunConfig(config or {})
         self.config = base.merge(explicit)
+        self.bus = check_bus(bus if bus is not None else self.config.bus)
         self.messages: list[dict[str, Any]] = []
         self.total_input_tokens = 0
         self.total_output_tokens = 0
@@ -215,7 +213,8 @@ class Robot:
         return self
 
     def with_bus(self, bus: Any = None) -> Robot:
-        self.bus = bus
+        """The Bus this robot delegates and spawns through (default: one on ``REDIS_URL``)."""
+        self.bus = check_bus(bus)
         return self
 
     def update(
@@ -332,6 +331,8 @@ class Robot:
         tools: Any = "none",
         mcp: Any = "none",
         network_config: RunConfig | Mapping[str, Any] | None = None,
+        task_config: RunConfig | Mapping[str, Any] | None = None,
+        config: RunConfig | Mapping[str, Any] | None = None,
         on_content: ContentCallback | None = None,
         extra_tools: Iterable[Tool] = (),
         hooks: Any = None,
@@ -350,27 +351,29 @@ class Robot:
 
         Extra keyword arguments are run-time template context and re-render the prompt.
         Raises on failure (use :meth:`run_safely` for robot_lab's network semantics).
-        ``hooks`` are per-run handlers; ``network_hooks`` the enclosing network's registry.
-        ``budgets`` are extra ledgers (a network run's, a tenant's ``RedisLedger``) checked
-        beside the robot's own; ``doom_loop`` replaces the per-run detector (networks pass a
-        ``RedisDoomLoopDetector`` so a loop bouncing between robots is seen).
-        ``conversation_id`` loads that conversation's history from Redis first and saves it
-        after, so any worker of this robot can continue it.
-        ``attachments`` (paths, ``(name, bytes)`` pairs) land in the skill workspace (docs/skills.md).
+        The run's configuration is one :class:`~robot_lab.runtime.robot.plan.RunPlan`:
+        settings < ``network_config`` < the robot < ``task_config`` < ``config`` (this call).
+        ``memory`` binds the run's active memory (a Memory, a scope name, or a mapping merged
+        into it); else the network's, else the robot's own. ``hooks`` are per-run handlers;
+        ``network_hooks`` the network's registry. ``budgets`` are extra ledgers checked beside
+        the robot's own; ``doom_loop`` replaces the per-run detector. ``conversation_id``
+        loads that conversation's history from Redis first and saves it after. ``attachments``
+        (paths, ``(name, bytes)`` pairs) land in the skill workspace (docs/skills.md).
         """
-        if conversation_id is not None:
-            return run_mod.run_in_conversation(
-                self, conversation_id, message, tools=tools, mcp=mcp, network_config=network_config,
-                on_content=on_content, extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks,
-                network=network, task=task, memory=memory, run_id=run_id, budgets=budgets, doom_loop=doom_loop,
-                attachments=attachments, **context,
-            )
-        return run_mod.execute(
-            self, message, tools=tools, mcp=mcp, network_config=network_config, on_content=on_content,
-            extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks, network=network, task=task,
-            memory=memory, run_id=run_id, budgets=budgets, doom_loop=doom_loop, context=context,
+        kwargs = dict(
+            tools=tools, mcp=mcp, network_config=network_config, task_config=task_config, config=config,
+            on_content=on_content, extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks,
+            network=network, task=task, memory=memory, run_id=run_id, budgets=budgets, doom_loop=doom_loop,
             attachments=attachments,
         )
+        if conversation_id is not None:
+            return run_mod.run_in_conversation(self, conversation_id, message, **kwargs, **context)
+        return run_mod.execute(self, message, **kwargs, context=context)
+
+    def serve_policy(self, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The ``tools``/``mcp`` arguments of a served run (bus, delegation, spawn): what the
+        robot was built with, narrowed -- never widened -- by message ``headers``."""
+        return serve_kwargs(self, headers)
 
     def run_safely(self, message: str | None = None, **kwargs: Any) -> RobotResult:
         """robot_lab's ``Robot#call``: any exception becomes an error RobotResult."""
@@ -409,7 +412,8 @@ class Robot:
         Returns its RobotResult, or a DelegationFuture with ``async_=True``."""
         from robot_lab.runtime.delegation import delegate
 
-        return delegate(to, task, delegated_by=self.name, async_=async_, timeout=timeout, **run_kwargs)
+        return delegate(to, task, delegated_by=self.name, async_=async_, timeout=timeout, bus=self.bus,
+                        **run_kwargs)
 
     def spawn(self, name: str, **kwargs: Any) -> Any:
         """Create a new robot at run time for the generic worker pool (``robot-lab worker
@@ -419,7 +423,9 @@ class Robot:
 
         kwargs.setdefault("model", self.config.model)
         kwargs.setdefault("provider", self.provider)
-        return spawn(Robot(name, **kwargs).to_spec())
+        bus = self.bus
+        return spawn(Robot(name, **kwargs).to_spec(), connection=getattr(bus, "redis", None),
+                     keys=getattr(bus, "keys", None))
 
     # ------------------------------------------------------------------ specs
     def to_spec(self) -> RobotSpec:

@@ -9,7 +9,7 @@ gateway) and from how the prompt and the offered tools were chosen.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from robot_lab.errors import ToolLoopError
@@ -18,6 +18,7 @@ from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.doom_loop import DEFAULT_THRESHOLD as DOOM_LOOP_THRESHOLD
 from robot_lab.runtime.rails.doom_loop import DoomLoopDetector, with_warning
 from robot_lab.runtime.rails.hooks import ToolCallHookContext, run_hooks
+from robot_lab.runtime.robot.plan import RunPlan
 from robot_lab.runtime.tools import Tool
 from robot_lab.schemas.messages import (
     Message,
@@ -40,23 +41,29 @@ def add_usage(robot: Any, response: LLMResponse) -> None:
 
 def call_model(
     robot: Any,
+    plan: RunPlan,
     specs: list[dict[str, Any]] | None,
     on_chunk: Callable[[Chunk], Any] | None,
-    params: dict[str, Any],
     ledgers: list[Any],
 ) -> LLMResponse:
     """One model call inside the budget protocol: reserve the call's estimate (waiting while
     other calls' reservations may come back; BudgetExceeded before the call when spent),
-    reconcile actual usage, then InferenceError on overrun."""
-    config = robot.config
+    reconcile actual usage, then InferenceError on overrun. Model, provider and parameters
+    come from the run plan."""
+    config = plan.config
+
+    def complete() -> LLMResponse:
+        return robot.gateway.complete(plan.model, robot.messages, tools=specs, on_chunk=on_chunk,
+                                      params=plan.llm_params(), provider=plan.provider, robot=robot.name)
+
     if not ledgers:
-        response = robot.gateway.complete(robot.model, robot.messages, tools=specs, on_chunk=on_chunk, params=params)
+        response = complete()
         add_usage(robot, response)
         return response
-    estimate = budget_mod.estimate_call(robot.model, robot.messages, specs, config.max_tokens)
+    estimate = budget_mod.estimate_call(plan.model, robot.messages, specs, config.max_tokens)
     reservation = budget_mod.reserve_for_call(ledgers, estimate)
     try:
-        response = robot.gateway.complete(robot.model, robot.messages, tools=specs, on_chunk=on_chunk, params=params)
+        response = complete()
     except BaseException:
         budget_mod.release(reservation)
         raise
@@ -64,8 +71,8 @@ def call_model(
     add_usage(robot, response)
     budget_mod.check_budgets(
         ledgers,
-        tokens_used=robot.total_input_tokens + robot.total_output_tokens if config.token_budget else None,
-        token_budget=config.token_budget,
+        tokens_used=robot.total_input_tokens + robot.total_output_tokens if robot.config.token_budget else None,
+        token_budget=robot.config.token_budget,  # the robot's own budget; run-wide ones are ledgers
     )
     return response
 
@@ -90,27 +97,24 @@ def execute_tool(robot: Any, by_name: Mapping[str, Tool], name: str, arguments: 
 
 def tool_loop(
     robot: Any,
+    plan: RunPlan,
     message: str | None,
     tools: list[Tool] | Callable[[], list[Tool]],
     on_content: ContentCallback | None,
-    *,
-    ledgers: Sequence[Any] = (),
-    doom: Any = None,
 ) -> RobotResult:
-    """Run ``robot``'s conversation to a text answer; the offered tools may be a callable
-    (tool-mode skills change them between rounds)."""
+    """Run ``robot``'s conversation to a text answer under ``plan``; the offered tools may
+    be a callable (tool-mode skills change them between rounds)."""
     started = time.monotonic()
     robot._maybe_compact()
-    config = robot.config
-    active_ledgers = [ledger for ledger in ledgers if ledger is not None]
-    detector = doom or DoomLoopDetector(config.doom_loop_threshold or DOOM_LOOP_THRESHOLD)
+    config = plan.config
+    active_ledgers = [ledger for ledger in plan.ledgers if ledger is not None]
+    detector = plan.doom_loop or DoomLoopDetector(config.doom_loop_threshold or DOOM_LOOP_THRESHOLD)
     if message is not None:
         robot.messages.append({"role": "user", "content": message})
     offer = tools if callable(tools) else (lambda: tools)
     callbacks = [cb for cb in (config.on_content, on_content) if cb is not None]
     on_chunk = (lambda chunk: [cb(chunk) for cb in callbacks]) if callbacks else None
-    params = config.llm_params()
-    max_rounds = config.max_tool_rounds
+    max_rounds = plan.max_tool_rounds
     output: list[Message] = []
     results: list[ToolResultMessage] = []
     input_tokens = output_tokens = 0
@@ -120,7 +124,7 @@ def tool_loop(
         offered = offer()
         specs = [t.to_openai() for t in offered] or None
         by_name = {t.name: t for t in offered}
-        response = call_model(robot, specs, on_chunk, params, active_ledgers)
+        response = call_model(robot, plan, specs, on_chunk, active_ledgers)
         input_tokens += response.input_tokens
         output_tokens += response.output_tokens
         cost += response.cost
@@ -137,7 +141,7 @@ def tool_loop(
         )
         for call in response.tool_calls:
             calls_made += 1
-            if max_rounds is not None and calls_made > max_rounds:
+            if calls_made > max_rounds:
                 raise ToolLoopError(
                     f"Circuit breaker triggered: {calls_made} tool calls exceeded max_tool_rounds ({max_rounds})"
                 )

@@ -16,6 +16,15 @@ from robot_lab.runtime.tools import Tool, as_tool
 log = get_logger("robot_lab.robot")
 
 
+def global_mcp() -> Any:
+    """The settings' ``mcp`` (robot_lab's ``config.mcp``) as the last parent of ``inherit``;
+    its default ``none`` means "no restriction at this level", as for ``tools``."""
+    from robot_lab.settings import get_settings
+
+    value = get_settings().mcp
+    return None if is_none_value(value) else value
+
+
 class MCPAttachment:
     """The MCP side of one robot: its server configs, the live manager, discovery state."""
 
@@ -51,7 +60,7 @@ class MCPAttachment:
         if is_none_value(mcp) or not self.servers:
             return []
         if mcp == "inherit":
-            mcp = robot_mcp or (network_config.mcp if network_config else None) or "inherit"
+            mcp = robot_mcp or (network_config.mcp if network_config else None) or global_mcp() or "inherit"
         try:
             names = self.manager.resolve(mcp)
             if names and self.discovery and not self._discovered and message:

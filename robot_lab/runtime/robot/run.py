@@ -1,6 +1,7 @@
-"""One run of a robot: hooks and log context around it, the prompt re-rendered with
-run-time context, the tools offered (local, MCP, skills), learnings injected, then the
-tool loop. Conversations stored in Redis wrap a run so any worker can continue them.
+"""One run of a robot: the run plan resolved, hooks and log context around it, the
+prompt re-rendered with run-time context, the tools offered (local, MCP, skills),
+learnings injected, then the tool loop. Conversations stored in Redis wrap a run so any
+worker can continue them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from robot_lab.runtime.rails.hooks import (
     hook_scope,
     run_hooks,
 )
+from robot_lab.runtime.robot.context import RunContext, running
 from robot_lab.runtime.robot.loop import ContentCallback, tool_loop
+from robot_lab.runtime.robot.plan import RunPlan, resolve_plan
 from robot_lab.runtime.robot.prompt import set_system_message
 from robot_lab.runtime.run_config import RunConfig
 from robot_lab.runtime.tools import Tool
@@ -30,6 +33,8 @@ def execute(
     tools: Any,
     mcp: Any,
     network_config: RunConfig | Mapping[str, Any] | None,
+    task_config: RunConfig | Mapping[str, Any] | None,
+    config: RunConfig | Mapping[str, Any] | None,
     on_content: ContentCallback | None,
     extra_tools: Iterable[Tool],
     hooks: Any,
@@ -44,53 +49,54 @@ def execute(
     attachments: Iterable[Any] | None = None,
 ) -> RobotResult:
     """The body of ``Robot.run`` (see there for the arguments)."""
+    plan = resolve_plan(
+        robot, tools=tools, mcp=mcp, network_config=network_config, task_config=task_config, run_config=config,
+        memory=memory, network=network, budgets=budgets, doom_loop=doom_loop,
+    )
     per_run = HookRegistry([hooks] if hooks is not None and not isinstance(hooks, (list, tuple)) else hooks or [])
-    with log_context(robot=robot.name, run_id=run_id, task=task), hook_scope(network_hooks, robot.hooks, per_run):
-        net_config = (
-            network_config
-            if isinstance(network_config, RunConfig) or network_config is None
-            else RunConfig(network_config)
-        )
+    run_ctx = RunContext(robot=robot, memory=plan.memory, plan=plan, task=task, run_id=run_id, network=network)
+    with log_context(robot=robot.name, run_id=run_id, task=task), \
+            hook_scope(network_hooks, robot.hooks, per_run), running(run_ctx):
         ctx = RunHookContext(
-            robot=robot, network=network, task=task, memory=memory, config=robot.config, request=message,
+            robot=robot, network=network, task=task, memory=plan.memory, config=plan.config, request=message,
             run_id=run_id,
         )
 
         def core() -> RobotResult:
             if context or robot._prompt.render_deferred:
                 robot._apply_system_prompt(context)
-            selected = robot.select_tools(tools, network_config=net_config, extra=extra_tools)
-            mcp_tools = robot._mcp.tools_for_run(mcp, ctx.request, robot.config.mcp, net_config)
-            if isinstance(tools, (list, tuple)) and tools:
-                mcp_tools = [t for t in mcp_tools if t.name in tools]  # a name list filters MCP tools too
-            taken = {t.name for t in selected}
-            selected += [t for t in mcp_tools if t.name not in taken]
+            selected = offered_tools(robot, plan, ctx.request, extra_tools)
             gen_ctx = LlmGenerationHookContext(
-                robot=robot, network=network, task=task, memory=memory, config=robot.config,
+                robot=robot, network=network, task=task, memory=plan.memory, config=plan.config,
                 request=ctx.request, run_id=run_id,
             )
             saved_prompt = robot.instructions
             try:
                 offered = robot._prompt.with_agent_skills(
-                    robot.messages, robot.skill_mode, ctx.request, selected, saved_prompt, robot_name=robot.name,
+                    robot.messages, plan.skill_mode, ctx.request, selected, saved_prompt, robot_name=robot.name,
                     scope=getattr(robot, "_skill_scope", None) or run_id, attachments=attachments,
                 )
                 return run_hooks(
                     "llm_generation",
                     gen_ctx,
-                    lambda: tool_loop(
-                        robot,
-                        robot._learning.inject(gen_ctx.request),
-                        offered,
-                        on_content,
-                        ledgers=[robot.budget_ledger, *budgets],
-                        doom=doom_loop,
-                    ),
+                    lambda: tool_loop(robot, plan, robot._learning.inject(gen_ctx.request), offered, on_content),
                 )
             finally:
                 set_system_message(robot.messages, saved_prompt)  # matched skills last one run only
 
         return run_hooks("run", ctx, core)
+
+
+def offered_tools(robot: Any, plan: RunPlan, request: str | None, extra_tools: Iterable[Tool]) -> list[Tool]:
+    """Local tools by the plan's ``tools`` value, then MCP tools by its ``mcp`` value (a
+    name list filters MCP tools too); a local tool wins a name clash."""
+    tools = plan.tools
+    selected = robot.select_tools(tools, network_config=plan.network_config, extra=extra_tools)
+    mcp_tools = robot._mcp.tools_for_run(plan.mcp, request, robot.config.mcp, plan.network_config)
+    if isinstance(tools, (list, tuple)) and tools:
+        mcp_tools = [t for t in mcp_tools if t.name in tools]
+    taken = {t.name for t in selected}
+    return selected + [t for t in mcp_tools if t.name not in taken]
 
 
 def run_in_conversation(robot: Any, conversation_id: str, message: str | None, **kwargs: Any) -> RobotResult:

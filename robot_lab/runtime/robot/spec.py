@@ -35,6 +35,11 @@ def to_spec(robot: Any) -> RobotSpec:
         mcp_servers=robot.mcp_servers,
         config=RunConfig(robot.config.to_json_dict()).merge({"model": None}).to_data(),
         hooks=robot.hooks.import_paths(),
+        skill_mode=robot.skill_mode,
+        mcp_discovery=robot.mcp_discovery,
+        template_dirs=robot.template_dirs,
+        serve_tools=robot.serve_tools,
+        serve_mcp=robot.serve_mcp,
     )
 
 
@@ -52,4 +57,16 @@ def spec_kwargs(spec: RobotSpec) -> dict[str, Any]:
         "skills": spec.skills,
         "config": RunConfig.from_data(spec.config),
         "hooks": list(spec.hooks),
+        "skill_mode": spec.skill_mode,
+        "mcp_discovery": spec.mcp_discovery,
+        "template_dirs": spec.template_dirs,
+        "serve_tools": spec.serve_tools,
+        "serve_mcp": spec.serve_mcp,
     }
+
+
+def check_bus(bus: Any) -> Any:
+    """A robot's ``bus`` (used for delegation by name and spawn) must be a Bus."""
+    if bus is not None and not (hasattr(bus, "request") and hasattr(bus, "publish") and hasattr(bus, "redis")):
+        raise ConfigurationError(f"bus must be a robot_lab.Bus, got {type(bus).__name__}")
+    return bus

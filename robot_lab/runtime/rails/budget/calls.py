@@ -168,6 +168,14 @@ def release(reservation: Reservation) -> None:
             _log.warning("budget.release_failed", scope=getattr(ledger, "scope", None), key=key, error=str(error))
 
 
+def _overrun(message: str) -> InferenceError:
+    """robot_lab's InferenceError for an overrun, marked not retryable: another attempt
+    (an rq retry of the task) would only spend more."""
+    error = InferenceError(message)
+    error.retryable = False  # type: ignore[attr-defined]
+    return error
+
+
 def check_budgets(
     ledgers: Sequence[BudgetLedger | None],
     *,
@@ -182,18 +190,18 @@ def check_budgets(
     token totals exactly as robot_lab does (``total_input + total_output > token_budget``).
     """
     if token_budget is not None and tokens_used is not None and tokens_used > token_budget:
-        raise InferenceError(f"Token budget exceeded: {fmt_amount(float(tokens_used))} tokens used, budget is {fmt_amount(float(token_budget))}")
+        raise _overrun(f"Token budget exceeded: {fmt_amount(float(tokens_used))} tokens used, budget is {fmt_amount(float(token_budget))}")
     for ledger in ledgers:
         if ledger is None:
             continue
         limits, consumed = ledger.snapshot()
         suffix = f" (scope: {ledger.scope})" if ledger.scope else ""
         if TOKENS in limits and consumed.get(TOKENS, 0.0) > limits[TOKENS]:
-            raise InferenceError(
+            raise _overrun(
                 f"Token budget exceeded: {fmt_amount(consumed[TOKENS])} tokens used, budget is {fmt_amount(limits[TOKENS])}{suffix}"
             )
         if COST in limits and consumed.get(COST, 0.0) > limits[COST]:
-            raise InferenceError(
+            raise _overrun(
                 f"Cost budget exceeded: ${consumed[COST]:.6f} used, budget is ${limits[COST]:.6f}{suffix}"
             )
 

@@ -1,0 +1,64 @@
+"""The context of the run in progress, for tools: ``current_run()``.
+
+A tool is a plain function with JSON arguments from the model, so it cannot be handed live
+objects as parameters. Instead the robot's run publishes a :class:`RunContext` in a
+contextvar while its tool loop runs: ``current_run().memory`` is the run's active Memory
+(a network run's shared memory, ``task(memory=...)``'s scope, ``run(memory=...)``, else
+the robot's own), already writing as the robot. It works the same in-process, on the bus
+and in a worker running a network task, because every one of those runs goes through
+``Robot.run``. Outside a run ``current_run()`` raises a clear error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from robot_lab.errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a tool may reach of the run that called it."""
+
+    robot: Any
+    memory: Any
+    plan: Any
+    task: str | None = None
+    run_id: str | None = None
+    network: Any = None
+
+
+_current: ContextVar[RunContext | None] = ContextVar("robot_lab_current_run", default=None)
+
+
+def current_run() -> RunContext:
+    """The run in progress in this thread (or task); a tool calls this to reach memory."""
+    ctx = _current.get()
+    if ctx is None:
+        raise ConfigurationError("current_run() is only available inside a robot's run (e.g. from a tool)")
+    return ctx
+
+
+def current_memory() -> Any:
+    """Shorthand for ``current_run().memory``."""
+    return current_run().memory
+
+
+@contextmanager
+def running(ctx: RunContext) -> Iterator[RunContext]:
+    """Publish ``ctx`` for the duration of a run, and make the run's memory write as the
+    robot (robot_lab's ``current_writer``; per thread, so parallel runs don't mix)."""
+    token = _current.set(ctx)
+    writing = getattr(ctx.memory, "writing_as", None)
+    try:
+        if writing is None:
+            yield ctx
+        else:
+            with writing(ctx.robot.name):
+                yield ctx
+    finally:
+        _current.reset(token)
