@@ -99,6 +99,12 @@ class BusSettings(BaseModel):
     # first retry of a failed (nacked) delivery after retry_delay s, doubling, capped at 30 s
     retry_delay: float = 0.2
     dlq_maxlen: int = 10_000
+    # an envelope larger than this (bytes of its JSON) is refused by publish and
+    # dead-lettered as too_large by a consumer (raw XADD publishers)
+    max_envelope_bytes: int = 1_048_576
+    # how long a handled message's recorded reply is kept (the idempotency window of
+    # redeliveries and of a sender re-publishing the same id)
+    record_ttl: int = 3_600
 
 
 class Settings(BaseSettings):

@@ -182,6 +182,10 @@ class Bus:
             data = encode_message(message)
         except SchemaError as exc:
             raise BusError(f"cannot publish to {message.to!r}: {exc}") from exc
+        limit = int(self.settings.max_envelope_bytes)
+        if 0 < limit < len(data):
+            raise BusError(f"cannot publish to {message.to!r}: the envelope is {len(data)} bytes; the limit is "
+                           f"{limit} (setting bus.max_envelope_bytes)")
         entry = self._append(message.to, data, mode="strict")
         if entry is None and create:
             self.register(message.to)

@@ -26,7 +26,8 @@ class DeliveryOwner(Protocol):
 
     def _nack(self, delivery: Delivery, error: Any, *, requeue: bool, delay: float) -> None: ...
 
-    def _dead_letter(self, delivery: Delivery, reason: str, error: Any) -> None: ...
+    def _dead_letter(self, delivery: Delivery, reason: str, error: Any, *, notify: Any = None,
+                     extra: Any = None) -> None: ...
 
 PENDING, ACKED, NACKED, DEAD = "pending", "acked", "nacked", "dead"
 
