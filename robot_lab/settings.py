@@ -146,6 +146,9 @@ class Settings(BaseSettings):
 
     template_path: list[str] = Field(default_factory=lambda: ["prompts"])
     max_iterations: int = 10
+    # stored conversation history (bus conversations continued on any worker): at most this
+    # many messages are kept, the oldest turns dropped whole; 0 = no cap
+    conversation_max_messages: int = 200
     max_tool_rounds: int | None = None
     tools: str | list[str] = "none"
     mcp: str | list[str] = "none"

@@ -266,3 +266,29 @@ def test_consumers_trim_an_inbox_fed_by_raw_xadd_but_keep_what_is_not_done(bus: 
     poller.poll(block_ms=0)  # a sweep after everything is done trims to maxlen
     assert bus.redis.xlen(inbox) <= 5
     assert handled == [f"good-{i}" for i in range(30)]
+
+
+def test_per_message_state_expires(bus: Bus) -> None:
+    xadd(bus, good_envelope(7, "conv-ttl") | {"id": "m-ttl"})
+    resolve_all(consumer(bus), bus)
+    record = bus.keys.replied_for(ROBOT, "fuzzer:m-ttl")
+    assert 0 < bus.redis.ttl(record) <= bus.settings.record_ttl
+    # the conversation's ordering state is gone with its last entry
+    assert not bus.redis.exists(bus.keys.conversation_lock(ROBOT, "conv-ttl"))
+    assert not bus.redis.exists(bus.keys.conversation_heads(ROBOT))
+
+
+def test_stored_conversation_history_is_a_window_of_whole_turns(redis_client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import robot_lab
+    from robot_lab import settings as settings_module
+    from robot_lab.runtime.conversations import ConversationStore
+
+    monkeypatch.setenv("ROBOT_LAB_CONVERSATION_MAX_MESSAGES", "6")
+    monkeypatch.setattr(settings_module, "_settings", None)
+    robot = robot_lab.build(name="chatty")
+    for i in range(10):
+        robot.run(f"turn {i}", conversation_id="long")
+    history = ConversationStore().load("chatty", "long")
+    assert 0 < len(history) <= 6 and history[0]["role"] == "user"
+    assert history[-2]["content"] == "turn 9"  # the latest turn is kept, the oldest ones went
+    assert "turn 0" not in [m["content"] for m in history]
