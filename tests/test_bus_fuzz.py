@@ -292,3 +292,14 @@ def test_stored_conversation_history_is_a_window_of_whole_turns(redis_client, mo
     assert 0 < len(history) <= 6 and history[0]["role"] == "user"
     assert history[-2]["content"] == "turn 9"  # the latest turn is kept, the oldest ones went
     assert "turn 0" not in [m["content"] for m in history]
+
+
+def test_manual_reply_to_an_invalid_target_dead_letters_the_delivery(bus: Bus) -> None:
+    xadd(bus, {"v": 1, "id": "m-3", "to": ROBOT, "from": "bad name", "content": "hi"})
+    poller = BusPoller(ROBOT, bus, consumer="c1", block_ms=0)
+    poller.on_message(lambda d, m: d.reply("re: hi") and d.ack())
+    resolve_all(poller, bus)
+    [letter] = bus.dead_letters(ROBOT)
+    assert letter.reason == "unroutable_reply"
+    with pytest.raises(BusError, match="'bad name' is not a valid inbox name"):
+        bus.send_reply(letter.message(), "again")  # type: ignore[arg-type]

@@ -252,7 +252,8 @@ class Bus:
         same conversation. A missing reply stream is created with a TTL rather than refused,
         so a reply is never dropped because the requester stopped waiting."""
         reply = self.build_reply(original, content, from_=from_, **kwargs)
-        self.deliver_reply(reply)
+        if self.deliver_reply(reply) is None:
+            raise BusError(f"cannot reply to message {original.id}: {reply.to!r} is not a valid inbox name")
         return reply
 
     def build_reply(
