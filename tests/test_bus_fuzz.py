@@ -303,3 +303,17 @@ def test_manual_reply_to_an_invalid_target_dead_letters_the_delivery(bus: Bus) -
     assert letter.reason == "unroutable_reply"
     with pytest.raises(BusError, match="'bad name' is not a valid inbox name"):
         bus.send_reply(letter.message(), "again")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"v":1,"to":"fuzzed","reply_to":"fuzz-client","content":"x","conversation_id":"\xff\xfe"}',
+    b'{"v":1,"to":"fuzzed","content":"x","conversation_id":"' + b"c" * 100_000 + b'"}',
+    b'{"v":1,"to":"fuzzed","content":"x","conversation_id":"a","conversation_id":"b"}',
+])
+def test_odd_conversation_ids_are_resolved(bus: Bus, raw: bytes) -> None:
+    bus.redis.xadd(bus.keys.inbox(ROBOT), {"envelope": raw})
+    xadd(bus, good_envelope(1, "conv-x"))
+    poller = consumer(bus)
+    resolve_all(poller, bus)
+    assert [r.content for r in replies_to(bus, "fuzz-client")["good-1"]] == ["re: good 1"]
+    assert not bus.redis.exists(bus.keys.conversation_heads(ROBOT))

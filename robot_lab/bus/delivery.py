@@ -51,7 +51,7 @@ class Delivery:
         deliveries: int,
         message: RobotMessage | None,
         error: SchemaError | str | None,
-        conversation: str | None,
+        conversation: str | bytes | None,
     ) -> None:
         self.poller = poller
         self.entry_id = entry_id

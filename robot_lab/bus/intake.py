@@ -62,7 +62,7 @@ class Intake(PollerState):
             entry = _s(entry_id)
             self._cursor = entry
             fields = {flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)}
-            dead += self._intake(entry, fields, 1, _s(cid) if cid else None, from_script=True)
+            dead += self._intake(entry, fields, 1, _conversation(cid), from_script=True)
         return dead
 
     def _wait_for_entries(self, block_ms: int) -> bool:
@@ -128,7 +128,8 @@ class Intake(PollerState):
             self._held = OrderedDict(sorted(self._held.items(), key=lambda kv: stream_id_key(kv[0])))
 
     def _intake(
-        self, entry: str, fields: Mapping[bytes, bytes], deliveries: int, cid: str | None, *, from_script: bool = False
+        self, entry: str, fields: Mapping[bytes, bytes], deliveries: int, cid: str | bytes | None, *,
+        from_script: bool = False
     ) -> int:
         """Turn an entry into a held Delivery; dead-letter it now if it cannot be handled
         (:func:`~robot_lab.bus.checks.check_entry`: invalid, too large, unsupported). Returns
@@ -162,6 +163,19 @@ class Intake(PollerState):
             from_=found.get("from", "anonymous"), reply_to=found["reply_to"],
             conversation_id=found.get("conversation_id"),
         )
+
+
+def _conversation(cid: bytes | str | None) -> str | bytes | None:
+    """The conversation id the READ script queued an entry under. Kept as bytes when it is
+    not UTF-8 (the envelope is invalid then): releasing the entry needs those exact bytes."""
+    if not cid:
+        return None
+    if isinstance(cid, bytes):
+        try:
+            return cid.decode()
+        except UnicodeDecodeError:
+            return cid
+    return cid
 
 
 def stream_id_key(entry: str) -> tuple[int, int]:
