@@ -1,8 +1,14 @@
-"""Skill matching benchmark: 200 skills, one message, after warm-up.
+"""Skill matching benchmark: accuracy on labelled prompts, then speed (200 skills).
 
-    .venv/bin/python bench/skills.py [--skills 200] [--rounds 200]
+    .venv/bin/python bench/skills.py [--skills 200] [--rounds 200] [--accuracy-only]
 
-Prints, side by side:
+Accuracy (tests/skills_eval: 17 bundles in the style of public collections, 72 labelled
+prompts, 20 of them unrelated): for each embedder, top-1 accuracy, recall and false
+positives of the old fixed threshold, of the shipped rule (settings.skills.match_rules), and
+of the rule chosen on the set (in-sample, and two-fold cross-validated: chosen on one half,
+measured on the other).
+
+Speed, side by side:
   * baseline: a plain numpy dot product of the same (precomputed) vectors, and the query
     embedding alone (what any embedding matcher must pay);
   * robot-lab: ``SkillMatcher.match`` (query embedding + cached description matrix + dot
@@ -30,10 +36,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("ROBOT_LAB_LOG_LEVEL", "ERROR")
 
-from robot_lab.settings import Settings  # noqa: E402
+from robot_lab.settings import MatchRule, Settings  # noqa: E402
 from robot_lab.skills import EmbeddingCache, SkillCatalog, SkillMatcher, TfidfEmbedder, load_embedder  # noqa: E402
+from robot_lab.skills.evaluation import choose_rule, evaluate, load_prompts, score_all  # noqa: E402
+from tests.skills_eval import BUNDLES, PROMPTS, model_dir  # noqa: E402
 
-MODEL_DIR = ROOT.parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx"
+MODEL_DIR = model_dir()
 TOPICS = ["PDF files", "Python code style", "Kubernetes deployments", "SQL migrations", "release notes",
           "invoices", "customer refunds", "log files", "Terraform plans", "CSV reports", "unit tests",
           "Docker images", "API rate limits", "translation", "meeting notes", "security advisories",
@@ -77,10 +85,40 @@ def summary(samples: list[float]) -> str:
     return f"median {ms(statistics.median(samples))}  p95 {ms(p95)}  max {ms(samples[-1])}"
 
 
+def accuracy(settings: Settings) -> None:
+    """Print the matching figures on the labelled set for the model and for TF-IDF."""
+    prompts = load_prompts(PROMPTS)
+    skills = SkillCatalog([BUNDLES], entry_points=False).all()
+    print(f"accuracy: {len(skills)} skills, {len(prompts)} prompts "
+          f"({sum(p.skill is None for p in prompts)} should match nothing)")
+    embedders = [load_embedder(settings)]
+    if not isinstance(embedders[0], TfidfEmbedder):
+        embedders.append(TfidfEmbedder())
+    for embedder in embedders:
+        matcher = SkillMatcher(embedder, settings=settings)
+        scored = score_all(matcher, prompts, skills)
+        old = settings.skills.thresholds.get(embedder.name, settings.skills.default_threshold)
+        print(f"\n{embedder.name}")
+        print("  old rule:                       " + evaluate(prompts, scored, MatchRule(floor=old, margin=1e9)).line())
+        print("  shipped rule:                   " + evaluate(prompts, scored, matcher.rule).line())
+        chosen = choose_rule(prompts, scored)
+        print("  chosen on this set (in-sample): " + chosen.line())
+        halves = (list(range(0, len(prompts), 2)), list(range(1, len(prompts), 2)))
+        for fit, test in (halves, halves[::-1]):
+            rule = choose_rule([prompts[i] for i in fit], [scored[i] for i in fit]).rule
+            held = evaluate([prompts[i] for i in test], [scored[i] for i in test], rule)
+            print(f"  cross-validated (fit on {len(fit)}, measured on {len(test)}): " + held.line())
+        right = sorted(dict((s.name, v) for s, v in sc)[p.skill] for p, sc in zip(prompts, scored) if p.skill)
+        unrelated = sorted(max(v for _, v in sc) for p, sc in zip(prompts, scored) if not p.skill)
+        print(f"  right-skill scores {right[0]:.2f}..{right[-1]:.2f} (median {statistics.median(right):.2f}); "
+              f"best score of an unrelated prompt {unrelated[-1]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skills", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--accuracy-only", action="store_true")
     args = parser.parse_args()
 
     if (MODEL_DIR / "model.onnx").exists():
@@ -88,8 +126,11 @@ def main() -> None:
     else:
         print(f"(model not found at {MODEL_DIR}: using the TF-IDF fallback)")
         settings = Settings(skills={"embedder": "tfidf"})
+    accuracy(settings)
+    if args.accuracy_only:
+        return
     embedder = load_embedder(settings)
-    print(f"embedder: {embedder.name}; {args.skills} skills; {args.rounds} rounds; numpy {np.__version__}")
+    print(f"\nspeed: embedder {embedder.name}; {args.skills} skills; {args.rounds} rounds; numpy {np.__version__}")
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -133,7 +174,25 @@ def main() -> None:
         verdict = "PASS" if med_match < 0.020 else "FAIL"
         print(f"  target: match < 20 ms after warm-up -> {verdict} ({ms(med_match).strip()})")
 
+        tools_part(skills, args.rounds)
         redis_part(skills, embedder, settings)
+
+
+def tools_part(skills, rounds: int) -> None:  # type: ignore[no-untyped-def]
+    """script_tools() for the 10 skills a run might match: built every time (what every run
+    paid before the cache) vs cached (what a run pays now)."""
+    from robot_lab.skills.capabilities import Capabilities
+
+    batch = skills[:10]
+    ceiling = Capabilities.ceiling()
+    uncached = timed(lambda _: [s._build_tools(s.scripts, ceiling, None) for s in batch], max(rounds // 10, 5))
+    for skill in batch:
+        skill.script_tools(ceiling)
+    cached = timed(lambda _: [s.script_tools(ceiling) for s in batch], rounds)
+    print("\nscript tools of 10 matched skills, per run:")
+    print(f"  baseline  built every run:                              {summary(uncached)}")
+    print(f"  robot-lab cached until a script changes:                {summary(cached)}")
+    print(f"  ratio {statistics.median(uncached) / statistics.median(cached):6.1f}x")
 
 
 def redis_part(skills, embedder, settings) -> None:  # type: ignore[no-untyped-def]

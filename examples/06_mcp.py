@@ -5,10 +5,13 @@ provider key the real model picks the tools itself.
     python examples/06_mcp.py
 """
 
+import os
 import sys
 from pathlib import Path
 
-import robot_lab
+os.environ.setdefault("ROBOT_LAB_LOG_LEVEL", "WARNING")  # a story, not a service: warnings only (-> INFO to see more)
+
+import robot_lab  # noqa: E402
 from robot_lab.runtime.llm.scripted import register_script
 from robot_lab.settings import get_settings
 

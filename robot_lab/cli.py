@@ -27,7 +27,7 @@ from robot_lab import __version__
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("robot_lab.commands.schema:schema", "Print the JSON Schema of a wire type."),
     "chat": ("robot_lab.commands.chat:chat", "Run one robot on a message, streamed to the terminal."),
-    "skills": ("robot_lab.commands.skills:skills", "AgentSkills: list, show, validate, create, match."),
+    "skills": ("robot_lab.commands.skills:skills", "AgentSkills: list, show, validate, create, match, eval."),
     "send": ("robot_lab.commands.bus:send", "Publish a message to a robot's inbox (--wait for the reply)."),
     "tail": ("robot_lab.commands.bus:tail", "Follow a robot's inbox live."),
     "bus": ("robot_lab.commands.bus:bus_group", "Inspect robot inboxes (bus stats, bus remove)."),

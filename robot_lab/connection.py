@@ -65,7 +65,7 @@ def embedded_client() -> redis.Redis:
 
 
 def _defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
-    # redis-py 8 defaults to RESP3 and a 5 s socket timeout; the brief keeps RESP2 shapes,
+    # redis-py 8 defaults to RESP3 and a 5 s socket timeout; robot-lab keeps RESP2 shapes,
     # and blocking reads (memory waits, XREAD BLOCK) must not trip a socket timeout.
     kwargs.setdefault("protocol", 2)
     kwargs.setdefault("socket_timeout", None)

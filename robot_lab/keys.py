@@ -133,6 +133,10 @@ class Keys:
         """Bytes (float32) of one skill-description embedding, by model and content hash."""
         return f"{self.prefix}:skills:emb:{model}:{digest}"
 
+    def skill_sticky(self, robot: str, conversation_id: str) -> str:
+        """String: JSON list of the skill names a conversation is using (they stick to it)."""
+        return f"{self.conversation(robot, conversation_id)}:skills"
+
 
 def default_keys() -> Keys:
     """Keys of the configured prefix; cluster hash tags when the ``cluster`` setting is on or

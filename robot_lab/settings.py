@@ -57,6 +57,33 @@ class SandboxSettings(BaseModel):
     # script (an error text to the model) or run it unconfined with a warning.
     when_unavailable: Literal["refuse", "unconfined"] = "refuse"
     max_output_bytes: int = 64 * 1024
+    # Each conversation's working directory is mounted read-write and is the scripts' cwd;
+    # false keeps scripts to the fs_read/fs_write grants alone.
+    workspace: bool = True
+    # Attachments given by path must lie under these roots (the user's files, never the
+    # worker's); relative to the worker's cwd.
+    attach_from: list[str] = Field(default_factory=lambda: ["."])
+    max_attachment_bytes: int = 50 * 1024 * 1024
+
+
+class MatchRule(BaseModel):
+    """Which skills a message gets: the best-scoring one when at or above ``floor``, plus
+    any other within ``margin`` of it (and above the floor); a skill already chosen in the
+    conversation stays until another beats it by ``switch_margin``."""
+
+    floor: float
+    margin: float = 0.05
+    switch_margin: float = 0.05
+
+
+# Per-model match rules (chosen on tests/skills_eval and a public collection, see
+# docs/skills.md "The match rule, and the evidence for it"). A configured
+# ``skills.match_rules`` adds to these rather than replacing them.
+DEFAULT_MATCH_RULES: dict[str, MatchRule] = {
+    "sentence-transformers/all-MiniLM-L6-v2": MatchRule(floor=0.20, margin=0.05, switch_margin=0.05),
+    "BAAI/bge-small-en-v1.5": MatchRule(floor=0.70, margin=0.03, switch_margin=0.03),
+    "tfidf": MatchRule(floor=0.29, margin=0.0, switch_margin=0.05),
+}
 
 
 class SkillsSettings(BaseModel):
@@ -85,8 +112,27 @@ class SkillsSettings(BaseModel):
     # hand-off; ~6 ms vs ~14 ms on a busy 2-core box); None lets onnxruntime use every core.
     embedding_threads: int | None = 1
 
+    # Per-model match rules, added to DEFAULT_MATCH_RULES; a model with no rule uses its
+    # threshold as the floor.
+    match_rules: dict[str, MatchRule] = Field(default_factory=lambda: dict(DEFAULT_MATCH_RULES))
+    # The Python that runs skill scripts (``#!/usr/bin/env python3`` and ``.py``): None is the
+    # interpreter robot-lab runs under; ``root_python`` sets one per skills root folder.
+    python: str | None = None
+    root_python: dict[str, str] = Field(default_factory=dict)
+    # Conversation working directories live here (None: <tmp>/robot_lab-workspaces).
+    workspace_root: str | None = None
+    # The read_skill_file tool returns at most this many bytes of a bundle file.
+    max_file_read_bytes: int = 64 * 1024
+
     def threshold_for(self, model: str) -> float:
         return self.thresholds.get(model, self.default_threshold)
+
+    def rule_for(self, model: str, threshold: float | None = None) -> MatchRule:
+        """The match rule of ``model`` (configured, else shipped, else its threshold as the
+        floor); an explicit ``threshold`` becomes the floor."""
+        rule = self.match_rules.get(model) or DEFAULT_MATCH_RULES.get(model) or MatchRule(
+            floor=self.threshold_for(model))
+        return rule if threshold is None else rule.model_copy(update={"floor": float(threshold)})
 
 
 class BusSettings(BaseModel):

@@ -17,7 +17,7 @@ import pytest
 
 from robot_lab import AwaitTimeout, Memory, MemoryValueError, ReservedKeyError
 from robot_lab.errors import ConfigurationError, RobotLabError, SchemaError
-from robot_lab.keys import default_keys
+from robot_lab.keys import Keys, default_keys
 from robot_lab.memory.store import BROADCAST_KEY
 from robot_lab.schemas import MemoryChange, RobotResult, TextMessage
 from tests.redis_server import wait_for
@@ -38,6 +38,20 @@ def mem(redis_client: Any, scope: str) -> Iterator[Memory]:
 def other(mem: Memory, **kwargs: Any) -> Memory:
     """A second Memory on the same scope, as another process would have."""
     return Memory(mem.scope, redis=mem.redis, **kwargs)
+
+
+class _SilentKeys(Keys):
+    """The same layout, but notifications go to a channel nobody listens on."""
+
+    __slots__ = ()
+
+    def memory_channel(self, scope: str) -> str:
+        return f"{super().memory_channel(scope)}:nobody"
+
+
+def silent(mem: Memory) -> Memory:
+    """A writer on the same scope whose pub/sub notifications are lost (the stream still has them)."""
+    return Memory(mem.scope, redis=mem.redis, keys=_SilentKeys(mem.keys_layout.prefix, mem.keys_layout.cluster))
 
 
 # --- basic API ---------------------------------------------------------------------------
@@ -490,11 +504,10 @@ def test_lost_notifications_are_caught_up_from_the_stream(redis_client: Any, sco
     subscriber = Memory(scope, redis=redis_client, poll_interval=60)  # no idle polling
     got: list[int] = []
     subscriber.subscribe("k", lambda c: got.append(c.value))
-    silent = Memory(scope, redis=redis_client)
-    silent._channel = f"{silent._channel}:nobody"  # its notifications are lost
+    writer = silent(subscriber)  # its notifications are lost
     try:
         for i in range(3):
-            silent["k"] = i
+            writer["k"] = i
         Memory(scope, redis=redis_client)["k"] = 3
         wait_for(lambda: len(got) == 4, 5)
         assert got == [0, 1, 2, 3]
@@ -505,9 +518,7 @@ def test_lost_notifications_are_caught_up_from_the_stream(redis_client: Any, sco
 def test_idle_poll_catches_a_lost_last_notification(mem: Memory, redis_client: Any) -> None:
     got: list[int] = []
     mem.subscribe("k", lambda c: got.append(c.value))
-    silent = other(mem)
-    silent._channel = f"{silent._channel}:nobody"
-    silent["k"] = 42
+    silent(mem)["k"] = 42
     wait_for(lambda: got, 5)  # found by the version poll (poll_interval=0.1)
     assert got == [42]
 
@@ -612,8 +623,8 @@ def test_resolve_memory_follows_robot_lab_run_rules(redis_client: Any, scope: st
 def test_junk_on_the_channel_is_ignored(mem: Memory, redis_client: Any) -> None:
     got: list[int] = []
     mem.subscribe("k", lambda c: got.append(c.value))
-    redis_client.publish(mem._channel, b"not json")
-    redis_client.publish(mem._channel, b'{"key": 1}')
+    redis_client.publish(mem.keys_layout.memory_channel(mem.scope), b"not json")
+    redis_client.publish(mem.keys_layout.memory_channel(mem.scope), b'{"key": 1}')
     mem["k"] = 1
     wait_for(lambda: got, 5)
     assert got == [1]

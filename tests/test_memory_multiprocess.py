@@ -70,7 +70,7 @@ def test_four_processes_incrementing_lose_no_update(env: dict[str, str], client:
     memory = Memory(scope, redis=client, keys=Keys(prefix=key_prefix))
     workers = [spawn(procs, env, "counter", scope, "500") for _ in range(4)]
     # All four block on "go" first, so the increments really overlap.
-    wait_for(lambda: numsub(client, memory._channel) == 4, 30)
+    wait_for(lambda: numsub(client, memory.keys_layout.memory_channel(scope)) == 4, 30)
     memory["go"] = True
     for proc in workers:
         _, err = proc.communicate(timeout=90)
@@ -111,7 +111,7 @@ def test_blocking_read_in_one_process_is_woken_by_a_write_in_another(
     scope = f"wait-{uuid.uuid4().hex[:6]}"
     memory = Memory(scope, redis=client, keys=Keys(prefix=key_prefix))
     reader = spawn(procs, env, "waiter", scope, "answer", "30")
-    wait_for(lambda: numsub(client, memory._channel) == 1, 30)  # its listener is subscribed
+    wait_for(lambda: numsub(client, memory.keys_layout.memory_channel(scope)) == 1, 30)  # its listener is subscribed
     memory["answer"] = {"total": 42}
     out, err = reader.communicate(timeout=30)
     assert reader.returncode == 0, err

@@ -227,6 +227,10 @@ def test_embedded_mode_says_why_results_are_empty() -> None:
     assert_one_clear_line(cli("send", "billing", "hi"), "embedded mode sees only the inboxes of this one process")
     assert_one_clear_line(cli("run", "robot_lab.demo:support", "hi", "--no-wait"), "--no-wait needs REDIS_URL",
                           code=2)
+    assert_one_clear_line(cli("send", "billing", "hi", "--wait"), "--wait needs REDIS_URL", code=2)
+    assert_one_clear_line(cli("watch", "some-run"), "watch needs REDIS_URL")
+    assert_one_clear_line(cli("cancel", "some-run"), "an embedded run lives only in the process that started it")
+    assert "no REDIS_URL" in cli("dlq", "list", "billing").stdout
 
 
 def test_runs_says_no_runs_yet(real_redis_url: str, key_prefix: str) -> None:
@@ -267,3 +271,32 @@ def test_demo_delay_travels_with_the_run() -> None:
     assert scripted._script_for("demo-billing@250").default.sleep_ms == 250
     assert scripted._script_for("demo-urgency@100").default.sleep_ms == 150
     assert scripted._script_for("demo-billing@soon") is None
+
+
+# --- health: a folder per user and worker group; dead neighbours aged out ---------------------
+
+def test_health_folder_is_per_user_and_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    from robot_lab.workers.health import health_dir
+
+    monkeypatch.delenv("ROBOT_LAB_HEALTH_DIR", raising=False)
+    monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", "team-a")
+    folder = health_dir()
+    assert folder.name == "team-a" and folder.parent.name == f"robot-lab-health-{os.getuid()}"
+
+
+def test_dead_neighbour_is_reported_once_and_does_not_fail_the_probe(tmp_path: Path, redis_client,  # type: ignore[no-untyped-def]
+                                                                       key_prefix: str) -> None:
+    import json
+
+    from robot_lab.workers.health import WorkerHeartbeat, check_health
+
+    beat = WorkerHeartbeat(redis_client, Keys(prefix=key_prefix), "robot-lab.me.1", ["x"], role="worker",
+                           interval=1, directory=tmp_path)
+    assert beat.beat()
+    dead = dict(json.loads(beat.file.read_text()), pid=2**22 + 12345, name="robot-lab.me.dead")
+    (tmp_path / "robot-lab.me.dead.json").write_text(json.dumps(dead))
+    ok, lines = check_health(tmp_path)
+    assert ok and any(line.startswith("robot-lab.me.dead: process") and "is gone" in line for line in lines)
+    ok, lines = check_health(tmp_path)
+    assert ok and lines == [line for line in lines if "me.dead" not in line] and len(lines) == 1
+    beat.stop()

@@ -44,11 +44,16 @@ def test_matched_skill_is_injected_for_one_run_only(skills_root: Path) -> None:
     robot = robot_lab.build(name="desk", system_prompt="BASE", skills=["greeter", "taxes"], local_tools=[probe])
     assert [s.name for s in robot.agent_skills] == ["greeter", "taxes"]
     result = robot.run("please greet people warmly by name", tools="inherit")
-    assert seen == ["GREETER INSTRUCTIONS\n\nBASE"]
-    assert "- greet: hi" in result.reply  # the matched skill's script became a tool and ran
+    assert len(seen) == 1 and seen[0].startswith("GREETER INSTRUCTIONS\n\nBASE\n\nWorking Directory: ")
+    assert "- greeter__greet: hi" in result.reply  # the matched skill's script became a tool and ran
     assert robot.instructions == "BASE"
     seen.clear()
-    robot.run("bake some banana bread", tools="inherit")
+    robot.run("and now the next one", tools="inherit")  # the chosen skill sticks to the conversation
+    assert seen[0].startswith("GREETER INSTRUCTIONS")
+    assert robot.instructions == "BASE"
+    seen.clear()
+    robot = robot_lab.build(name="desk", system_prompt="BASE", skills=["greeter", "taxes"], local_tools=[probe])
+    robot.run("bake some banana bread", tools="inherit")  # a new robot: a new conversation
     assert seen == ["BASE"]
 
 
@@ -66,7 +71,7 @@ def test_skill_tool_mode_lets_the_model_activate_a_skill(skills_root: Path) -> N
     names = [r.tool.name for r in result.tool_calls]
     assert names[0] == "Skill"
     assert "GREETER INSTRUCTIONS" in result.tool_calls[0].data  # instructions arrive as the tool result
-    assert "greet" in names[1:]  # the activated skill's script tool was offered on the next round
+    assert "greeter__greet" in names[1:]  # the activated skill's script tool was offered on the next round
     assert robot.instructions == "BASE"
 
 
@@ -79,3 +84,22 @@ def test_template_skills_and_agent_skills_mix(skills_root: Path) -> None:
 def test_bad_skill_mode_is_rejected() -> None:
     with pytest.raises(robot_lab.ConfigurationError, match="skill_mode"):
         robot_lab.build(name="x", skill_mode="auto")
+
+
+def test_skill_tool_mode_activation_sticks_to_the_conversation(skills_root: Path) -> None:
+    from robot_lab.runtime.llm.scripted import register_script, unregister_script
+
+    register_script("activate-then-use", {"rules": [
+        {"when": {"contains": "first"}, "tool_calls": [{"name": "Skill", "arguments": {"skill": "greeter"}}],
+         "reply": "loaded"},
+        {"when": {"contains": "second"},
+         "tool_calls": [{"name": "greeter__greet", "arguments": {"args": "Ada"}}], "reply": "{tool_results}"},
+    ]})
+    try:
+        robot = robot_lab.build(name="agent2", system_prompt="BASE", skills=["greeter", "taxes"], skill_mode="tool",
+                                model="scripted/activate-then-use")
+        robot.run("first, load what you need")
+        second = robot.run("second, greet Ada")
+        assert [str(c.data) for c in second.tool_calls] == ["hi Ada"]  # offered again without a new Skill call
+    finally:
+        unregister_script("activate-then-use")

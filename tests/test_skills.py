@@ -151,8 +151,17 @@ def test_huge_body_is_cut_with_a_warning_and_not_read_at_load(tmp_path: Path) ->
     skill = AgentSkill(directory)
     assert skill._instructions is None
     text = skill.instructions
-    assert len(text) == 50_000
+    kept, marker = text.split("\n\n[... instructions cut here", 1)
+    assert kept == "x" * 50_000  # no space to cut at: cut at the limit
+    assert "at 50000 characters" in marker and "read_skill_file" in marker
     assert any("instructions truncated to 50000" in w for w in skill.warnings)
+
+
+def test_cut_instructions_end_at_a_word_with_a_marker(tmp_path: Path) -> None:
+    directory = write_skill(tmp_path, "wordy", body="alpha beta gamma " * 5000)
+    skill = AgentSkill(directory, settings=Settings(skills={"max_instructions_chars": 1000}))
+    kept = skill.instructions.split("\n\n[... instructions cut here", 1)[0]
+    assert len(kept) <= 1000 and kept.split()[-1] in ("alpha", "beta", "gamma")
 
 
 def test_spec_rules_are_warnings_on_load(tmp_path: Path) -> None:
@@ -231,7 +240,7 @@ def test_script_limit(tmp_path: Path) -> None:
     skill = AgentSkill(directory)
     tools = skill.script_tools(Capabilities())
     assert len(tools) == 10
-    assert [t.name for t in tools][:2] == ["s00", "s01"]
+    assert [t.name for t in tools][:2] == ["many__s00", "many__s01"]
     assert any("only the first 10 become tools" in w for w in skill.warnings)
 
 
@@ -323,7 +332,7 @@ def test_catalog_skips_bad_bundles_and_loads_the_rest(tmp_path: Path) -> None:
     mismatch = catalog.find("mismatch")
     assert mismatch is not None and any("does not match the directory name" in w for w in mismatch.warnings)
     huge = catalog.find("huge")
-    assert huge is not None and len(huge.instructions) == 50_000
+    assert huge is not None and huge.instructions.startswith("y" * 50_000 + "\n\n[... instructions cut here")
 
 
 def test_catalog_find_by_front_matter_name_and_folded(tmp_path: Path) -> None:

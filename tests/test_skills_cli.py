@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def test_lazy_registration(runner: CliRunner) -> None:
     assert result.exit_code == 0 and "skills" in result.output
     result = runner.invoke(main, ["skills", "--help"])
     assert result.exit_code == 0
-    for sub in ("list", "show", "validate", "create", "match"):
+    for sub in ("list", "show", "validate", "create", "match", "eval"):
         assert sub in result.output
 
 
@@ -50,7 +51,7 @@ def test_show(runner: CliRunner, root: Path) -> None:
     result = runner.invoke(main, ["skills", "show", "pdf-tools", "--root", str(root)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "Extract text and tables" in result.output
-    assert "tool extract: Extract the text of a PDF." in result.output
+    assert "tool pdf-tools__extract: Extract the text of a PDF." in result.output
     assert "PDF BODY" in result.output
     missing = runner.invoke(main, ["skills", "show", "nope", "--root", str(root)])
     assert missing.exit_code != 0 and "no skill named 'nope'" in missing.output
@@ -96,8 +97,93 @@ def test_match_scores_every_skill(runner: CliRunner, root: Path) -> None:
     result = runner.invoke(main, ["skills", "match", "extract tables from this pdf", "--root", str(root),
                                   "--embedder", "tfidf"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "embedder tfidf, threshold 0.15" in result.output
+    assert "embedder tfidf, floor 0.29, margin 0.00" in result.output
     rows = [line for line in result.output.splitlines() if "│" in line]  # table rows, not log lines
     lines = [line for line in rows if "pdf-tools" in line or "Odd_Name" in line]
     assert "pdf-tools" in lines[0] and "yes" in lines[0]  # sorted by score, matched
     assert "Odd_Name" in lines[1] and "yes" not in lines[1]
+
+
+# --- issue 16 papercuts ------------------------------------------------------------------------------
+
+
+def test_create_quotes_a_description_with_a_colon(runner: CliRunner, tmp_path: Path) -> None:
+    description = "Use when: the user asks for release notes # or a changelog"
+    result = runner.invoke(main, ["skills", "create", "notes", "--root", str(tmp_path), "--description", description])
+    assert result.exit_code == 0, result.output
+    from robot_lab.skills import AgentSkill
+
+    assert AgentSkill(tmp_path / "notes").description == description
+    assert runner.invoke(main, ["skills", "validate", "--strict", str(tmp_path / "notes")]).exit_code == 0
+
+
+def test_strict_validate_ignores_data_files_libraries_and_the_size_cap(runner: CliRunner, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    bundle = write_skill(tmp_path, "bulky", "Does bulky things.", "word " * 20_000, scripts={
+        "run.py": "from helpers import go\ngo()\n",
+        "helpers.py": '"""Helpers."""\ndef go():\n    print("went")\n',
+        "template.pdf": "%PDF-1.4\n",
+        "schema.xsd": "<xs:schema/>\n",
+    })
+    monkeypatch.setenv("ROBOT_LAB_SKILLS__MAX_INSTRUCTIONS_CHARS", "1000")
+    result = runner.invoke(main, ["skills", "validate", "--strict", str(bundle)])
+    assert result.exit_code == 0, result.output
+    assert "warning: instructions truncated to 1000" in result.output  # reported, not an error
+    listed = runner.invoke(main, ["skills", "list", "--json", "--root", str(tmp_path)])
+    entry = next(s for s in json.loads(listed.stdout)["skills"] if s["name"] == "bulky")
+    assert entry["tools"] == ["bulky__run"]
+
+
+def test_list_and_match_json(runner: CliRunner, root: Path) -> None:
+    listed = json.loads(runner.invoke(main, ["skills", "list", "--json", "--root", str(root)]).stdout)
+    assert {s["name"] for s in listed["skills"]} >= {"pdf-tools", "Odd_Name"}
+    assert any(p["path"].endswith("broken") and "description" in p["error"] for p in listed["skipped"])
+    matched = runner.invoke(main, ["skills", "match", "extract tables from this pdf", "--json", "--root", str(root),
+                                   "--embedder", "tfidf"])
+    data = json.loads(matched.stdout)
+    assert data["embedder"] == "tfidf" and data["matched"] == ["pdf-tools"]
+    assert data["scores"][0]["name"] == "pdf-tools" and data["scores"][0]["matched"] is True
+
+
+def test_tables_do_not_wrap_names_when_piped(runner: CliRunner, tmp_path: Path) -> None:
+    long_name = "a-very-long-skill-name-that-would-wrap-in-a-narrow-table-column"
+    write_skill(tmp_path, long_name, "Describes a thing at some length so the table is wide.")
+    result = runner.invoke(main, ["skills", "list", "--root", str(tmp_path)], env={"COLUMNS": None})
+    assert long_name in result.output  # on one line, not folded
+    result = runner.invoke(main, ["skills", "match", "thing", "--root", str(tmp_path), "--embedder", "tfidf"],
+                           env={"COLUMNS": None})
+    assert long_name in result.output
+
+
+def test_eval_command_prints_the_figures(runner: CliRunner) -> None:
+    from tests.skills_eval import BUNDLES, PROMPTS
+
+    result = runner.invoke(main, ["skills", "eval", str(PROMPTS), "--root", str(BUNDLES), "--embedder", "tfidf",
+                                  "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["prompts"] == 72 and data["configured"]["recall"] >= 0.75
+    assert 0 <= data["chosen"]["false_positive_rate"] <= 0.10
+
+
+def test_chat_with_skills_and_an_attachment(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_skill(tmp_path / "skills", "lister", "List the files the user sent.", "LIST INSTRUCTIONS",
+                scripts={"ls.py": "import os\nprint(sorted(os.listdir('.')))\n"})
+    (tmp_path / "note.txt").write_text("hi")
+    monkeypatch.setenv("ROBOT_LAB_SKILLS__ROOTS", json.dumps([str(tmp_path / "skills")]))
+    monkeypatch.setenv("ROBOT_LAB_SKILLS__EMBEDDER", "tfidf")
+    monkeypatch.setenv("ROBOT_LAB_SKILLS__WORKSPACE_ROOT", str(tmp_path / "ws"))
+    monkeypatch.setenv("ROBOT_LAB_SANDBOX__ENABLED", "false")
+    monkeypatch.setenv("ROBOT_LAB_SANDBOX__WHEN_UNAVAILABLE", "unconfined")
+    from robot_lab.skills import reset_default_catalog, reset_default_matcher
+
+    reset_default_catalog()
+    reset_default_matcher()
+    try:
+        result = runner.invoke(main, ["chat", "--skills", "lister", "--attach", str(tmp_path / "note.txt"),
+                                      "-m", "scripted/echo", "list the files the user sent", "--json"])
+    finally:
+        reset_default_catalog()
+        reset_default_matcher()
+    assert result.exit_code == 0, result.output
+    assert "lister__ls: ['note.txt']" in result.output

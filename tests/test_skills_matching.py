@@ -26,9 +26,10 @@ from robot_lab.skills import (
     system_prompt_listing,
 )
 from robot_lab.skills.embedding import reset_embedders
+from tests.skills_eval import model_dir
 from tests.test_skills import write_skill
 
-MODEL_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx"
+MODEL_DIR = model_dir()
 
 PDF = "Extract text and tables from PDF files, fill in PDF forms, and merge or split PDF documents."
 STYLE = "Review Python code for style problems against the project conventions (PEP 8, naming, line length)."
@@ -92,15 +93,36 @@ def test_descriptions_embedded_once(skills: list[AgentSkill]) -> None:
     assert embedder.calls == after_first + 2
 
 
-def test_threshold_per_model_from_settings() -> None:
+def test_rule_per_model_from_settings() -> None:
     settings = Settings()
-    assert SkillMatcher(FakeEmbedder(name="sentence-transformers/all-MiniLM-L6-v2"), settings=settings).threshold == 0.40
+    minilm = SkillMatcher(FakeEmbedder(name="sentence-transformers/all-MiniLM-L6-v2"), settings=settings)
+    assert (minilm.rule.floor, minilm.rule.margin) == (0.20, 0.05)  # chosen on evidence (docs/skills.md)
     assert SkillMatcher(FakeEmbedder(name="BAAI/bge-small-en-v1.5"), settings=settings).threshold == 0.70
-    assert SkillMatcher(TfidfEmbedder(), settings=settings).threshold == 0.15
+    assert SkillMatcher(TfidfEmbedder(), settings=settings).rule.floor == 0.29
     assert SkillMatcher(FakeEmbedder(name="unknown"), settings=settings).threshold == 0.70
-    assert SkillMatcher(FakeEmbedder(), 0.25, settings=settings).threshold == 0.25
+    explicit = SkillMatcher(FakeEmbedder(), 0.25, settings=settings)
+    assert explicit.threshold == 0.25 and explicit.rule.margin >= 1  # every skill at or above it
     custom = Settings(skills={"thresholds": {"fake": 0.5}})
     assert SkillMatcher(FakeEmbedder(), settings=custom).threshold == 0.5
+    ruled = Settings(skills={"match_rules": {"fake": {"floor": 0.3, "margin": 0.1}}})
+    assert SkillMatcher(FakeEmbedder(), settings=ruled).rule.margin == 0.1
+
+
+def test_select_best_plus_margin_and_sticky(skills: list[AgentSkill]) -> None:
+    from robot_lab.settings import MatchRule
+    from robot_lab.skills.matching import select
+
+    pdf, style, deploy = skills
+    rule = MatchRule(floor=0.25, margin=0.05, switch_margin=0.05)
+    assert select([(pdf, 0.50), (style, 0.47), (deploy, 0.30)], rule) == [pdf, style]  # within the margin
+    assert select([(pdf, 0.20), (style, 0.18), (deploy, 0.1)], rule) == []  # nothing reaches the floor
+    assert select([(pdf, 0.27), (style, 0.10), (deploy, 0.1)], rule) == [pdf]
+    # sticky: turn 2 scores low everywhere, the conversation keeps its skill
+    assert select([(pdf, 0.12), (style, 0.15), (deploy, 0.1)], rule, current=["pdf-tools"]) == [pdf]
+    # another skill above the floor but not clearly better: kept
+    assert select([(pdf, 0.30), (style, 0.33), (deploy, 0.1)], rule, current=["pdf-tools"]) == [pdf]
+    # another clearly wins: switch
+    assert select([(pdf, 0.20), (style, 0.45), (deploy, 0.1)], rule, current=["pdf-tools"]) == [style]
 
 
 def test_message_objects_and_dicts(skills: list[AgentSkill]) -> None:
@@ -122,7 +144,7 @@ def test_prepare_builds_prompt_and_tools(skills: list[AgentSkill], tmp_path: Pat
     assert [s.name for s in injection.skills] == ["pdf-tools"]
     assert injection.system_prompt("You are helpful.") == "PDF INSTRUCTIONS\n\nYou are helpful."
     assert injection.system_prompt(None) == "PDF INSTRUCTIONS"
-    assert [t.name for t in injection.tools] == ["extract"]
+    assert [t.name for t in injection.tools] == ["pdf-tools__extract"]
     assert injection.tools[0].description == "Extract text."
     assert injection.scores["pdf-tools"] >= 0.3
     assert compose_system_prompt("B", skills) == "PDF INSTRUCTIONS\n\nSTYLE INSTRUCTIONS\n\nDEPLOY INSTRUCTIONS\n\nB"
@@ -135,7 +157,7 @@ def test_injection_allowed_tools_filter(skills: list[AgentSkill]) -> None:
     robot_tools = [Tool("read_file"), Tool("lint_py"), Tool("delete_everything")]
     assert [t.name for t in injection.filter_tools(robot_tools)] == ["read_file", "lint_py"]
     unrestricted = matcher.prepare("pdf tables extract", skills)
-    assert [t.name for t in unrestricted.filter_tools(robot_tools)] == ["extract", "read_file", "lint_py",
+    assert [t.name for t in unrestricted.filter_tools(robot_tools)] == ["pdf-tools__extract", "read_file", "lint_py",
                                                                         "delete_everything"]
 
 
@@ -185,7 +207,7 @@ def minilm() -> Any:
 def test_minilm_end_to_end_match(minilm: Any, skills: list[AgentSkill]) -> None:
     embedder, settings = minilm
     matcher = SkillMatcher(embedder, settings=settings)
-    assert matcher.threshold == pytest.approx(0.40)
+    assert matcher.threshold == pytest.approx(0.20)
     injection = matcher.prepare("Can you pull the tables out of this PDF report?", skills)
     assert [s.name for s in injection.skills] == ["pdf-tools"]
     assert injection.system_prompt("BASE").startswith("PDF INSTRUCTIONS")
@@ -276,8 +298,8 @@ def test_skill_tool_activates_and_adds_tools(tmp_path: Path, skills: list[AgentS
     assert tool.active_tools() == []
 
     result = tool.call({"skill": "pdf-tools", "args": "--pages 1-3"})
-    assert "PDF INSTRUCTIONS" in result and "Arguments: --pages 1-3" in result and "extract" in result
-    assert [t.name for t in tool.active_tools()] == ["extract"]
+    assert "PDF INSTRUCTIONS" in result and "Arguments: --pages 1-3" in result and "pdf-tools__extract" in result
+    assert [t.name for t in tool.active_tools()] == ["pdf-tools__extract"]
     assert len(seen) == 1 and seen[0].skill.name == "pdf-tools"
     assert "already active" in tool.call({"skill": "pdf-tools"})
     assert len(tool.activations) == 1
@@ -296,7 +318,7 @@ def test_skill_tool_allowed_tools_restrict(tmp_path: Path, skills: list[AgentSki
     assert tool.allowed_tools() == {"read_file", "lint_*"}
     assert [t.name for t in tool.filter_tools(robot_tools)] == ["Skill", "read_file", "lint_py"]
     tool.call({"skill": "pdf-tools"})  # unrestricted skill adds its tool, restriction stays
-    assert [t.name for t in tool.filter_tools(robot_tools)] == ["Skill", "extract", "read_file", "lint_py"]
+    assert [t.name for t in tool.filter_tools(robot_tools)] == ["Skill", "pdf-tools__extract", "read_file", "lint_py"]
     tool.reset()
     assert tool.active == [] and tool.allowed_tools() is None
 
@@ -319,3 +341,12 @@ def test_default_matcher_is_shared_and_resettable() -> None:
     reset_default_matcher()
     assert default_matcher() is not first
     reset_default_matcher()
+
+
+def test_configured_match_rules_add_to_the_shipped_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROBOT_LAB_SKILLS__MATCH_RULES",
+                       '{"sentence-transformers/all-MiniLM-L6-v2": {"floor": 0.22, "margin": 0.04}}')
+    settings = Settings()
+    minilm = SkillMatcher(FakeEmbedder(name="sentence-transformers/all-MiniLM-L6-v2"), settings=settings).rule
+    assert (minilm.floor, minilm.margin) == (0.22, 0.04)
+    assert SkillMatcher(TfidfEmbedder(), settings=settings).rule.floor == 0.29  # still the shipped rule

@@ -51,7 +51,7 @@ def test_matched_skill_injected_for_one_run(catalog: SkillCatalog) -> None:
     sandbox = SandboxSettings(enabled=False, when_unavailable="unconfined")
     result = run_with_skills(robot, "please greet people by name", catalog.all(), matcher, sandbox=sandbox)
     assert seen == ["GREETER INSTRUCTIONS\n\nBASE"]
-    assert "- greet: hi" in result.reply  # the script tool was offered, called and ran
+    assert "- greeter__greet: hi" in result.reply  # the script tool was offered, called and ran
     assert robot.instructions == "BASE"
     assert robot.local_tools.names() == ["probe"]
 
@@ -89,5 +89,5 @@ def test_skill_tool_mode_with_a_scripted_call(catalog: SkillCatalog) -> None:
     # echo calls each offered tool once with schema-generated arguments: the enum's first value
     assert "GREETER INSTRUCTIONS" in result.reply
     assert [a.skill.name for a in skill_tool.activations] == ["greeter"]
-    assert [t.name for t in skill_tool.active_tools()] == ["greet"]
+    assert [t.name for t in skill_tool.active_tools()] == ["greeter__greet"]
     assert robot.instructions == "BASE"

@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from robot_lab.settings import SandboxSettings
-from robot_lab.skills import AgentSkill, Capabilities, ScriptTool, derive_name, extract_description
+from robot_lab.settings import SandboxSettings, Settings
+from robot_lab.skills import AgentSkill, Capabilities, ScriptTool, SkillCatalog, derive_name, extract_description
+from robot_lab.skills.script_tool import python_executable
 from robot_lab.skills import sandbox as sandbox_mod
 from tests.redis_server import wait_for
 from tests.test_skills import write_skill
@@ -38,7 +40,7 @@ needs_bwrap = pytest.mark.usefixtures("bwrap")
 
 def tools_of(directory: Path, sandbox: SandboxSettings) -> dict[str, ScriptTool]:
     skill = AgentSkill(directory)
-    return {t.name: t for t in skill.script_tools(Capabilities.ceiling(sandbox), sandbox=sandbox)}
+    return {t.script_name: t for t in skill.script_tools(Capabilities.ceiling(sandbox), sandbox=sandbox)}
 
 
 # --- naming, descriptions, interpreters (no sandbox needed) ------------------------------------------
@@ -69,28 +71,66 @@ def test_extract_description(tmp_path: Path) -> None:
     assert extract_description(tmp_path / "e.sh") == "Run e"
 
 
-def test_interpreter_choice_and_skips(tmp_path: Path) -> None:
+def test_interpreter_choice_and_skips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("shutil.which", lambda name, *a, **k: None if name == "node" else f"/usr/bin/{name}")
     directory = write_skill(tmp_path, "interp", scripts={
         "plain.py": "print('py')\n",
         "plain.sh": "echo sh\n",
         "exec_tool": "#!/bin/sh\necho exec\n",
         "bang_noexec": "#!/bin/sh\necho bang\n",
-        "mystery.xyz": "whatever\n",
-    }, executable=("exec_tool",))
+        "exec_nobang.py": "import sys\nprint(sys.executable)\n",  # exec bit, no #!: the extension rule
+        "env_python": "#!/usr/bin/env python3\nprint(1)\n",  # robot-lab's Python, not the system's
+        "utils.py": '"""Helpers."""\nimport os\n\ndef helper():\n    return 1\n',  # a library: no tool
+        "template.pdf": "%PDF-1.4 data\n",  # data: no tool, no warning
+        "fields.csv": "a,b\n",
+        "lint.js": "console.log(1)\n",  # node is missing: skipped with a warning
+    }, executable=("exec_tool", "exec_nobang.py", "env_python"))
     skill = AgentSkill(directory)
     with capture_logs() as logs:
-        tools = {t.name: t for t in skill.script_tools(Capabilities())}
-    assert set(tools) == {"plain", "exec_tool", "bang_noexec"} or set(tools) == {
-        "plain", "exec_tool", "bang_noexec"}
+        tools = {t.script_name: t for t in skill.script_tools(Capabilities())}
+    assert set(tools) == {"plain", "exec_tool", "bang_noexec", "exec_nobang", "env_python"}
     assert tools["exec_tool"].command == [str(directory.resolve() / "scripts" / "exec_tool")]
     assert tools["bang_noexec"].command[0] == "/bin/sh"
-    assert tools["plain"].uses_current_python
-    assert any(e["event"] == "script_tool.skipped" and "mystery.xyz" in e["script"] for e in logs)
-    assert any("mystery.xyz: skipped" in w for w in skill.warnings)
+    here = python_executable(sys.executable)
+    assert tools["plain"].command[0] == here and tools["plain"].uses_current_python
+    assert tools["exec_nobang"].command[0] == here
+    assert tools["env_python"].command[0] == here
+    assert any(e["event"] == "script_tool.skipped" and "lint.js" in e["script"] for e in logs)
+    assert any("lint.js: skipped: node is not installed" in w for w in skill.warnings)
+    assert not any(name in w for w in skill.warnings for name in ("template.pdf", "fields.csv", "utils.py"))
     # plain.py and plain.sh both derive "plain": the second is skipped, with a warning
-    assert any("tool name 'plain' already taken" in w for w in skill.warnings)
+    assert any("tool name 'interp__plain' already taken" in w for w in skill.warnings)
     assert tools["plain"].parameters["properties"]["args"]["type"] == "string"
-    assert tools["plain"].to_openai()["function"]["name"] == "plain"
+    assert tools["plain"].to_openai()["function"]["name"] == "interp__plain"
+
+
+def test_python_per_root_and_globally(tmp_path: Path) -> None:
+    root = tmp_path / "vendor"
+    directory = write_skill(root, "pyroot", scripts={"go.py": "print(1)\n"})
+    settings = Settings(skills={"root_python": {str(root): "/opt/py/bin/python3"}})
+    skill = SkillCatalog([root], settings=settings).get("pyroot")
+    assert skill.python == "/opt/py/bin/python3"
+    assert skill.script_tools(Capabilities())[0].command[0] == "/opt/py/bin/python3"
+    other = AgentSkill(directory, settings=Settings(skills={"python": "/usr/bin/python3"}))
+    assert other.script_tools(Capabilities())[0].command[0] == "/usr/bin/python3"
+
+
+def test_python_path_with_dotdot_and_symlinks_is_resolved(tmp_path: Path) -> None:
+    link = tmp_path / "linked-bin"
+    link.symlink_to(Path(sys.executable).parent)
+    weird = str(link / ".." / "linked-bin" / Path(sys.executable).name)
+    resolved = python_executable(weird)
+    assert ".." not in resolved and "linked-bin" not in resolved
+    assert resolved == os.path.join(os.path.realpath(Path(sys.executable).parent), Path(sys.executable).name)
+
+
+def test_script_tools_are_cached_until_a_script_changes(tmp_path: Path) -> None:
+    directory = write_skill(tmp_path, "cached", scripts={"a.py": "print(1)\n"})
+    skill = AgentSkill(directory)
+    first = skill.script_tools(Capabilities())
+    assert skill.script_tools(Capabilities())[0] is first[0]
+    (directory / "scripts" / "b.py").write_text("print(2)\n")
+    assert [t.script_name for t in skill.script_tools(Capabilities())] == ["a", "b"]
 
 
 def test_args_split_like_a_shell_and_bad_quotes(tmp_path: Path) -> None:
@@ -379,3 +419,17 @@ def test_unusable_bwrap_follows_when_unavailable(tmp_path: Path, monkeypatch: py
     else:
         assert result == "ran" and marker.exists()
         assert any(e["event"] == "sandbox.unconfined" for e in logs)
+
+
+def test_killed_and_silent_scripts_say_so(tmp_path: Path) -> None:
+    sandbox = SandboxSettings(enabled=False, when_unavailable="unconfined")
+    directory = write_skill(tmp_path, "quiet", scripts={
+        "silent.sh": "true\n",
+        "killed.sh": "echo partial\nkill -TERM $$\n",
+        "shell143.sh": "exit 143\n",
+    })
+    tools = tools_of(directory, sandbox)
+    assert tools["silent"].call({}) == "(the script succeeded and printed nothing)"
+    assert tools["killed"].call({}) == "Error (killed by signal 15, SIGTERM):\npartial"
+    assert tools["shell143"].call({}) == "Error (killed by signal 15, SIGTERM):\n(no output)"
+    assert sandbox_mod.Outcome("", 3, False, False, "bwrap", 0.0).text() == "Error (exit 3):\n(no output)"

@@ -91,6 +91,15 @@ def test_status_cli_json_and_table(redis_client, key_prefix):
     assert data["prefix"] == key_prefix
     row = _row(data, robot)
     assert row["bus_length"] == 1 and row["bus_lag"] == 1 and row["queue"] == f"robot:{robot}"
+    # registered by hand, never published or served: an orphan, not (also) an unserved inbox
+    assert [p for p in data["problems"] if robot in p] == [
+        f"orphan inbox {robot!r}: registered, but no robot of that name is published or served (1 message(s) in "
+        f"it; a mistyped `send --create`? remove it with `robot-lab bus remove {robot}`)"]
+    redis_client.set(Keys(prefix=key_prefix).robot_spec(robot), b"{}")  # published: its inbox waits on a worker
+    data = json.loads(CliRunner().invoke(main, ["status", "--json"]).output)
+    assert [p for p in data["problems"] if robot in p] == [
+        f"{robot}: 1 unread message(s) in its inbox and no live robot-lab worker serving it "
+        f"(start one: robot-lab worker {robot})"]
     table = CliRunner().invoke(main, ["status", robot], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and robot in table.output and "no active runs" in table.output
 

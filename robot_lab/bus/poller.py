@@ -150,11 +150,14 @@ class BusPoller(Intake, Handling, Reclaim):
         (a dict content is flattened to ``"k: v"`` lines, as robot_lab does)."""
 
         takes_conversation = "conversation_id" in inspect.signature(robot.run).parameters
+        takes_attachments = "attachments" in inspect.signature(robot.run).parameters
 
         def run(message: RobotMessage) -> Any:
             kwargs = dict(run_kwargs)
             if takes_conversation and message.conversation_id and "conversation_id" not in kwargs:
                 kwargs["conversation_id"] = message.conversation_id  # any worker continues the chat
+            if takes_attachments and message.extensions.get("attachments") and "attachments" not in kwargs:
+                kwargs["attachments"] = message.extensions["attachments"]  # files for the skills' workspace
             result = robot.run(flatten_content(message.content), **kwargs)
             return getattr(result, "reply", result)
 

@@ -74,6 +74,9 @@ def send(
     """Publish TEXT to ROBOT's inbox; prints the message id, or the reply with --wait."""
     bus = _bus()
     content = _content(text, as_json)
+    if wait and _embedded() and not bus.exists(robot):
+        raise click.UsageError("--wait needs REDIS_URL: in embedded mode no worker shares this process's "
+                               "in-process Redis, so no reply can come")
     if not bus.exists(robot):
         if not create:
             raise _no_inbox(bus, robot)
@@ -90,9 +93,9 @@ def send(
             message = bus.publish(robot, content, from_=from_, conversation_id=conversation_id)
             click.echo(message.id)
     except AwaitTimeout as exc:
-        raise click.ClickException(
-            f"{exc}; is a worker serving {robot!r}? (`robot-lab status {robot}`; raise --timeout for a slow model)"
-        ) from exc
+        hint = ("no REDIS_URL: embedded mode has no worker to answer" if _embedded() else
+                f"is a worker serving {robot!r}? (`robot-lab status {robot}`; raise --timeout for a slow model)")
+        raise click.ClickException(f"{exc}; {hint}") from exc
     except BusError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -207,6 +210,8 @@ def dlq_list(robot: str, count: int, as_json: bool) -> None:
         return
     if not letters:
         click.echo(f"no dead letters for {robot!r}")
+        if _embedded():
+            click.echo(EMBEDDED_NOTE)
         return
     for d in letters:
         click.echo(f"{d.dlq_id}  {d.reason:<14} deliveries={d.deliveries}  {d.error}")

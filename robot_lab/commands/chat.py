@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
@@ -16,6 +17,12 @@ import click
 @click.option("--tool", "tools", multiple=True, metavar="MODULE:FUNC", help="Tool by import path; repeatable. Tools are sent to the model.")
 @click.option("--name", default="robot", show_default=True, help="Robot name.")
 @click.option("--max-tool-rounds", type=int, default=None, help="Circuit breaker: fail after this many tool calls.")
+@click.option("--skills", "skill_names", multiple=True, metavar="NAME",
+              help="AgentSkill (or template skill) by name, from the skills roots; repeatable or comma-separated.")
+@click.option("--skill-mode", type=click.Choice(["match", "tool"]), default="match", show_default=True,
+              help="match: inject the skills that match the message; tool: the model loads them with Skill.")
+@click.option("--attach", "attachments", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A file for the skills' working directory; repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the RobotResult as JSON instead of streaming text.")
 def chat(
     message: str,
@@ -25,6 +32,9 @@ def chat(
     tools: tuple[str, ...],
     name: str,
     max_tool_rounds: int | None,
+    skill_names: tuple[str, ...],
+    skill_mode: str,
+    attachments: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Run one robot on MESSAGE and stream its reply.
@@ -34,6 +44,7 @@ def chat(
       robot-lab chat "hello"                         # offline scripted model
       robot-lab chat -m openai/gpt-4o-mini "hello"   # needs OPENAI_API_KEY
       robot-lab chat --tool mypkg.tools:lookup "find order 42"
+      robot-lab chat --skills pdf --attach form.pdf "fill out this form for me"
     """
     from robot_lab.errors import RobotLabError
     from robot_lab.runtime.robot import build
@@ -46,6 +57,8 @@ def chat(
             template=template,
             local_tools=list(tools),
             max_tool_rounds=max_tool_rounds,
+            skills=[n.strip() for names in skill_names for n in names.split(",") if n.strip()],
+            skill_mode=skill_mode,
         )
         streamed: list[str] = []
 
@@ -55,9 +68,16 @@ def chat(
                 sys.stdout.write(chunk.content)
                 sys.stdout.flush()
 
-        result = robot.run(message, tools="inherit" if tools else "none", on_content=on_content)
-    except RobotLabError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+        result = robot.run(message, tools="inherit" if tools else "none", on_content=on_content,
+                           # the person at the terminal chose these files: sent as bytes, so
+                           # sandbox.attach_from (meant for paths named by remote senders) does not apply
+                           attachments=[(Path(a).name, Path(a).read_bytes()) for a in attachments] or None)
+    except RobotLabError as exc:  # the class name only where it says more than the message
+        from robot_lab.commands.errors import one_line
+        from robot_lab.errors import ConfigurationError
+
+        name = "" if isinstance(exc, ConfigurationError) else f"{type(exc).__name__}: "
+        raise click.ClickException(name + one_line(exc)) from exc
     if as_json:
         click.echo(json.dumps(result.export(), indent=2, default=str))
         return

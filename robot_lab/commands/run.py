@@ -189,10 +189,13 @@ def _watch_all(coordinator: Any) -> None:
 @click.argument("run_id")
 def cancel(run_id: str) -> None:
     """Cancel RUN_ID: queued tasks are dropped, running ones finish but nothing new starts."""
-    from robot_lab.runtime.network.coordinator import Coordinator
+    from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
 
+    coordinator = Coordinator()
     try:
-        status = Coordinator().cancel(run_id)
+        status = coordinator.cancel(run_id)
     except ConfigurationError as exc:
-        raise click.ClickException(str(exc)) from exc
+        hint = (" (no REDIS_URL: an embedded run lives only in the process that started it; set REDIS_URL)"
+                if is_embedded(coordinator.connection) else "")
+        raise click.ClickException(f"{exc}{hint}") from exc
     click.echo(f"run {run_id}: {status}")

@@ -11,8 +11,7 @@ import click
 from robot_lab.errors import ConfigurationError
 
 SKILL_TEMPLATE = """---
-name: {name}
-description: {description}
+{head}
 # agentskills.io keys: license, compatibility, metadata, allowed-tools
 # robot-lab capabilities for scripts/ (intersected with settings.sandbox):
 fs_read: []
@@ -43,10 +42,23 @@ print("hello from {name}:", " ".join(sys.argv[1:]) or "(no args)")
 '''
 
 
-def _console() -> Any:
+def _console(*, tables: bool = False) -> Any:
+    """A console; for ``tables``, one that never wraps names when piped: a file or pipe
+    gets a very wide page (unless COLUMNS says otherwise), a terminal its own width."""
+    import os
+
     from rich.console import Console
 
-    return Console(soft_wrap=False)
+    console = Console(soft_wrap=False)
+    if tables and not console.is_terminal and not os.environ.get("COLUMNS"):
+        console = Console(soft_wrap=False, width=10_000)
+    return console
+
+
+def _echo_json(data: Any) -> None:
+    import json
+
+    click.echo(json.dumps(data, indent=2, default=str))
 
 
 def _catalog(roots: tuple[str, ...]) -> Any:
@@ -69,23 +81,34 @@ root_option = click.option(
 
 @click.group()
 def skills() -> None:
-    """AgentSkills (SKILL.md bundles): list, show, validate, create, match."""
+    """AgentSkills (SKILL.md bundles): list, show, validate, create, match, eval."""
 
 
 @skills.command("list")
 @root_option
-def list_skills(roots: tuple[str, ...]) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the skills and skipped bundles as JSON.")
+def list_skills(roots: tuple[str, ...], as_json: bool) -> None:
     """Every skill in the catalog, and the bundles that did not load."""
     from rich.table import Table
 
     catalog = _catalog(roots)
-    console = _console()
+    if as_json:
+        _echo_json({
+            "skills": [{"name": s.name, "root": s.root, "path": str(s.path), "description": s.description,
+                        "tools": [t.name for t in s.script_tools()], "warnings": list(s.warnings)}
+                       for s in catalog.all()],
+            "skipped": [{"path": str(p.path), "error": p.message} for p in catalog.problems],
+        })
+        return
+    console = _console(tables=True)
     table = Table(title="Skills", show_lines=False)
-    for column in ("name", "root", "description", "scripts", "warnings"):
+    table.add_column("name", no_wrap=True)
+    table.add_column("root", no_wrap=True)
+    for column in ("description", "tools", "warnings"):
         table.add_column(column, overflow="fold")
     for skill in catalog.all():
         table.add_row(skill.name, f"{skill.root}\n{skill.path.parent}", _short(skill.description),
-                      str(len(skill.scripts)), "\n".join(_short(w, 60) for w in skill.warnings) or "-")
+                      str(len(skill.script_tools())), "\n".join(_short(w, 60) for w in skill.warnings) or "-")
     console.print(table)
     if not catalog.all():
         console.print("no skills found in: " + ", ".join(str(r.path) for r in catalog.roots))
@@ -122,6 +145,9 @@ def show(name: str, roots: tuple[str, ...]) -> None:
     tools = skill.script_tools()
     for tool in tools:
         console.print(f"tool {tool.name}: {tool.description}  [{' '.join(tool.command)}]", markup=False)
+    for script, plan in skill.script_plans():
+        if plan.kind in ("library", "data"):
+            console.print(f"{plan.kind} scripts/{script.name}: not a tool ({plan.why})", markup=False)
     for warning in skill.warnings:
         console.print(f"[yellow]warning[/yellow] {warning}", highlight=False)
     console.rule("instructions")
@@ -173,13 +199,18 @@ def create(name: str, root: str, description: str | None) -> None:
     if not NAME_RE.match(name) or len(name) > MAX_NAME:
         raise click.ClickException(
             f"skill name {name!r} must be 1-{MAX_NAME} lowercase letters, digits and single hyphens")
+    import yaml
+
     folder = Path(root).expanduser() / name
     if folder.exists():
         raise click.ClickException(f"{folder} already exists; not overwriting")
     (folder / "scripts").mkdir(parents=True)
-    description = description or f"Describe what {name} does and when to use it."
+    description = " ".join((description or f"Describe what {name} does and when to use it.").split())
+    # yaml.safe_dump quotes what needs quoting ("Use when: ...", '#', leading '-' ...)
+    head = yaml.safe_dump({"name": name, "description": description}, sort_keys=False, allow_unicode=True,
+                          width=10_000).strip()
     (folder / "SKILL.md").write_text(SKILL_TEMPLATE.format(
-        name=name, description=description, title=name.replace("-", " ").title()), encoding="utf-8")
+        head=head, title=name.replace("-", " ").title()), encoding="utf-8")
     (folder / "scripts" / "hello.py").write_text(SCRIPT_TEMPLATE.format(name=name), encoding="utf-8")
     click.echo(f"created {folder}/SKILL.md and scripts/hello.py; edit them, then: robot-lab skills validate {folder}")
 
@@ -187,16 +218,18 @@ def create(name: str, root: str, description: str | None) -> None:
 @skills.command()
 @click.argument("message")
 @root_option
-@click.option("--threshold", type=float, default=None, help="Override the model's threshold.")
+@click.option("--threshold", type=float, default=None,
+              help="Match every skill at or above this score instead of the model's rule.")
 @click.option("--embedder", type=click.Choice(["settings", "fastembed", "tfidf"]), default="settings",
               show_default=True)
-def match(message: str, roots: tuple[str, ...], threshold: float | None, embedder: str) -> None:
-    """Score MESSAGE against every skill in the catalog."""
+@click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
+def match(message: str, roots: tuple[str, ...], threshold: float | None, embedder: str, as_json: bool) -> None:
+    """Score MESSAGE against every skill in the catalog, and show which the rule picks."""
     from rich.table import Table
 
     from robot_lab.settings import get_settings
     from robot_lab.skills.embedding import TfidfEmbedder, load_embedder
-    from robot_lab.skills.matching import SkillMatcher
+    from robot_lab.skills.matching import SkillMatcher, select
 
     settings = get_settings()
     if embedder == "tfidf":
@@ -213,10 +246,67 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
         scored = matcher.scores(message, skills)
     except Exception as exc:
         raise click.ClickException(f"embedding failed: {type(exc).__name__}: {exc}") from None
-    cut = matcher.threshold
-    table = Table(title=f"embedder {chosen.name}, threshold {cut:.2f}")
-    for column in ("score", "match", "name", "description"):
-        table.add_column(column)
-    for skill, score in sorted(scored, key=lambda item: -item[1]):
-        table.add_row(f"{score:.3f}", "yes" if score >= cut else "", skill.name, _short(skill.description))
-    _console().print(table)
+    rule = matcher.rule
+    picked = {s.name for s in select(scored, rule)}
+    ranked = sorted(scored, key=lambda item: -item[1])
+    if as_json:
+        _echo_json({"embedder": chosen.name, "floor": rule.floor, "margin": rule.margin,
+                    "matched": [s.name for s, _ in ranked if s.name in picked],
+                    "scores": [{"name": s.name, "score": round(score, 4), "matched": s.name in picked,
+                                "description": s.description} for s, score in ranked]})
+        return
+    margin = "" if rule.margin >= 1 else f", margin {rule.margin:.2f}"
+    table = Table(title=f"embedder {chosen.name}, floor {rule.floor:.2f}{margin}")
+    table.add_column("score")
+    table.add_column("match")
+    table.add_column("name", no_wrap=True)
+    table.add_column("description")
+    for skill, score in ranked:
+        table.add_row(f"{score:.3f}", "yes" if skill.name in picked else "", skill.name, _short(skill.description))
+    _console(tables=True).print(table)
+
+
+@skills.command("eval")
+@click.argument("prompts", type=click.Path(exists=True, dir_okay=False))
+@root_option
+@click.option("--embedder", type=click.Choice(["settings", "fastembed", "tfidf"]), default="settings",
+              show_default=True)
+@click.option("--max-fp", type=float, default=0.10, show_default=True,
+              help="Largest share of unrelated prompts a chosen rule may match.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def eval_cmd(prompts: str, roots: tuple[str, ...], embedder: str, max_fp: float, as_json: bool) -> None:
+    """Measure matching on labelled PROMPTS (YAML: prompts: [{text, skill | null}]).
+
+    Prints top-1 accuracy, recall and false positives of the configured rule, and the rule
+    the evidence picks (put it in skills.match_rules).
+    """
+    from robot_lab.settings import get_settings
+    from robot_lab.skills.embedding import TfidfEmbedder, load_embedder
+    from robot_lab.skills.evaluation import choose_rule, evaluate, load_prompts, score_all
+    from robot_lab.skills.matching import SkillMatcher
+
+    settings = get_settings()
+    chosen_embedder: Any = TfidfEmbedder() if embedder == "tfidf" else load_embedder(settings)
+    matcher = SkillMatcher(chosen_embedder, settings=settings)
+    try:
+        labelled = load_prompts(prompts)
+        scored = score_all(matcher, labelled, _catalog(roots).all())
+        current = evaluate(labelled, scored, matcher.rule)
+        best = choose_rule(labelled, scored, max_fp_rate=max_fp)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from None
+
+    def as_dict(report: Any) -> dict[str, Any]:
+        return {"floor": report.rule.floor, "margin": report.rule.margin, "top1": report.top1,
+                "recall": report.recall, "false_positive_rate": report.fp_unrelated,
+                "wrong_extras": report.wrong_extras, "missed": list(report.misses)}
+
+    if as_json:
+        _echo_json({"embedder": chosen_embedder.name, "prompts": len(labelled), "configured": as_dict(current),
+                    "chosen": as_dict(best)})
+        return
+    click.echo(f"embedder {chosen_embedder.name}, {len(labelled)} prompts")
+    click.echo(f"configured rule: {current.line()}")
+    click.echo(f"chosen rule:     {best.line()}")
+    for text in best.misses:
+        click.echo(f"  missed: {text}")

@@ -1,6 +1,6 @@
 """The per-Memory background listener: pub/sub for speed, the change stream for truth.
 
-One daemon thread per :class:`~robot_lab.memory.store.Memory` holds a pub/sub
+One daemon thread per Memory (started and retired by :mod:`.feed`) holds a pub/sub
 subscription to the scope's notify channel. Every notification carries the full
 :class:`MemoryChange`, so the common case costs no extra round trip. The listener keeps
 ``head``, the last version it processed, and never trusts pub/sub for completeness:
@@ -16,6 +16,10 @@ Versions at or below ``head`` are dropped, so a change is never processed twice.
 (blocking reads) are woken and subscription callbacks run on this thread, in version order.
 Each subscription also keeps its own cursor, so a subscription that starts from an older
 version (``since_version`` or a durable ``subscriber_id``) is replayed from the stream.
+
+The listener knows nothing of Memory: it gets the scope's :class:`~.scope.ChangeLog`
+(version counter, change stream, cursors), and from its :class:`~.feed.Feed` a
+``may_retire`` callback and an ``owner`` token that names whose thread it is.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,30 +35,10 @@ import msgspec
 import redis
 
 from robot_lab.logging import get_logger
+from robot_lab.memory.scope import ChangeLog, decode_change
 from robot_lab.schemas import MemoryChange
 
-# The owning robot_lab.memory.store.Memory, by duck type: store imports this module.
-Memory = Any
-
 log = get_logger("robot_lab.memory")
-
-_decoder = msgspec.json.Decoder(MemoryChange)
-_REPLAY_BATCH = 500
-
-
-def decode_change(raw: bytes | str) -> MemoryChange:
-    return _decoder.decode(raw)
-
-
-def glob_to_regex(pattern: str) -> re.Pattern[str]:
-    """robot_lab's glob: ``*`` -> ``.*``, ``?`` -> ``.``, everything else literal, anchored."""
-    parts = [".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern]
-    return re.compile("^" + "".join(parts) + "$", re.S)
-
-
-def _entry_version(entry_id: bytes | str) -> int:
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.split("-", 1)[0])
 
 
 @dataclass(eq=False)
@@ -88,10 +72,14 @@ class Subscription:
 class Listener(threading.Thread):
     """Background pub/sub reader for one memory scope (see the module docstring)."""
 
-    def __init__(self, memory: Memory, poll_interval: float, idle_timeout: float | None = None) -> None:
-        super().__init__(name=f"robot-lab-memory:{memory.scope}", daemon=True)
-        self.memory = memory
-        self.redis: redis.Redis = memory.redis
+    def __init__(self, changelog: ChangeLog, *, poll_interval: float, idle_timeout: float | None,
+                 may_retire: Callable[[Listener], bool], owner: object) -> None:
+        super().__init__(name=f"robot-lab-memory:{changelog.keys.scope}", daemon=True)
+        self.changelog = changelog
+        self.scope = changelog.keys.scope
+        self.owner = owner  # whose listener this is: a callback may not wait on its own owner
+        self.redis: redis.Redis = changelog.redis
+        self._may_retire = may_retire
         self.poll_interval = poll_interval
         self.idle_timeout = idle_timeout
         self.head = 0
@@ -115,7 +103,7 @@ class Listener(threading.Thread):
         if not self._ready.wait(timeout):
             self.stop()
             raise ConnectionError(
-                f"memory {self.memory.scope!r}: listener could not subscribe within {timeout} s"
+                f"memory {self.scope!r}: listener could not subscribe within {timeout} s"
                 + (f" ({self._error})" if self._error else "")
             )
 
@@ -142,7 +130,7 @@ class Listener(threading.Thread):
     def _connect(self) -> None:
         pubsub = self.redis.pubsub()
         try:
-            pubsub.subscribe(self.memory._channel)
+            pubsub.subscribe(self.changelog.keys.channel)
             deadline = time.monotonic() + 10
             while True:
                 message = pubsub.get_message(timeout=0.5)
@@ -157,7 +145,7 @@ class Listener(threading.Thread):
         with self.dispatch_lock:
             if not self._ready.is_set():
                 # First connection: deliver only what is written from now on.
-                self.head = self.memory.version
+                self.head = self.changelog.version()
             else:
                 self.catch_up()
 
@@ -184,7 +172,7 @@ class Listener(threading.Thread):
                         change = decode_change(message["data"])
                     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                         # Not ours (someone PUBLISHed junk): the stream is the truth.
-                        log.warning("memory.bad_notification", scope=self.memory.scope, error=str(exc))
+                        log.warning("memory.bad_notification", scope=self.scope, error=str(exc))
                         with self.dispatch_lock:
                             self.catch_up()
                         continue
@@ -196,14 +184,14 @@ class Listener(threading.Thread):
                 if self._stopping.is_set():
                     break
                 self._error = exc
-                log.warning("memory.listener_reconnect", scope=self.memory.scope, error=str(exc))
+                log.warning("memory.listener_reconnect", scope=self.scope, error=str(exc))
                 self._close_pubsub()
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
             except Exception as exc:  # noqa: BLE001 - the listener must outlive bad input
                 if self._stopping.is_set():
                     break
-                log.exception("memory.listener_error", scope=self.memory.scope, error=str(exc))
+                log.exception("memory.listener_error", scope=self.scope, error=str(exc))
                 self._stopping.wait(0.05)
         self._close_pubsub()
 
@@ -219,21 +207,16 @@ class Listener(threading.Thread):
 
     def _retire(self) -> bool:
         """Exit an idle listener, so a worker that waits on many short-lived run scopes
-        doesn't keep a thread and a connection per scope. Registration happens under the
-        same lock, so nothing can be registered on a retiring listener."""
-        lock = self.memory._listener_lock
-        if not lock.acquire(blocking=False):
+        doesn't keep a thread and a connection per scope. The feed decides, under the lock
+        it registers under, so nothing can be registered on a retiring listener."""
+        if not self._may_retire(self):
             return False
-        try:
-            if self.subscriptions or self.waiters:
-                return False
-            self.retired = True
-            if self.memory._listener is self:
-                self.memory._listener = None
-            log.debug("memory.listener_retired", scope=self.memory.scope)
-            return True
-        finally:
-            lock.release()
+        log.debug("memory.listener_retired", scope=self.scope)
+        return True
+
+    def idle(self) -> bool:
+        """Nobody waits and nothing is subscribed (the feed checks this before retiring)."""
+        return not self.subscriptions and not self.waiters
 
     # --- processing ----------------------------------------------------------------------
     def on_change(self, change: MemoryChange) -> None:
@@ -253,41 +236,16 @@ class Listener(threading.Thread):
         The version counter is read first and the stream only up to it: a write racing with
         the catch-up is left for its own notification instead of being mistaken for a gap.
         """
-        current = self.memory.version
+        current = self.changelog.version()
         if current <= self.head:
             return
-        for change in list(self.read_changes(self.head, current)):
+        for change in list(self.changelog.read(self.head, current)):
             if change.version > self.head:
                 self._process(change)
                 self.head = change.version
         if current > self.head:  # trimmed or expired away before we could read them
-            self._note_lost(current - self.head)
+            self.changelog.note_lost(current - self.head)
             self.head = current
-
-    def read_changes(self, after: int, until: int | None = None) -> Iterable[MemoryChange]:
-        """Changes with ``after < version (<= until)`` from the stream, noting trimmed gaps."""
-        expected = after + 1
-        start = f"{after + 1}-0"
-        end = f"{until}-0" if until is not None else "+"
-        while True:
-            entries = self.redis.xrange(self.memory._changes_key, start, end, count=_REPLAY_BATCH)
-            if not entries:
-                return
-            for entry_id, fields in entries:
-                version = _entry_version(entry_id)
-                if version > expected:
-                    self._note_lost(version - expected)
-                raw = fields.get(b"c") if b"c" in fields else fields.get("c")
-                yield decode_change(raw)
-                expected = version + 1
-            if len(entries) < _REPLAY_BATCH:
-                return
-            start = f"{expected}-0"
-
-    def _note_lost(self, count: int) -> None:
-        self.memory._lost += count
-        log.warning("memory.changes_lost", scope=self.memory.scope, count=count,
-                    hint="the change stream was trimmed; raise changes_maxlen")
 
     def _process(self, change: MemoryChange) -> None:
         if change.op == "set":
@@ -306,21 +264,20 @@ class Listener(threading.Thread):
         sub.version = change.version
         if not sub.matches(change.key):
             return
-        cursor_key = self.memory._cursors_key
         try:
             if sub.transactional:
                 pipe = self.redis.pipeline(transaction=True)
                 sub.callback(change, pipe)
                 if sub.subscriber_id:
-                    pipe.hset(cursor_key, sub.subscriber_id, change.version)
+                    self.changelog.save_cursor(sub.subscriber_id, change.version, pipe)
                 pipe.execute()
                 return
             sub.callback(change)
         except Exception as exc:  # noqa: BLE001 - robot_lab logs and swallows callback errors
-            log.exception("memory.callback_failed", scope=self.memory.scope, key=change.key,
+            log.exception("memory.callback_failed", scope=self.scope, key=change.key,
                           version=change.version, subscription=sub.id, error=str(exc))
         if sub.subscriber_id:
-            self.redis.hset(cursor_key, sub.subscriber_id, change.version)
+            self.changelog.save_cursor(sub.subscriber_id, change.version)
 
     # --- registration --------------------------------------------------------------------
     def add_waiter(self, waiter: Waiter) -> None:
@@ -341,7 +298,7 @@ class Listener(threading.Thread):
         """Register ``sub``, first replaying versions between its cursor and ``head``."""
         with self.dispatch_lock:
             if sub.version < self.head:
-                for change in list(self.read_changes(sub.version, self.head)):
+                for change in list(self.changelog.read(sub.version, self.head)):
                     self.deliver(sub, change)
                 sub.version = max(sub.version, self.head)
             self.subscriptions[sub.id] = sub

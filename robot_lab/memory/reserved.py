@@ -17,17 +17,22 @@ once), are left out of ``keys()``, survive ``clear()`` and cannot be deleted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
 
 import msgspec
 
-from robot_lab.errors import SchemaError
+from robot_lab.errors import RobotLabError, SchemaError
 from robot_lab.schemas import RobotResult
 from robot_lab.schemas.messages import Message
 
-# The owning robot_lab.memory.store.Memory, by duck type: store imports this module.
-Memory = Any
+
+class DataStore(Protocol):
+    """What :class:`DataProxy` needs of a Memory: read a key, compare-and-set a key."""
+
+    def get(self, *keys: str) -> Any: ...
+
+    def update(self, key: str, fn: Callable[[Any], Any]) -> Any: ...
 
 RESERVED_KEYS: tuple[str, ...] = ("data", "results", "messages", "session_id")
 
@@ -38,6 +43,10 @@ def reserved_default(key: str) -> Any:
 
 class MemoryValueError(SchemaError, TypeError):
     """A memory key or value that cannot be stored; the message names the key."""
+
+
+class ReservedKeyError(RobotLabError, ValueError):
+    """A reserved key (data, results, messages, session_id) was deleted."""
 
 
 def _builtins(key: str, value: Any) -> Any:
@@ -115,7 +124,7 @@ class DataProxy:
 
     __slots__ = ("_memory",)
 
-    def __init__(self, memory: Memory) -> None:
+    def __init__(self, memory: DataStore) -> None:
         object.__setattr__(self, "_memory", memory)
 
     def to_dict(self) -> dict[str, Any]:

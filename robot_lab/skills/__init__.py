@@ -1,7 +1,7 @@
 """AgentSkills: ``SKILL.md`` bundles, their catalog, embedding matching, the model-invoked
 ``Skill`` tool, and script tools confined by bubblewrap.
 
-Depends only on ``robot_lab.errors/settings/logging/keys/connection`` (never the runtime,
+Depends only on ``robot_lab.errors/settings/logging/keys/connection/text`` (never the runtime,
 which uses this package); the tools here are duck-typed (``name``, ``description``,
 ``parameters``, ``call(arguments) -> str``). fastembed is imported only when an embedding
 model is first loaded. See docs/skills.md.
@@ -27,6 +27,7 @@ from robot_lab.skills.embedding import (
     TfidfEmbedder,
     load_embedder,
 )
+from robot_lab.skills.file_tool import SkillFileTool
 from robot_lab.skills.matching import (
     SkillInjection,
     SkillMatcher,
@@ -35,11 +36,14 @@ from robot_lab.skills.matching import (
     default_matcher,
     filter_tools,
     reset_default_matcher,
+    select,
 )
 from robot_lab.skills.sandbox import Outcome, bwrap_status
 from robot_lab.skills.script_tool import ScriptTool, derive_name, extract_description
 from robot_lab.skills.skill import AgentSkill, Issue, validate
+from robot_lab.skills.session import SkillSession, reset_sessions, session_for, unique_tools
 from robot_lab.skills.skill_tool import Activation, SkillTool, system_prompt_listing
+from robot_lab.skills.workspace import Workspace, envelope_attachments
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -58,10 +62,13 @@ __all__ = [
     "Root",
     "ScriptTool",
     "SkillCatalog",
+    "SkillFileTool",
     "SkillInjection",
     "SkillMatcher",
+    "SkillSession",
     "SkillTool",
     "TfidfEmbedder",
+    "Workspace",
     "allowed_tool_names",
     "bwrap_status",
     "compose_system_prompt",
@@ -69,11 +76,16 @@ __all__ = [
     "default_matcher",
     "default_roots",
     "derive_name",
+    "envelope_attachments",
     "extract_description",
     "filter_tools",
     "load_embedder",
     "reset_default_catalog",
     "reset_default_matcher",
+    "reset_sessions",
+    "select",
+    "session_for",
     "system_prompt_listing",
+    "unique_tools",
     "validate",
 ]

@@ -80,7 +80,8 @@ def expand_path(path: str, *, base: str | None = None) -> str:
     return os.path.realpath(expanded)
 
 
-def _under(path: str, root: str) -> bool:
+def is_under(path: str, root: str) -> bool:
+    """``path`` is ``root`` or inside it (both already expanded)."""
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
@@ -152,7 +153,7 @@ class Capabilities:
             kept: list[str] = []
             for path in paths:
                 full = expand_path(path)
-                if any(_under(full, root) for root in roots) and full not in kept:
+                if any(is_under(full, root) for root in roots) and full not in kept:
                     kept.append(full)
             return tuple(kept)
 

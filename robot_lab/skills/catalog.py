@@ -163,7 +163,7 @@ class SkillCatalog:
                 if not (entry / SKILL_FILE).exists() and not (entry / SKILL_FILE).is_symlink():
                     continue
                 try:
-                    skill = AgentSkill(entry, root=root.label, settings=self._settings)
+                    skill = AgentSkill(entry, root=root.label, settings=self._settings, root_path=root.path)
                 except ConfigurationError as exc:
                     problems.append(Problem(entry, str(exc)))
                     log.warning("skills.bundle_skipped", bundle=str(entry), root=root.label, error=str(exc))

@@ -53,7 +53,8 @@ def read_body(path: Path, offset: int, max_chars: int) -> tuple[str, bool]:
     """The body text (stripped) and whether it was cut at ``max_chars`` characters.
 
     Reads at most ``4 * (max_chars + 1)`` bytes (UTF-8 is at most 4 bytes a character), so a
-    huge body never lands in memory whole. Undecodable bytes and NULs are replaced.
+    huge body never lands in memory whole. Undecodable bytes and NULs are replaced. A cut
+    body ends at a word boundary with a marker saying so, so the model knows text is missing.
     """
     limit = 4 * (max_chars + 1)
     with path.open("rb") as handle:
@@ -62,6 +63,14 @@ def read_body(path: Path, offset: int, max_chars: int) -> tuple[str, bool]:
     more_on_disk = len(raw) > limit
     text = raw[:limit].decode("utf-8", errors="replace").replace("\x00", "\ufffd").strip()
     truncated = more_on_disk or len(text) > max_chars
-    if len(text) > max_chars:
-        text = text[:max_chars].rstrip()
+    if truncated:
+        cut = text[:max_chars]
+        space = max(cut.rfind(" "), cut.rfind("\n"))
+        if space > max_chars - 200:
+            cut = cut[:space]
+        text = cut.rstrip() + CUT_MARKER.format(limit=max_chars, file=path.name)
     return text, truncated
+
+
+CUT_MARKER = ("\n\n[... instructions cut here at {limit} characters (skills.max_instructions_chars); "
+              "the rest is in {file}: read it with the read_skill_file tool]")

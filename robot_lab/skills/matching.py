@@ -8,6 +8,15 @@ the Robot's job; see docs/skills.md, "Integration with Robot".
 Matching is cosine similarity between the message's *query* embedding and each
 description's *passage* embedding (computed once, cached in-process and in Redis by content
 hash). An embedding failure on the message is logged and yields no skills: the run goes on.
+
+Which scores match is a per-model :class:`~robot_lab.settings.MatchRule` (calibrated on the
+labelled prompts, see docs/skills.md): the best-scoring skill
+when it reaches the rule's ``floor``, plus any other within ``margin`` of it. Real
+descriptions are long and score a right skill anywhere from 0.1 to 0.65, so one fixed
+threshold either misses most right skills or lets wrong ones in; the best-plus-margin rule
+follows the ranking, which is right far more often. An explicit ``threshold=`` keeps the
+first rule: every skill at or above it. In a conversation, :func:`select` keeps the skills
+already chosen until another beats them by ``switch_margin``.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from robot_lab.logging import get_logger
+from robot_lab.settings import DEFAULT_MATCH_RULES, MatchRule
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.embedding import Embedder, EmbeddingCache, load_embedder
 from robot_lab.skills.skill import AgentSkill
@@ -67,6 +77,27 @@ def filter_tools(tools: Sequence[Any], allowed: set[str] | None, *, always: Iter
         if allowed is None or any(fnmatch.fnmatchcase(tool.name, pattern) for pattern in allowed):
             keep.append(tool)
     return keep
+
+
+def select(
+    scored: Sequence[tuple[AgentSkill, float]], rule: MatchRule, current: Sequence[str] = ()
+) -> list[AgentSkill]:
+    """The skills ``rule`` picks from ``scored`` (in ``scored`` order).
+
+    ``current`` names the skills the conversation already uses: they stay unless the best
+    new skill reaches the floor and beats every one of them by ``rule.switch_margin``.
+    """
+    if not scored:
+        return []
+    best_skill, best = max(scored, key=lambda item: item[1])
+    chosen = [s for s, score in scored if score >= rule.floor and score >= best - rule.margin]
+    kept = [s for s, _ in scored if s.name in current]
+    if not kept:
+        return chosen
+    kept_best = max(score for s, score in scored if s.name in current)
+    if best_skill.name not in current and best >= rule.floor and best >= kept_best + rule.switch_margin:
+        return chosen
+    return kept
 
 
 @dataclass
@@ -142,13 +173,19 @@ class SkillMatcher:
 
     @property
     def threshold(self) -> float:
+        """The floor of :attr:`rule` (the explicit threshold when one was given)."""
+        return self.rule.floor
+
+    @property
+    def rule(self) -> MatchRule:
+        """This embedder's match rule; an explicit threshold means every skill at or above it."""
         if self._threshold is not None:
-            return float(self._threshold)
+            return MatchRule(floor=float(self._threshold), margin=1e9, switch_margin=0.0)
         skills = self.settings.skills
         name = self.embedder.name
-        if name in skills.thresholds:
-            return float(skills.thresholds[name])
-        return float(getattr(self.embedder, "default_threshold", skills.default_threshold))
+        if name in skills.match_rules or name in DEFAULT_MATCH_RULES or name in skills.thresholds:
+            return skills.rule_for(name)
+        return MatchRule(floor=float(getattr(self.embedder, "default_threshold", skills.default_threshold)))
 
     # --- vectors -------------------------------------------------------------------------------
     def passage_matrix(self, skills: Sequence[AgentSkill]) -> np.ndarray:
@@ -196,26 +233,29 @@ class SkillMatcher:
         sims = matrix @ query
         return [(s, float(v)) for s, v in zip(skills, sims)]
 
-    def match(self, message: Any, skills: Sequence[AgentSkill]) -> list[AgentSkill]:
-        """Skills scoring at or above the threshold, in ``skills`` order. Never raises:
-        an embedding failure logs a warning and returns ``[]`` (the run goes on)."""
-        return self._match(message, skills)[0]
+    def match(self, message: Any, skills: Sequence[AgentSkill], *, current: Sequence[str] = ()) -> list[AgentSkill]:
+        """The skills :attr:`rule` picks, in ``skills`` order; ``current`` are the skills the
+        conversation already uses (see :func:`select`). Never raises: an embedding failure
+        logs a warning and returns ``current`` (the run goes on)."""
+        return self._match(message, skills, current)[0]
 
-    def _match(self, message: Any, skills: Sequence[AgentSkill]) -> tuple[list[AgentSkill], dict[str, float]]:
+    def _match(self, message: Any, skills: Sequence[AgentSkill],
+               current: Sequence[str] = ()) -> tuple[list[AgentSkill], dict[str, float]]:
         if not skills:
             return [], {}
         try:
             scored = self.scores(message, skills)
-            threshold = self.threshold
+            rule = self.rule
         except Exception as exc:
             log.warning("skills.match_failed", error=f"{type(exc).__name__}: {exc}",
-                        note="no skills injected for this run")
-            return [], {}
-        matched = [s for s, score in scored if score >= threshold]
+                        note="no new skills matched for this run")
+            return [s for s in skills if s.name in current], {}
+        matched = select(scored, rule, current)
         scores = {s.name: score for s, score in scored}
         if matched:
             log.info("skills.matched", skills=[s.name for s in matched],
-                     scores={s.name: round(scores[s.name], 3) for s in matched}, threshold=threshold)
+                     scores={s.name: round(scores[s.name], 3) for s in matched}, floor=rule.floor,
+                     margin=rule.margin, kept=[s.name for s in matched if s.name in current])
         return matched, scores
 
     def prepare(
@@ -225,9 +265,10 @@ class SkillMatcher:
         *,
         ceiling: Capabilities | None = None,
         sandbox: Any = None,
+        current: Sequence[str] = (),
     ) -> SkillInjection:
         """Match, then build the run's injection (instructions + script tools). Never raises."""
-        matched, scores = self._match(message, skills)
+        matched, scores = self._match(message, skills, current)
         usable: list[AgentSkill] = []
         tools: list[Any] = []
         for skill in matched:

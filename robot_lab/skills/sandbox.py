@@ -35,7 +35,7 @@ from typing import Any
 
 from robot_lab.errors import SandboxError
 from robot_lab.logging import declare_secret, get_logger
-from robot_lab.skills.capabilities import Capabilities
+from robot_lab.skills.capabilities import Capabilities, is_under
 
 log = get_logger("robot_lab.skills.sandbox")
 
@@ -70,10 +70,31 @@ class Outcome:
             body = f"{self.output}\n" if self.output else ""
             return f"Error (timed out):\n{body}[killed: exceeded {limit}]"
         if self.returncode == 0:
-            return self.output
-        if self.returncode is not None and self.returncode < 0:
-            return f"Error (killed by signal {-self.returncode}):\n{self.output}"
-        return f"Error (exit {self.returncode}):\n{self.output}"
+            return self.output if self.output.strip() else "(the script succeeded and printed nothing)"
+        signum = killed_by(self.returncode)
+        if signum is not None:
+            return f"Error (killed by signal {signum}, {_signal_name(signum)}):\n{self.output or '(no output)'}"
+        return f"Error (exit {self.returncode}):\n{self.output or '(no output)'}"
+
+
+def killed_by(returncode: int | None) -> int | None:
+    """The signal that ended a script: a negative return code, or the shell and bwrap
+    convention 128+N (``exit 143`` is SIGTERM) for the signals a script is killed with."""
+    if returncode is None:
+        return None
+    if returncode < 0:
+        return -returncode
+    if returncode - 128 in (signal.SIGHUP, signal.SIGINT, signal.SIGKILL, signal.SIGSEGV, signal.SIGPIPE,
+                            signal.SIGTERM, signal.SIGABRT, signal.SIGXCPU):
+        return returncode - 128
+    return None
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 # --- availability ---------------------------------------------------------------------
@@ -137,11 +158,38 @@ def script_env(grant: Capabilities, *, home: str = "/tmp", parent: Mapping[str, 
 # --- the bwrap command line -------------------------------------------------------------
 
 
-def _python_roots() -> list[str]:
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    real = os.path.realpath(sys.executable)
-    roots.add(os.path.dirname(os.path.dirname(real)))
-    return sorted(r for r in {os.path.realpath(r) for r in roots} if r and r != "/" and os.path.isdir(r))
+_roots_cache: dict[str, list[str]] = {}
+
+
+def python_roots(python: str | None = None) -> list[str]:
+    """The folders a Python needs to start (its venv and base installation), real paths.
+
+    For the interpreter running robot-lab they come from ``sys``; another one (a configured
+    ``skills.python``) is asked once per process.
+    """
+    exe = python or sys.executable
+    cached = _roots_cache.get(exe)
+    if cached is not None:
+        return cached
+    if python is None or os.path.realpath(exe) == os.path.realpath(sys.executable) and \
+            os.path.realpath(os.path.dirname(exe)) == os.path.realpath(os.path.dirname(sys.executable)):
+        roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    else:
+        try:
+            done = subprocess.run(
+                [exe, "-c", "import sys; print(sys.prefix); print(sys.base_prefix); print(sys.exec_prefix); "
+                            "print(sys.base_exec_prefix)"],
+                capture_output=True, timeout=15, stdin=subprocess.DEVNULL, text=True,
+            )
+            roots = set(done.stdout.split("\n")) if done.returncode == 0 else set()
+        except (OSError, subprocess.TimeoutExpired):
+            roots = set()
+    roots.add(os.path.dirname(os.path.realpath(os.path.dirname(exe))))  # the venv holding bin/python
+    roots.add(os.path.dirname(os.path.dirname(os.path.realpath(exe))))  # the installation it links to
+    found = sorted(r for r in {os.path.realpath(r.strip()) for r in roots if r.strip()}
+                   if r and r != "/" and os.path.isdir(r))
+    _roots_cache[exe] = found
+    return found
 
 
 def _is_system(path: str) -> bool:
@@ -155,6 +203,7 @@ def bwrap_argv(
     skill_dir: str,
     cwd: str,
     extra_ro: Sequence[str] = (),
+    extra_rw: Sequence[str] = (),
     exe: str | None = None,
 ) -> list[str]:
     """The ``bwrap`` command line that confines ``command`` to ``grant``.
@@ -195,7 +244,7 @@ def bwrap_argv(
             continue
         seen.add(real)
         binds.append(("--ro-bind", real))
-    for path in grant.fs_write:
+    for path in (*grant.fs_write, *extra_rw):
         real = os.path.realpath(path)
         if not os.path.exists(real):
             log.warning("sandbox.path_missing", path=real, access="write")
@@ -213,7 +262,7 @@ def choose_cwd(grant: Capabilities, skill_dir: str) -> str:
     """The caller's cwd when the grant covers it (scripts see the project), else the skill dir."""
     here = os.path.realpath(os.getcwd())
     for root in (*grant.fs_write, *grant.fs_read):
-        if here == root or here.startswith(root.rstrip("/") + "/"):
+        if is_under(here, root):
             return here
     return skill_dir
 
@@ -311,8 +360,10 @@ def run_script(
     grant: Capabilities,
     skill_dir: str,
     sandbox: Any = None,
-    uses_current_python: bool = False,
+    python: str | None = None,
+    workspace: str | None = None,
     label: str = "",
+    uses_current_python: bool = False,
 ) -> Outcome:
     """Run a script command under the grant, choosing the mode from trust and settings.
 
@@ -320,6 +371,10 @@ def run_script(
     * sandbox enabled and bwrap usable: confined by :func:`bwrap_argv`;
     * otherwise ``sandbox.when_unavailable``: ``refuse`` (an error text, nothing runs) or
       ``unconfined`` (a warning, scrubbed environment, timeout and cap).
+
+    ``python`` is the interpreter the command runs with (its folders are mounted read-only);
+    ``workspace`` is the conversation's working directory: the script's cwd, mounted
+    read-write, unless the operator turned workspaces off (``sandbox.workspace = false``).
     """
     if sandbox is None:
         from robot_lab.settings import get_settings
@@ -327,17 +382,23 @@ def run_script(
         sandbox = get_settings().sandbox
     max_output = int(getattr(sandbox, "max_output_bytes", 64 * 1024))
     skill_dir = os.path.realpath(skill_dir)
+    if workspace is not None and not getattr(sandbox, "workspace", True):
+        workspace = None
+    if workspace is not None:
+        workspace = os.path.realpath(workspace)
+        os.makedirs(workspace, exist_ok=True)
     if grant.core:
-        return execute(command, env=dict(os.environ), cwd=os.getcwd(), timeout=grant.timeout,
+        return execute(command, env=dict(os.environ), cwd=workspace or os.getcwd(), timeout=grant.timeout,
                        max_output=max_output, mode="unconfined")
     if sandbox.enabled:
         usable, reason = bwrap_status()
     else:
         usable, reason = False, "sandboxing is disabled (settings.sandbox.enabled = false)"
     if usable:
-        cwd = choose_cwd(grant, skill_dir)
-        extra = _python_roots() if uses_current_python else []
-        argv = bwrap_argv(command, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=extra)
+        cwd = workspace or choose_cwd(grant, skill_dir)
+        extra = python_roots(python) if (python is not None or uses_current_python) else []
+        argv = bwrap_argv(command, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=extra,
+                          extra_rw=[workspace] if workspace else [])
         return execute(argv, env=script_env(grant), cwd=skill_dir, timeout=grant.timeout,
                        max_output=max_output, mode="bwrap")
     if sandbox.when_unavailable != "unconfined":
@@ -352,7 +413,8 @@ def run_script(
         log.warning("sandbox.unconfined", reason=reason, script=label,
                     note="skill scripts run WITHOUT confinement (sandbox.when_unavailable = unconfined)")
     home = os.path.realpath(os.environ.get("TMPDIR", "/tmp"))
-    return execute(command, env=script_env(grant, home=home) | {"TMPDIR": home}, cwd=choose_cwd(grant, skill_dir),
+    return execute(command, env=script_env(grant, home=home) | {"TMPDIR": home},
+                   cwd=workspace or choose_cwd(grant, skill_dir),
                    timeout=grant.timeout, max_output=max_output, mode="unconfined")
 
 

@@ -1,30 +1,43 @@
-"""Each file in a skill's ``scripts/`` folder becomes a tool the model can call.
+"""Each runnable file in a skill's ``scripts/`` folder becomes a tool the model can call.
 
 Duck-typed like ``robot_lab.runtime.tools.Tool`` (``name``, ``description``, ``parameters``,
 ``call(arguments) -> str``) because ``robot_lab.skills`` must not import the runtime.
 
 How a script is run (robot_lab always ran ``bash <script>``, which breaks the Python
-scripts that real published skills ship, usually without the executable bit):
+scripts that real published skills ship, often without the executable bit or the ``#!``):
 
-1. executable bit set: run the file itself (the kernel reads its shebang);
-2. else a ``#!`` line: run that interpreter with the file;
-3. else by extension: ``.py`` with the Python running robot-lab, ``.sh``/``.bash`` with
-   bash, ``.js``/``.mjs``/``.cjs`` with node;
-4. else: skipped with a warning (no tool).
+1. a ``#!`` line naming Python (``#!/usr/bin/env python3``, ``#!/usr/bin/python``) runs with
+   the skill's Python: the interpreter robot-lab runs under, or ``skills.python`` /
+   ``skills.root_python`` for the skill's root, so the packages robot-lab has are there;
+2. another ``#!`` line: the file itself when executable (the kernel reads the line), else
+   that interpreter with the file;
+3. no ``#!`` line (executable or not): by extension, ``.py`` with the skill's Python,
+   ``.sh``/``.bash`` with bash, ``.js``/``.mjs``/``.cjs`` with node;
+4. an executable file with no ``#!`` and no known extension (a compiled program): itself.
 
-The single optional ``args`` string is split like a shell (``shlex.split``) and appended.
-The result is the combined output, or ``Error (exit N):`` / ``Error (timed out):`` text,
-never an exception.
+Not tools: Python library modules (no ``#!``, no ``__main__`` guard and only definitions at
+top level, such as ``utils.py``), and data files (not executable, no ``#!``, no known
+extension: ``template.pdf``, ``fields.csv``). A script whose interpreter is missing (node)
+is skipped with a warning.
+
+Tool names are namespaced by the skill (``pdf__fill_form``) so they are unique across
+skills and never shadow a robot tool. The single optional ``args`` string is split like a
+shell (``shlex.split``) and appended. The result is the combined output, or ``Error (...)``
+text, never an exception.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
+import hashlib
+import os
 import re
 import shlex
 import shutil
 import stat
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,33 +129,137 @@ def shebang(path: Path) -> list[str] | None:
     return [exe, arg.strip()] if arg.strip() else [exe]
 
 
-def resolve_command(path: Path) -> tuple[list[str] | None, bool, str]:
-    """``(command, uses_current_python, why_not)`` for a script file."""
+_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+
+def names_python(bang: list[str]) -> bool:
+    """``#!/usr/bin/env python3``, ``#!/usr/bin/python``, ``#!/usr/bin/env -S python3 -u``."""
+    exe = Path(bang[0]).name
+    if exe == "env" and len(bang) > 1:
+        words = [w for w in bang[1].split() if not w.startswith("-")]
+        return bool(words) and bool(_PYTHON_RE.match(Path(words[0]).name))
+    return bool(_PYTHON_RE.match(exe))
+
+
+def python_executable(exe: str | None = None) -> str:
+    """``exe`` (default: the Python running robot-lab) with its folder resolved.
+
+    The folder is made absolute with ``..`` and symlinks resolved, so the path exists as
+    written inside bwrap (which binds real paths); the file name is kept, because a venv's
+    ``bin/python`` is a symlink whose own location is what makes it the venv's Python.
+    """
+    exe = exe or sys.executable
+    if os.sep not in exe:
+        exe = shutil.which(exe) or exe
+    exe = os.path.abspath(os.path.expanduser(exe))
+    return os.path.join(os.path.realpath(os.path.dirname(exe)), os.path.basename(exe))
+
+
+def is_library_module(path: Path, text: str | None = None) -> bool:
+    """A Python file only imported by other scripts: it defines a function or class, and has
+    no ``__main__`` guard and nothing but imports, definitions, assignments and a docstring
+    at top level."""
+    text = _read_text_head(path, 262_144) if text is None else text
     try:
-        mode = path.stat().st_mode
-    except OSError as exc:
-        return None, False, f"cannot stat: {exc.strerror or exc}"
-    if mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH):
-        return [str(path)], False, ""
-    bang = shebang(path)
-    if bang:
-        return [*bang, str(path)], False, ""
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    inert = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+             ast.AnnAssign, ast.Pass)
+    if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in tree.body):
+        return False
+    for node in tree.body:
+        if isinstance(node, inert):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # docstring
+        if isinstance(node, ast.Try) and all(isinstance(n, inert) for n in node.body):
+            continue  # try: import x / except ImportError
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptPlan:
+    """How (and whether) a file in ``scripts/`` runs.
+
+    ``kind``: "tool", "library" (an importable module), "data" (not a program) or
+    "unrunnable" (a program whose interpreter is missing: warned about).
+    """
+
+    kind: str
+    command: list[str] | None = None
+    python: str | None = None  # the Python it runs with, when it does
+    why: str = ""
+
+
+def _by_extension(path: Path, python: str) -> ScriptPlan | None:
     kind = EXTENSION_INTERPRETERS.get(path.suffix.lower())
     if kind == "python":
-        return [sys.executable, str(path)], True, ""
+        return ScriptPlan("tool", [python, str(path)], python)
     if kind == "bash":
-        bash = shutil.which("bash") or "/bin/bash"
-        return [bash, str(path)], False, ""
+        return ScriptPlan("tool", [shutil.which("bash") or "/bin/bash", str(path)])
     if kind == "node":
         node = shutil.which("node")
         if node is None:
-            return None, False, "node is not installed"
-        return [node, str(path)], False, ""
-    return None, False, "not executable, no #! line and no known extension (.py, .sh, .bash, .js)"
+            return ScriptPlan("unrunnable", why="node is not installed")
+        return ScriptPlan("tool", [node, str(path)])
+    return None
+
+
+def plan_script(path: Path, python: str | None = None) -> ScriptPlan:
+    """Decide how ``path`` runs (see the module docstring); ``python`` is the skill's Python."""
+    python = python_executable(python)
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        return ScriptPlan("unrunnable", why=f"cannot stat: {exc.strerror or exc}")
+    executable = bool(mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
+    bang = shebang(path)
+    if bang:
+        if names_python(bang):
+            return ScriptPlan("tool", [python, str(path)], python)
+        if executable:
+            return ScriptPlan("tool", [str(path)])
+        return ScriptPlan("tool", [*bang, str(path)])
+    if path.suffix.lower() == ".py" and is_library_module(path):
+        return ScriptPlan("library", why="a Python module with no __main__ guard and no top-level code")
+    by_ext = _by_extension(path, python)
+    if by_ext is not None:
+        return by_ext
+    if executable:
+        return ScriptPlan("tool", [str(path)])
+    return ScriptPlan("data", why="not executable, no #! line and no known extension (.py, .sh, .bash, .js)")
+
+
+def resolve_command(path: Path, python: str | None = None) -> tuple[list[str] | None, bool, str]:
+    """``(command, runs_with_python, why_not)``; kept for callers of the first API."""
+    plan = plan_script(path, python)
+    return plan.command, plan.python is not None, plan.why
+
+
+_TOOL_NAME_RE = re.compile(r"[^A-Za-z0-9_-]+")
+NAMESPACE_SEPARATOR = "__"
+
+
+def namespaced_name(skill: str, script: str) -> str:
+    """``pdf`` + ``fill_form`` -> ``pdf__fill_form``: at most 64 characters of
+    ``[A-Za-z0-9_-]`` (what OpenAI and Anthropic accept), a hash keeping long ones unique."""
+    prefix = _TOOL_NAME_RE.sub("_", skill).strip("_") or "skill"
+    name = f"{prefix}{NAMESPACE_SEPARATOR}{script}"
+    if len(name) <= 64:
+        return name
+    tag = hashlib.sha1(name.encode()).hexdigest()[:6]
+    keep = 64 - len(tag) - 1
+    return f"{name[:keep]}_{tag}"
 
 
 class ScriptTool:
-    """One script as a tool. Build with :meth:`from_path`; call with ``{"args": "..."}``."""
+    """One script as a tool. Build with :meth:`from_path`; call with ``{"args": "..."}``.
+
+    The tool a skill builds is shared (cached on the skill); :meth:`in_workspace` gives a
+    copy that runs in one conversation's working directory.
+    """
 
     parameters: dict[str, Any] = ARGS_SCHEMA
 
@@ -153,23 +270,31 @@ class ScriptTool:
         *,
         skill_dir: Path,
         grant: Capabilities,
-        uses_current_python: bool = False,
+        python: str | None = None,
         sandbox: Any = None,
         skill_name: str = "",
         name: str | None = None,
         description: str | None = None,
+        workspace: Path | None = None,
     ) -> None:
         self.path = path
         self.command = command
         self.skill_dir = skill_dir
         self.grant = grant
-        self.uses_current_python = uses_current_python
+        self.python = python
         self.sandbox = sandbox
         self.skill_name = skill_name
-        self.name = name or derive_name(path)
+        self.script_name = derive_name(path)
+        self.name = name or (namespaced_name(skill_name, self.script_name) if skill_name else self.script_name)
         self.description = description or extract_description(path)
         self.parameters = dict(ARGS_SCHEMA)
+        self.workspace = workspace
         self.last_outcome: Outcome | None = None
+
+    @property
+    def uses_current_python(self) -> bool:
+        """Kept for the first API: whether the script runs with a Python robot-lab chose."""
+        return self.python is not None
 
     @classmethod
     def from_path(
@@ -182,16 +307,20 @@ class ScriptTool:
         sandbox: Any = None,
         timeout_cap: float | None = None,
         skill_name: str = "",
+        python: str | None = None,
+        plan: ScriptPlan | None = None,
     ) -> ScriptTool | None:
-        """A tool for ``path``, or None (with a warning) when it has no known interpreter.
+        """A tool for ``path``, or None when it is not a runnable script (a library module or a
+        data file; a missing interpreter is warned about).
 
         ``capabilities`` (the skill's declaration) is intersected with ``ceiling`` (default:
         ``settings.sandbox``) and bounded by ``timeout_cap`` (``settings.skills.script_timeout``).
         """
         path = Path(path)
-        command, uses_python, why = resolve_command(path)
-        if command is None:
-            log.warning("script_tool.skipped", script=str(path), skill=skill_name, reason=why)
+        plan = plan or plan_script(path, python)
+        if plan.kind != "tool" or plan.command is None:
+            if plan.kind == "unrunnable":
+                log.warning("script_tool.skipped", script=str(path), skill=skill_name, reason=plan.why)
             return None
         declared = capabilities or Capabilities()
         grant = declared.intersect(ceiling if ceiling is not None else Capabilities.ceiling(sandbox))
@@ -201,13 +330,20 @@ class ScriptTool:
             log.warning("script_tool.capabilities_reduced", script=str(path), skill=skill_name, denied=denied)
         return cls(
             path,
-            command,
+            plan.command,
             skill_dir=Path(skill_dir) if skill_dir else path.parent,
             grant=grant,
-            uses_current_python=uses_python,
+            python=plan.python,
             sandbox=sandbox,
             skill_name=skill_name,
         )
+
+    def in_workspace(self, workspace: str | Path | None) -> ScriptTool:
+        """A copy of this tool that runs in ``workspace`` (mounted read-write, the cwd)."""
+        clone = copy.copy(self)
+        clone.workspace = Path(workspace) if workspace is not None else None
+        clone.last_outcome = None
+        return clone
 
     def call(self, arguments: dict[str, Any] | None = None) -> str:
         """Run the script; the output, or an ``Error (...)`` text. Never raises."""
@@ -221,13 +357,15 @@ class ScriptTool:
                 args = shlex.split(str(raw))
             except ValueError as exc:
                 return f"Error (bad args): {exc}: {raw!r}"
+        before = _snapshot(self.workspace)
         try:
             outcome = run_script(
                 [*self.command, *args],
                 grant=self.grant,
                 skill_dir=str(self.skill_dir),
                 sandbox=self.sandbox,
-                uses_current_python=self.uses_current_python,
+                python=self.python,
+                workspace=str(self.workspace) if self.workspace is not None else None,
                 label=f"{self.skill_name}/{self.path.name}",
             )
         except Exception as exc:  # never let a sandbox bug reach the model loop as an exception
@@ -236,7 +374,11 @@ class ScriptTool:
         self.last_outcome = outcome
         log.info("script_tool.ran", script=self.path.name, skill=self.skill_name, mode=outcome.mode,
                  returncode=outcome.returncode, timed_out=outcome.timed_out, elapsed=round(outcome.elapsed, 3))
-        return outcome.text(self.grant.timeout)
+        text = outcome.text(self.grant.timeout)
+        written = _changed(before, _snapshot(self.workspace))
+        if written:
+            text += f"\n[files written to the working directory: {', '.join(written)}]"
+        return text
 
     __call__ = call
 
@@ -248,3 +390,31 @@ class ScriptTool:
 
     def __repr__(self) -> str:
         return f"<ScriptTool {self.name} ({self.path})>"
+
+
+_SNAPSHOT_LIMIT = 2_000
+
+
+def _snapshot(folder: Path | None) -> dict[str, tuple[int, int]] | None:
+    """(mtime_ns, size) of the files under ``folder`` (at most a few thousand)."""
+    if folder is None or not folder.is_dir():
+        return None
+    seen: dict[str, tuple[int, int]] = {}
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            full = os.path.join(root, name)
+            try:
+                st = os.lstat(full)  # a link a script made is not followed
+            except OSError:
+                continue
+            seen[os.path.relpath(full, folder)] = (st.st_mtime_ns, st.st_size)
+            if len(seen) >= _SNAPSHOT_LIMIT:
+                return seen
+    return seen
+
+
+def _changed(before: dict[str, tuple[int, int]] | None, after: dict[str, tuple[int, int]] | None) -> list[str]:
+    if before is None or after is None:
+        return []
+    return sorted(name for name, stamp in after.items() if before.get(name) != stamp)

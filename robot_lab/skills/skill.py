@@ -27,7 +27,7 @@ from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.frontmatter import SkillHead, read_body, read_head
-from robot_lab.skills.script_tool import ScriptTool, resolve_command
+from robot_lab.skills.script_tool import ScriptPlan, ScriptTool, plan_script
 
 log = get_logger("robot_lab.skills")
 
@@ -82,7 +82,8 @@ def _settings(settings: Any) -> Any:
 class AgentSkill:
     """One skill bundle. ``AgentSkill(path)`` takes the skill directory or its ``SKILL.md``."""
 
-    def __init__(self, path: str | os.PathLike[str], *, root: str | None = None, settings: Any = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, root: str | None = None, settings: Any = None,
+                 root_path: str | os.PathLike[str] | None = None) -> None:
         given = Path(path).expanduser()
         skill_md = given / SKILL_FILE if given.is_dir() else given
         if not skill_md.exists() and not skill_md.is_symlink():
@@ -90,6 +91,7 @@ class AgentSkill:
         self.path = Path(os.path.realpath(skill_md.parent))  # the skill directory
         self.skill_md = self.path / skill_md.name
         self.root = root
+        self.root_path = Path(root_path) if root_path is not None else self.path.parent
         self._skills_settings = _settings(settings)
         real_md = Path(os.path.realpath(self.skill_md))
         if not _inside(real_md, self.path):
@@ -112,9 +114,13 @@ class AgentSkill:
         self.extra = {k: v for k, v in fm.items() if k not in KNOWN_KEYS}
         self.description_digest = hashlib.sha256(self.description.encode("utf-8")).hexdigest()
         self.warnings: list[str] = [issue.message for issue in self.spec_issues()]
+        # robot-lab's own limits and skipped files: reported, but never spec errors.
+        self.notes: list[str] = []
         self._lock = threading.Lock()
         self._instructions: str | None = None
         self._scripts: list[Path] | None = None
+        self._scripts_stamp: tuple[int, ...] | None = None
+        self._tools_cache: dict[str, tuple[tuple[int, ...], list[ScriptTool]]] = {}
         for message in self.warnings:
             log.warning("skill.warning", skill=self.name, path=str(self.skill_md), warning=message)
 
@@ -171,6 +177,7 @@ class AgentSkill:
                     if truncated:
                         message = f"instructions truncated to {limit} characters (skills.max_instructions_chars)"
                         self.warnings.append(message)
+                        self.notes.append(message)
                         log.warning("skill.instructions_truncated", skill=self.name, path=str(self.skill_md),
                                     limit=limit)
                     self._instructions = text
@@ -178,12 +185,38 @@ class AgentSkill:
 
     @property
     def scripts(self) -> list[Path]:
-        """Files directly inside ``scripts/``, sorted; entries resolving outside are dropped."""
-        if self._scripts is None:
+        """Files directly inside ``scripts/``, sorted; entries resolving outside are dropped.
+        Rescanned when the folder changes (a file added or removed)."""
+        stamp = self._folder_stamp()
+        if self._scripts is None or stamp != self._scripts_stamp:
             with self._lock:
-                if self._scripts is None:
+                if self._scripts is None or stamp != self._scripts_stamp:
                     self._scripts = self._scan_scripts()
+                    self._scripts_stamp = stamp
         return self._scripts
+
+    def _folder_stamp(self) -> tuple[int, ...]:
+        try:
+            return (os.stat(self.path / "scripts").st_mtime_ns,)
+        except OSError:
+            return (0,)
+
+    @property
+    def python(self) -> str | None:
+        """The Python for this skill's scripts: ``skills.root_python`` for its root, else
+        ``skills.python``, else None (the interpreter robot-lab runs under)."""
+        per_root = getattr(self._skills_settings, "root_python", None) or {}
+        if per_root:
+            here = os.path.realpath(self.root_path)
+            for root, python in per_root.items():
+                if os.path.realpath(os.path.expanduser(root)) == here:
+                    return python
+        return getattr(self._skills_settings, "python", None)
+
+    def script_plans(self) -> list[tuple[Path, ScriptPlan]]:
+        """Every file of ``scripts/`` and how it runs (tools, library modules, data files)."""
+        python = self.python
+        return [(script, plan_script(script, python)) for script in self.scripts]
 
     def _scan_scripts(self) -> list[Path]:
         folder = self.path / "scripts"
@@ -209,24 +242,64 @@ class AgentSkill:
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
             self.warnings.append(message)
+        if message not in self.notes:
+            self.notes.append(message)
         log.warning("skill.warning", skill=self.name, path=str(self.path), warning=message)
 
     def script_tools(self, ceiling: Capabilities | None = None, *, sandbox: Any = None) -> list[ScriptTool]:
         """One tool per runnable script (at most ``skills.max_scripts``), under ``ceiling``.
 
         ``ceiling`` defaults to ``Capabilities.ceiling(sandbox)`` (``settings.sandbox``).
-        Scripts with no known interpreter are skipped with a warning; so are duplicate names.
+        Library modules and data files are not tools; scripts whose interpreter is missing
+        are skipped with a warning, so are duplicate names. Cached per ceiling and sandbox
+        until a script changes (building them reads every script's head).
         """
-        limit = int(self._skills_settings.max_scripts)
-        scripts = self.scripts
-        if len(scripts) > limit:
-            self._warn(f"{len(scripts)} scripts; only the first {limit} become tools (skills.max_scripts)")
-            scripts = scripts[:limit]
         if ceiling is None:
             ceiling = Capabilities.ceiling(sandbox)
+        key = f"{ceiling!r}|{sandbox!r}|{self.python}"
+        scripts = self.scripts
+        stamp = (*self._scripts_stamp_or_empty(), *self._mtimes(scripts))
+        cached = self._tools_cache.get(key)
+        if cached is not None and cached[0] == stamp:
+            return list(cached[1])
+        tools = self._build_tools(scripts, ceiling, sandbox)
+        with self._lock:
+            if len(self._tools_cache) > 16:
+                self._tools_cache.clear()
+            self._tools_cache[key] = (stamp, tools)
+        return list(tools)
+
+    def _scripts_stamp_or_empty(self) -> tuple[int, ...]:
+        return self._scripts_stamp or ()
+
+    @staticmethod
+    def _mtimes(paths: list[Path]) -> list[int]:
+        stamps = []
+        for path in paths:
+            try:
+                st = os.stat(path)
+                stamps += [st.st_mtime_ns, st.st_mode]
+            except OSError:
+                stamps.append(-1)
+        return stamps
+
+    def _build_tools(self, scripts: list[Path], ceiling: Capabilities, sandbox: Any) -> list[ScriptTool]:
+        limit = int(self._skills_settings.max_scripts)
+        python = self.python
         tools: list[ScriptTool] = []
         names: set[str] = set()
         for script in scripts:
+            plan = plan_script(script, python)
+            if plan.kind in ("library", "data"):
+                continue
+            if plan.kind == "unrunnable":
+                log.warning("script_tool.skipped", script=str(script), skill=self.name, reason=plan.why)
+                self._warn(f"scripts/{script.name}: skipped: {plan.why}")
+                continue
+            if len(tools) >= limit:
+                self._warn(f"more than {limit} runnable scripts; only the first {limit} become tools "
+                           "(skills.max_scripts)")
+                break
             tool = ScriptTool.from_path(
                 script,
                 capabilities=self.capabilities,
@@ -235,9 +308,10 @@ class AgentSkill:
                 sandbox=sandbox,
                 timeout_cap=float(self._skills_settings.script_timeout),
                 skill_name=self.name,
+                python=python,
+                plan=plan,
             )
             if tool is None:
-                self._warn(f"scripts/{script.name}: skipped: {resolve_command(script)[2]}")
                 continue
             if tool.name in names:
                 self._warn(f"scripts/{script.name}: tool name {tool.name!r} already taken in this skill; skipped")
@@ -265,7 +339,9 @@ class AgentSkill:
 
 
 def validate(path: str | os.PathLike[str], *, strict: bool = False, settings: Any = None) -> tuple[AgentSkill | None, list[Issue]]:
-    """Load one bundle and list its issues; with ``strict`` spec warnings become errors.
+    """Load one bundle and list its issues. With ``strict`` the agentskills.io rules become
+    errors; robot-lab's own limits (the instructions cap, skipped scripts) stay warnings,
+    since they are not spec rules. Data files and library modules in ``scripts/`` are fine.
 
     Also reads the body and scripts, so size limits and unsafe symlinks are reported.
     """
@@ -282,5 +358,5 @@ def validate(path: str | os.PathLike[str], *, strict: bool = False, settings: An
     known = {issue.message for issue in issues}
     for message in skill.warnings:
         if message not in known:
-            issues.append(Issue(level, message))
+            issues.append(Issue("warning" if message in skill.notes else level, message))
     return skill, issues

@@ -171,6 +171,21 @@ class SkillTool:
         parts.append("</skill>")
         return "\n".join(parts)
 
+    def restore(self, names: Iterable[str]) -> None:
+        """Activate ``names`` silently (skills the conversation activated in earlier runs:
+        their instructions are already in its history, their tools must be offered again)."""
+        for name in names:
+            skill = self.skills.get(name)
+            if skill is None or any(a.skill is skill for a in self.activations):
+                continue
+            try:
+                tools = skill.script_tools(self.ceiling, sandbox=self.sandbox)
+            except Exception as exc:
+                log.warning("skills.activation_failed", skill=skill.name, error=f"{type(exc).__name__}: {exc}")
+                continue
+            with self._lock:
+                self.activations.append(Activation(skill=skill, args="", tools=tools))
+
     def reset(self) -> None:
         with self._lock:
             self.activations.clear()

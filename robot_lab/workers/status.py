@@ -301,7 +301,12 @@ def collect_status(connection: Any = None, keys: Keys | None = None, robots: lis
                             f"{row['queue']} ({', '.join(row['stale_rq_workers'])}); not counted as live")
         if row["dlq"]:
             problems.append(f"{row['robot']}: {row['dlq']} dead letter(s) (robot-lab dlq list {row['robot']})")
-    problems += orphan_inbox_problems(connection, keys, rows, runs)
+    orphans = orphan_inbox_problems(connection, keys, rows, runs)
+    for row in rows:
+        if row["bus_lag"] and not row["bus_workers"] and not any(f"inbox {row['robot']!r}:" in o for o in orphans):
+            problems.append(f"{row['robot']}: {row['bus_lag']} unread message(s) in its inbox and no live "
+                            f"robot-lab worker serving it (start one: robot-lab worker {row['robot']})")
+    problems += orphans
     problems += stalled_conversation_problems(connection, keys, names)
     settings = get_settings()
     return {

@@ -23,7 +23,8 @@ from robot_lab.logging import get_logger
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new_id
 from robot_lab.runtime.network.dag import Graph, NetworkSpec, compile_network
-from robot_lab.runtime.network.run_state import RunStore, enqueue_jobs
+from robot_lab.runtime.network.enqueue import enqueue_jobs
+from robot_lab.runtime.network.run_state import RunStore
 
 log = get_logger("robot_lab.coordinator")
 

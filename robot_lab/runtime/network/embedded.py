@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from robot_lab.logging import get_logger
-from robot_lab.runtime.network.run_state import queue_name
+from robot_lab.runtime.network.enqueue import queue_name
 
 log = get_logger("robot_lab.runtime.network.embedded")
 

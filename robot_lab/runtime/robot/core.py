@@ -341,6 +341,7 @@ class Robot:
         budgets: Iterable[Any] = (),
         doom_loop: Any = None,
         conversation_id: str | None = None,
+        attachments: Iterable[Any] | None = None,
         **context: Any,
     ) -> RobotResult:
         """Send ``message`` and run the tool loop until the model answers with text.
@@ -353,18 +354,20 @@ class Robot:
         ``RedisDoomLoopDetector`` so a loop bouncing between robots is seen).
         ``conversation_id`` loads that conversation's history from Redis first and saves it
         after, so any worker of this robot can continue it.
+        ``attachments`` (paths, ``(name, bytes)`` pairs) land in the skill workspace (docs/skills.md).
         """
         if conversation_id is not None:
             return run_mod.run_in_conversation(
                 self, conversation_id, message, tools=tools, mcp=mcp, network_config=network_config,
                 on_content=on_content, extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks,
                 network=network, task=task, memory=memory, run_id=run_id, budgets=budgets, doom_loop=doom_loop,
-                **context,
+                attachments=attachments, **context,
             )
         return run_mod.execute(
             self, message, tools=tools, mcp=mcp, network_config=network_config, on_content=on_content,
             extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks, network=network, task=task,
             memory=memory, run_id=run_id, budgets=budgets, doom_loop=doom_loop, context=context,
+            attachments=attachments,
         )
 
     def run_safely(self, message: str | None = None, **kwargs: Any) -> RobotResult:

@@ -8,7 +8,8 @@ and rendering is deferred to run time when build-time context is incomplete.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ class PromptAssembly:
         self.templates: list[Template] = []
         self.render_deferred = False
         self.agent_skills: list[Any] = []
+        self._own_skill_scope: str | None = None  # this robot's own conversation, for skills
 
     # --- build time ----------------------------------------------------------------------
     def apply_template(self, robot: Any) -> None:
@@ -114,21 +116,34 @@ class PromptAssembly:
     # --- one run -------------------------------------------------------------------------
     def with_agent_skills(
         self, messages: list[dict[str, Any]], skill_mode: str, message: str | None,
-        selected: list[Tool], base_prompt: str | None,
+        selected: list[Tool], base_prompt: str | None, *, robot_name: str = "robot",
+        scope: str | None = None, attachments: Iterable[Any] | None = None,
     ) -> list[Tool] | Callable[[], list[Tool]]:
-        """Apply the AgentSkills for one run. Match mode: matched instructions are prepended
-        and their script tools offered. Tool mode: the prompt lists the skills and a
+        """Apply the AgentSkills for one run; ``robot_lab.skills.session`` does the work.
+
+        ``scope`` is the conversation or network run (else this robot's own conversation):
+        its skill session holds the workspace (where ``attachments`` land) and the skills
+        that stick. Match mode: matched instructions and the working directory are in the
+        prompt, their script tools offered. Tool mode: the prompt lists the skills and a
         ``Skill`` tool activates one, so the offered tools are recomputed every round."""
         if not self.agent_skills:
+            if attachments:
+                log.warning("robot.attachments_ignored", robot=robot_name, reason="the robot has no AgentSkills")
             return selected
-        from robot_lab.skills import SkillTool, default_catalog, default_matcher
+        from robot_lab.skills import default_catalog
+        from robot_lab.skills.session import session_for
 
+        if self._own_skill_scope is None:
+            self._own_skill_scope = f"robot-{robot_name}-{uuid.uuid4().hex[:12]}"
+        session = session_for(robot_name, scope or self._own_skill_scope)
+        session.attach(attachments)
         if skill_mode == "tool":
-            skill_tool = SkillTool(default_catalog(), [s.name for s in self.agent_skills])
-            set_system_message(messages, "\n\n".join(p for p in (base_prompt, skill_tool.listing()) if p))
-            return lambda: [as_tool(t) for t in skill_tool.filter_tools(selected)]
-        injection = default_matcher().prepare(message or "", self.agent_skills)
-        if not injection:
-            return selected
-        set_system_message(messages, injection.system_prompt(base_prompt))
-        return [as_tool(t) for t in injection.filter_tools(selected)]
+            run = session.tool_mode_run(self.agent_skills, selected, base_prompt, catalog=default_catalog())
+        else:
+            run = session.match_run(message, self.agent_skills, selected, base_prompt)
+        if run.prompt is not None:
+            set_system_message(messages, run.prompt)
+        tools = run.tools
+        if callable(tools):
+            return lambda: [as_tool(t) for t in tools()]  # type: ignore[operator]
+        return [as_tool(t) for t in tools]

@@ -41,6 +41,7 @@ def execute(
     budgets: Iterable[Any],
     doom_loop: Any,
     context: Mapping[str, Any],
+    attachments: Iterable[Any] | None = None,
 ) -> RobotResult:
     """The body of ``Robot.run`` (see there for the arguments)."""
     per_run = HookRegistry([hooks] if hooks is not None and not isinstance(hooks, (list, tuple)) else hooks or [])
@@ -71,7 +72,8 @@ def execute(
             saved_prompt = robot.instructions
             try:
                 offered = robot._prompt.with_agent_skills(
-                    robot.messages, robot.skill_mode, ctx.request, selected, saved_prompt
+                    robot.messages, robot.skill_mode, ctx.request, selected, saved_prompt, robot_name=robot.name,
+                    scope=getattr(robot, "_skill_scope", None) or run_id, attachments=attachments,
                 )
                 return run_hooks(
                     "llm_generation",
@@ -101,9 +103,11 @@ def run_in_conversation(robot: Any, conversation_id: str, message: str | None, *
     saved = robot.messages
     history = [m for m in store.load(robot.name, conversation_id) if m.get("role") != "system"]
     robot.messages = [*system, *history]
+    robot._skill_scope = conversation_id  # the conversation's skill workspace and sticky skills
     try:
         result = robot.run(message, **kwargs)
         store.save(robot.name, conversation_id, [m for m in robot.messages if m.get("role") != "system"])
         return result
     finally:
         robot.messages = saved
+        robot._skill_scope = None

@@ -1,0 +1,57 @@
+"""Putting a run's runnable tasks on rq queues: one job per task attempt.
+
+The transitions (:mod:`.transitions`) decide *which* tasks run and name each attempt's job
+(``rl-<run>-<task>-<attempt>``); this module only turns those ``(task, job_id, robot)``
+triples into rq jobs on queue ``robot:<robot>``. A crash between the two is repaired by
+``RunStore.repair_queued``, and a duplicate job is harmless because claims are checked in
+Lua. Jobs name their function by import path (``JOB_FUNC``), so this runtime module never
+imports the workers that run them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from robot_lab.keys import Keys
+from robot_lab.runtime.network.dag import Graph
+
+JOB_FUNC = "robot_lab.workers.run_task"
+DEFAULT_JOB_TIMEOUT = 600
+
+
+def enqueue_jobs(connection: Any, keys: Keys, run_id: str, items: list[tuple[str, str, str]],
+                 graph: Graph | None = None) -> None:
+    """Put one rq job per (task, job_id, robot) on queue ``robot:<robot>``.
+
+    The job carries everything a plain ``rq worker robot:<robot>`` needs: the key
+    prefix, the run id, the task and the attempt's job id (the robot spec and app path are in
+    the run record). Data-only serializer (JobSerializer), function by import path.
+    """
+    if not items:
+        return
+    from rq import Queue, Retry
+    from robot_lab.runtime.network.serializer import JobSerializer
+
+    pipe = connection.pipeline()
+    for task, job_id, robot in items:
+        spec = graph.tasks.get(task) if graph is not None else None
+        retries = spec.retries if spec is not None else 2
+        timeout = int(spec.timeout) if spec is not None and spec.timeout else DEFAULT_JOB_TIMEOUT
+        queue = Queue(queue_name(robot), connection=connection, serializer=JobSerializer)
+        queue.enqueue_call(
+            func=JOB_FUNC,
+            args=[keys.prefix, run_id, task, job_id],
+            job_id=job_id,
+            timeout=timeout,
+            result_ttl=300,
+            failure_ttl=86_400,
+            retry=Retry(max=retries) if retries > 0 else None,
+            description=f"robot-lab task {task} of run {run_id} ({robot})",
+            pipeline=pipe,
+        )
+    pipe.execute()
+
+
+def queue_name(robot: str) -> str:
+    """The rq queue of a robot (a name users see: ``robot:billing``)."""
+    return f"robot:{robot}"

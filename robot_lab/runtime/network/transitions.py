@@ -1,0 +1,253 @@
+"""The Lua transitions of a network run: every state change is one script.
+
+Why Lua: two parents finishing at the same moment must not both enqueue their child, a
+claimed task must not be claimed twice, and each state change must be written together with
+its event. One script per transition gives all three without WATCH/MULTI retries.
+
+Every script starts with the shared library ``_LIB`` (``st``, ``emit``, ``graph``,
+``advance``) and takes ``KEYS[1]`` = the run's key and ``ARGV[1]`` = the run id; the key
+layout and the task states are described in :mod:`.run_state`, which is the only caller.
+``advance()`` moves pending tasks to ready/skipped, queues ready ones up to
+``max_concurrent`` and returns ``task, job_id, robot`` triples the caller must enqueue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+_SCRIPT_SHAS: dict[str, str] = {}
+
+_LIB = r"""
+local R = KEYS[1]
+local RUN_ID = ARGV[1]
+local TERMINAL = {done=true, failed=true, skipped=true, cancelled=true}
+local function st(t) return redis.call('HGET', R .. ':state', t) end
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+-- data_json: an already encoded JSON object (or nil)
+local function emit(event, task, robot, data_json)
+  local seq = redis.call('HINCRBY', R, 'seq', 1)
+  local parts = {'{"run_id":', cjson.encode(RUN_ID), ',"event":', cjson.encode(event),
+                 ',"seq":', tostring(seq), ',"ts":', string.format('%.6f', now())}
+  if task then table.insert(parts, ',"task":'); table.insert(parts, cjson.encode(task)) end
+  if robot then table.insert(parts, ',"robot":'); table.insert(parts, cjson.encode(robot)) end
+  if data_json then table.insert(parts, ',"data":'); table.insert(parts, data_json) end
+  table.insert(parts, '}')
+  redis.call('XADD', R .. ':events', '*', 'event', table.concat(parts))
+end
+local function graph(t) return cjson.decode(redis.call('HGET', R .. ':graph', t)) end
+local function advance()
+  local order = cjson.decode(redis.call('HGET', R, 'order'))
+  local changed = true
+  while changed do
+    changed = false
+    for _, t in ipairs(order) do
+      if st(t) == 'pending' then
+        local g = graph(t)
+        local new = nil
+        if g.optional then
+          if redis.call('SISMEMBER', R .. ':activated', t) == 1 then
+            new = 'ready'
+          else
+            local all = true
+            for _, a in ipairs(g.activators) do
+              if not TERMINAL[st(a)] then all = false; break end
+            end
+            if all then new = 'skipped' end
+          end
+        else
+          local all = true
+          local any = (#g.deps == 0)
+          for _, d in ipairs(g.deps) do
+            local s = st(d)
+            if not TERMINAL[s] then all = false; break end
+            if s ~= 'skipped' then any = true end
+          end
+          if all then
+            if any then new = 'ready' else new = 'skipped' end
+          end
+        end
+        if new then
+          redis.call('HSET', R .. ':state', t, new)
+          changed = true
+          if new == 'skipped' then emit('task.skipped', t, g.robot, nil) end
+        end
+      end
+    end
+  end
+  local out = {}
+  if redis.call('HGET', R, 'status') ~= 'running' then return out end
+  local limit = tonumber(redis.call('HGET', R, 'max_concurrent') or '0') or 0
+  local inflight = 0
+  for _, t in ipairs(order) do
+    local s = st(t)
+    if s == 'queued' or s == 'running' then inflight = inflight + 1 end
+  end
+  local ts = now()
+  for _, t in ipairs(order) do
+    if st(t) == 'ready' and (limit <= 0 or inflight < limit) then
+      local attempt = redis.call('HINCRBY', R .. ':attempts', t, 1)
+      local job = 'rl-' .. RUN_ID .. '-' .. t .. '-' .. attempt
+      local g = graph(t)
+      redis.call('HSET', R .. ':state', t, 'queued')
+      redis.call('HSET', R .. ':jobs', t, job)
+      redis.call('HSET', R .. ':queued_at', t, tostring(ts))
+      inflight = inflight + 1
+      emit('task.queued', t, g.robot, '{"job_id":' .. cjson.encode(job) .. ',"attempt":' .. attempt .. '}')
+      table.insert(out, t)
+      table.insert(out, job)
+      table.insert(out, g.robot)
+    end
+  end
+  local finished = true
+  for _, t in ipairs(order) do
+    if not TERMINAL[st(t)] then finished = false; break end
+  end
+  if finished then
+    redis.call('HSET', R, 'status', 'completed', 'finished_at', tostring(ts))
+    emit('run.completed', nil, nil, nil)
+    emit('stream.ended', nil, nil, nil)
+  end
+  return out
+end
+"""
+
+ADVANCE = _LIB + "\nreturn advance()\n"
+
+START = _LIB + r"""
+if redis.call('HGET', R, 'status') ~= 'running' then return {} end
+if redis.call('HGET', R, 'started') then return {} end
+redis.call('HSET', R, 'started', '1')
+emit('run.started', nil, nil, ARGV[2])
+return advance()
+"""
+
+# ARGV: run_id, task, job_id, worker, lease_ms
+CLAIM = _LIB + r"""
+local t, job, worker, lease_ms = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local s = st(t)
+if not s then return 'unknown' end
+if TERMINAL[s] then return 'finished' end
+if redis.call('HGET', R, 'status') ~= 'running' then return 'cancelled' end
+if redis.call('HGET', R .. ':jobs', t) ~= job then return 'stale' end
+local lease = R .. ':lease:' .. t
+if s == 'running' and redis.call('EXISTS', lease) == 1 and redis.call('GET', lease) ~= worker then
+  return 'busy'
+end
+if s ~= 'queued' and s ~= 'running' then return 'not-ready' end
+redis.call('HSET', R .. ':state', t, 'running')
+redis.call('SET', lease, worker, 'PX', lease_ms)
+local attempt = redis.call('HGET', R .. ':attempts', t) or '1'
+emit('task.started', t, graph(t).robot,
+     '{"worker":' .. cjson.encode(worker) .. ',"job_id":' .. cjson.encode(job) .. ',"attempt":' .. attempt .. '}')
+return 'ok'
+"""
+
+# ARGV: run_id, task, job_id, result_json, outcome, activations_json, event_data_json, usage_json
+COMPLETE = _LIB + r"""
+local t, job, result, outcome = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local s = st(t)
+if not s then return {'unknown'} end
+if TERMINAL[s] then return {'duplicate'} end
+if redis.call('HGET', R .. ':jobs', t) ~= job then return {'stale'} end
+redis.call('HSET', R .. ':results', t, result)
+redis.call('HSET', R .. ':state', t, outcome)
+redis.call('DEL', R .. ':lease:' .. t)
+local ignored = {}
+for _, name in ipairs(cjson.decode(ARGV[6])) do
+  local raw = redis.call('HGET', R .. ':graph', name)
+  local ok = false
+  if raw then
+    local g = cjson.decode(raw)
+    if g.optional then
+      for _, a in ipairs(g.activators) do if a == t then ok = true end end
+    end
+  end
+  if ok then redis.call('SADD', R .. ':activated', name) else table.insert(ignored, name) end
+end
+if ARGV[8] and ARGV[8] ~= '' then emit('usage.updated', t, graph(t).robot, ARGV[8]) end
+local event = 'task.completed'
+if outcome == 'failed' then event = 'task.failed' end
+emit(event, t, graph(t).robot, ARGV[7])
+if redis.call('HGET', R, 'status') ~= 'running' then return {'cancelled'} end
+local out = advance()
+table.insert(out, 1, cjson.encode(ignored))
+table.insert(out, 1, 'ok')
+return out
+"""
+
+# ARGV: run_id, task, job_id, data_json -- a retryable failure: back to queued for rq's retry
+RELEASE = _LIB + r"""
+local t, job = ARGV[2], ARGV[3]
+if st(t) ~= 'running' or redis.call('HGET', R .. ':jobs', t) ~= job then return 0 end
+redis.call('HSET', R .. ':state', t, 'queued')
+redis.call('HSET', R .. ':queued_at', t, tostring(now()))
+redis.call('DEL', R .. ':lease:' .. t)
+emit('task.retrying', t, graph(t).robot, ARGV[4])
+return 1
+"""
+
+# ARGV: run_id -- running tasks whose lease expired go back to ready, then advance
+RECLAIM = _LIB + r"""
+if redis.call('HGET', R, 'status') ~= 'running' then return {} end
+local order = cjson.decode(redis.call('HGET', R, 'order'))
+for _, t in ipairs(order) do
+  if st(t) == 'running' and redis.call('EXISTS', R .. ':lease:' .. t) == 0 then
+    local attempts = tonumber(redis.call('HGET', R .. ':attempts', t) or '0')
+    local max_attempts = tonumber(ARGV[2] or '0')
+    if max_attempts > 0 and attempts >= max_attempts then
+      -- a task that keeps killing its workers (or cannot even load) must not loop forever
+      local robot = graph(t).robot
+      local text = 'Error: WorkerLost: task ' .. t .. ' lost its worker ' .. attempts ..
+                   ' times (max_attempts ' .. max_attempts .. ')'
+      redis.call('HSET', R .. ':results', t, cjson.encode({robot_name = robot, error = text,
+                 stop_reason = 'error', output = {{type = 'text', content = text}}}))
+      redis.call('HSET', R .. ':state', t, 'failed')
+      emit('task.failed', t, robot, cjson.encode({error = text}))
+    else
+      redis.call('HSET', R .. ':state', t, 'ready')
+      emit('task.retrying', t, graph(t).robot,
+           '{"reason":"worker lost (lease expired)","job_id":' .. cjson.encode(redis.call('HGET', R .. ':jobs', t)) .. '}')
+    end
+  end
+end
+return advance()
+"""
+
+# ARGV: run_id, reason
+CANCEL = _LIB + r"""
+local status = redis.call('HGET', R, 'status')
+if status ~= 'running' then return status or 'unknown' end
+redis.call('HSET', R, 'status', 'cancelled', 'finished_at', tostring(now()))
+local order = cjson.decode(redis.call('HGET', R, 'order'))
+for _, t in ipairs(order) do
+  local s = st(t)
+  if s == 'pending' or s == 'ready' or s == 'queued' then
+    redis.call('HSET', R .. ':state', t, 'cancelled')
+  end
+end
+emit('run.cancelled', nil, nil, '{"reason":' .. cjson.encode(ARGV[2]) .. '}')
+emit('stream.ended', nil, nil, nil)
+return 'cancelled'
+"""
+
+EMIT = _LIB + r"""
+emit(ARGV[2], ARGV[3] ~= '' and ARGV[3] or nil, ARGV[4] ~= '' and ARGV[4] or nil, ARGV[5] ~= '' and ARGV[5] or nil)
+return 1
+"""
+
+
+def run_script(connection: Any, script: str, key: str, run_id: str, *argv: Any) -> Any:
+    """EVALSHA ``script`` on the run's key, falling back to EVAL (which caches it) on NOSCRIPT."""
+    sha = _SCRIPT_SHAS.get(script)
+    if sha is None:
+        sha = _SCRIPT_SHAS[script] = hashlib.sha1(script.encode()).hexdigest()
+    try:
+        return connection.evalsha(sha, 1, key, run_id, *argv)
+    except NoScriptError:
+        return connection.eval(script, 1, key, run_id, *argv)
