@@ -91,11 +91,12 @@ def _strictness(message: RobotMessage) -> tuple[str, str] | None:
         value = getattr(message, name)
         if isinstance(value, _dt.datetime) and value.tzinfo is None:
             return "invalid", f"{name} {value.isoformat()} has no timezone (add Z or +hh:mm)"
-    if message.reply_to is not None:
-        try:
-            check_robot_name(message.reply_to, "reply_to")
-        except BusError as exc:
-            return "invalid", text(str(exc))
+    for name, value in (("to", message.to), ("reply_to", message.reply_to)):
+        if value is not None:
+            try:
+                check_robot_name(value, name)
+            except BusError as exc:
+                return "invalid", text(str(exc))
     return None
 
 
