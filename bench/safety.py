@@ -3,10 +3,12 @@ each beside its baseline, in one run.
 
     .venv/bin/python bench/safety.py [--url redis://127.0.0.1:6379/0] [--calls 5000]
 
-* Budget: one model call's bookkeeping (reserve_all_remaining + reconcile + check_budgets)
-  on the in-process Ledger (robot_lab's design, the baseline) and on the RedisLedger (two
-  Lua scripts + one HGETALL over the network), plus a raw ``HINCRBYFLOAT`` round trip as
-  the floor any shared counter pays.
+* Budget: one model call's bookkeeping (reserve_for_call + reconcile + check_budgets, the
+  Robot's protocol) on the in-process Ledger (robot_lab's design, the baseline) and on the
+  RedisLedger (two Lua scripts + one HGETALL over the network), plus a raw ``HINCRBYFLOAT``
+  round trip as the floor any shared counter pays; and the size of the reservation,
+  ``estimate_call`` (litellm's token counter over a 20-message conversation) beside the
+  characters / 4 estimate it replaces.
 * Doom loop: ``observe`` per tool call in process (baseline) and on Redis (one MULTI).
 * History: search_history over a 200-message conversation and one compression pass.
 
@@ -29,7 +31,16 @@ sys.path.insert(0, str(ROOT))
 
 from robot_lab.keys import Keys  # noqa: E402
 from robot_lab.logging import configure_logging  # noqa: E402
-from robot_lab.runtime.rails.budget import Ledger, RedisLedger, check_budgets, reconcile, reserve_all_remaining  # noqa: E402
+from robot_lab.runtime.rails.budget import (  # noqa: E402
+    CallEstimate,
+    Ledger,
+    RedisLedger,
+    check_budgets,
+    estimate_call,
+    reconcile,
+    reserve_for_call,
+)
+from robot_lab.runtime.rails.budget.estimate import _fallback_count  # noqa: E402
 from robot_lab.runtime.rails.doom_loop import DoomLoopDetector, RedisDoomLoopDetector  # noqa: E402
 from robot_lab.runtime.history import compress_history, search_history  # noqa: E402
 
@@ -43,7 +54,7 @@ def per_call_us(fn, n: int) -> float:  # type: ignore[no-untyped-def]
 
 def budget_call(ledger):  # type: ignore[no-untyped-def]
     def run(_: int) -> None:
-        reservation = reserve_all_remaining([ledger], caps={"tokens": 100})
+        reservation = reserve_for_call([ledger], CallEstimate(input_tokens=60, output_tokens=40), timeout=5)
         reconcile(reservation, tokens=1, cost=0.0)
         check_budgets([ledger])
 
@@ -73,6 +84,17 @@ def main() -> None:
         print(f"  in-process Ledger (baseline)   {t_local:9.1f} us")
         print(f"  RedisLedger (Lua, shared)      {t_redis:9.1f} us   ratio {t_redis / t_local:7.1f}x")
         print(f"  raw HINCRBYFLOAT round trip    {t_raw:9.1f} us   RedisLedger = {t_redis / t_raw:.1f} round trips")
+
+        conversation = [{"role": "user" if i % 2 == 0 else "assistant",
+                         "content": f"Turn {i}: please look at invoice {i} and tell me what is overdue."}
+                        for i in range(20)]
+        estimate_call("gpt-4o-mini", conversation, max_tokens=256)  # load the encoding once
+        reps = 200
+        t_chars = per_call_us(lambda i: _fallback_count(conversation, None), reps)
+        t_count = per_call_us(lambda i: estimate_call("gpt-4o-mini", conversation, max_tokens=256), reps)
+        print(f"reservation size of a call over 20 messages ({reps} calls)")
+        print(f"  characters / 4 (baseline)      {t_chars:9.1f} us")
+        print(f"  estimate_call (litellm count)  {t_count:9.1f} us   ratio {t_count / t_chars:7.1f}x")
 
         # 11 distinct names in turn: longer than MAX_PERIOD, so every call scans all periods
         # and none is a loop (the worst case for the check).

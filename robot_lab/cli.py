@@ -40,6 +40,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("robot_lab.commands.status:status", "Queues, workers, bus lag, DLQ and active runs (--json)."),
     "health": ("robot_lab.commands.status:health", "Worker liveness/readiness probe (exit 0 = healthy)."),
     "runs": ("robot_lab.commands.runs:runs", "Recent network runs: status, duration, tokens, cost."),
+    "metrics": ("robot_lab.commands.observe:metrics_cmd", "Prometheus exporter of queue, lag and budget gauges."),
+    "dashboard": ("robot_lab.commands.observe:dashboard", "Web view of robots, queues, DLQ and live runs."),
 }
 
 
@@ -101,7 +103,8 @@ def main(ctx: click.Context, verbose: int, debug: bool) -> None:
     provider key, on the offline scripted model. Start with `robot-lab demo`.
 
     Exit status: 0 done, 1 failed (one line `Error: ...` on stderr; --debug shows the
-    traceback), 2 a usage error, 124 a wait (run, demo) timed out while the run goes on.
+    traceback), 2 a usage error, 124 a wait (run, demo) timed out while the run goes on,
+    130 interrupted (Ctrl-C).
     """
     level = "DEBUG" if debug or verbose > 1 else "INFO" if verbose else None
     if level is None and (ctx.invoked_subcommand in SERVICE_COMMANDS or "ROBOT_LAB_LOG_LEVEL" in os.environ):

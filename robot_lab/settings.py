@@ -153,6 +153,16 @@ class BusSettings(BaseModel):
     record_ttl: int = 3_600
 
 
+class BudgetSettings(BaseModel):
+    """Shared token/cost budgets (docs/safety.md)."""
+
+    # Output tokens a call's reservation counts when the call sets no max_tokens.
+    default_output_tokens: int = Field(default=1024, ge=1)
+    # Seconds a call that does not fit waits for reservations in flight to come back
+    # before it fails with BudgetExceeded.
+    wait_timeout: float = Field(default=120.0, ge=0)
+
+
 class Settings(BaseSettings):
     """All of robot-lab's settings; see the module docstring for the layering."""
 
@@ -205,6 +215,7 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     skills: SkillsSettings = Field(default_factory=SkillsSettings)
     bus: BusSettings = Field(default_factory=BusSettings)
+    budget: BudgetSettings = Field(default_factory=BudgetSettings)
 
     @classmethod
     def settings_customise_sources(

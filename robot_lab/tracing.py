@@ -2,7 +2,10 @@
 
 A process that handles a message or a task continues the sender's trace: the trace id stays,
 the span id is new, and both are bound in structlog's contextvars, so the log lines of one
-request can be joined across processes (and handed to an OpenTelemetry exporter later).
+request can be joined across processes. When OpenTelemetry is configured
+(``robot_lab/observability/otel.py``) the same header carries real spans: ``continue_trace``
+opens a span whose remote parent is the sender's, and ``outgoing_traceparent`` names the
+current span, so the spans of all processes form one trace.
 Format: ``00-<32 hex trace id>-<16 hex span id>-01``.
 """
 
@@ -13,8 +16,10 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 from robot_lab.logging import log_context
+from robot_lab.observability import otel
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _current: ContextVar[str | None] = ContextVar("robot_lab_traceparent", default=None)
@@ -45,21 +50,37 @@ def child_of(traceparent: str | None) -> str:
 
 
 def current_traceparent() -> str | None:
-    return _current.get()
+    return otel.current_traceparent() or _current.get()
 
 
 def outgoing_traceparent() -> str:
-    """What to put on a message or job sent now: a child of the current span, else a new trace."""
-    return child_of(_current.get())
+    """What to put on a message or job sent now: the current OpenTelemetry span when tracing
+    is on, else a child of the current span, else a new trace."""
+    return otel.current_traceparent() or child_of(_current.get())
 
 
 @contextmanager
-def continue_trace(traceparent: str | None) -> Iterator[str]:
-    """Handle work under the sender's trace (a child span), bound in the log context."""
-    span = child_of(traceparent)
-    token = _current.set(span)
+def continue_trace(traceparent: str | None, span: str = "robot_lab.handle", *, kind: str = "consumer",
+                   flush: bool = False, **attributes: Any) -> Iterator[str]:
+    """Handle work under the sender's trace (a child span), bound in the log context.
+
+    With OpenTelemetry on, this is a real span ``span`` (with ``attributes``) whose remote
+    parent is ``traceparent``; ``flush`` exports it when it ends (forked worker children).
+    """
+    if otel.tracer() is None:
+        with _bound(child_of(traceparent)) as current:
+            yield current
+        return
+    with otel.remote_span(span, traceparent, attributes, kind=kind, flush_after=flush) as own, \
+            _bound(own or child_of(traceparent)) as current:
+        yield current
+
+
+@contextmanager
+def _bound(traceparent: str) -> Iterator[str]:
+    token = _current.set(traceparent)
     try:
-        with log_context(trace_id=span.split("-")[1], traceparent=span):
-            yield span
+        with log_context(trace_id=traceparent.split("-")[1], traceparent=traceparent):
+            yield traceparent
     finally:
         _current.reset(token)

@@ -3,13 +3,15 @@ imports another that imports it back.
 
 Layers, lowest first (a module may import its own layer and those below it):
 
-    foundation  errors, redis_url, settings, connection, keys, logging, tracing, text, outage
+    foundation  errors, redis_url, settings, connection, keys, logging, tracing, text, outage,
+                observability
     schemas     wire types (and the package facade ``robot_lab``, which imports schemas)
     bus         Redis Streams inboxes, replies, dead letters
     memory      shared Memory
     runtime     Robot, tools, LLM, MCP, rails, networks; ``skills`` beside it
     app         App (robots + networks by name), the demo app
-    workers     rq jobs, ``robot-lab worker``, health, status
+    workers     rq jobs, ``robot-lab worker``, health, status, metrics (Redis gauges)
+    dashboard   ``robot-lab dashboard`` (Starlette app over the workers' readers)
     cli         ``robot-lab`` and its subcommands
 
 ``skills`` sits beside ``runtime``: runtime may use skills, skills use only foundation and
@@ -30,13 +32,14 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "robot_lab"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("robot_lab.errors", "robot_lab.redis_url", "robot_lab.settings", "robot_lab.connection",
                     "robot_lab.keys", "robot_lab.logging", "robot_lab.tracing", "robot_lab.text",
-                    "robot_lab.outage")),
+                    "robot_lab.outage", "robot_lab.observability")),
     ("schemas", ("robot_lab.schemas",)),
     ("bus", ("robot_lab.bus",)),
     ("memory", ("robot_lab.memory",)),
     ("runtime", ("robot_lab.runtime", "robot_lab.skills")),
     ("app", ("robot_lab.app", "robot_lab.demo")),
     ("workers", ("robot_lab.workers",)),
+    ("dashboard", ("robot_lab.dashboard",)),
     ("cli", ("robot_lab.commands", "robot_lab.cli", "robot_lab.__main__")),
 ]
 FACADE = "robot_lab"  # the package root: imports errors + schemas statically, the rest lazily by name

@@ -107,6 +107,11 @@ def test_wrong_password(real_redis_url: str) -> None:
     assert "wrong-pw" not in out.stderr
 
 
+def test_bad_setting_names_the_variable() -> None:
+    assert_one_clear_line(cli("status", ROBOT_LAB_WORKER_HEARTBEAT="abc"), "invalid setting worker_heartbeat = 'abc'",
+                          "ROBOT_LAB_WORKER_HEARTBEAT")
+
+
 # --- robots, apps, targets ------------------------------------------------------------------
 
 def test_unknown_robot(real_redis_url: str, key_prefix: str) -> None:
@@ -300,3 +305,19 @@ def test_dead_neighbour_is_reported_once_and_does_not_fail_the_probe(tmp_path: P
     ok, lines = check_health(tmp_path)
     assert ok and lines == [line for line in lines if "me.dead" not in line] and len(lines) == 1
     beat.stop()
+
+
+# --- docs for users ------------------------------------------------------------------------
+
+def test_user_docs_link_only_inside_the_repo_and_speak_to_users() -> None:
+    import re
+
+    pages = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        text = page.read_text()
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            assert (page.parent / target).resolve().is_relative_to(REPO_ROOT.resolve()), (page.name, target)
+            assert (page.parent / target).exists(), (page.name, target)
+        assert not re.search(r"\bthe brief\b", text, re.I), page.name

@@ -26,6 +26,26 @@ pytestmark = pytest.mark.slow
 
 DEMO_ROBOTS = ("classifier", "billing", "technical", "general", "sentiment", "urgency", "summarizer")
 PROCFILE = REPO_ROOT / "Procfile"
+OTHERS = ("coordinator", "metrics", "dashboard")
+
+
+def _free_port(span: int = 1) -> int:
+    """A free port with ``span - 1`` more above it in range (honcho's -p base: +100 per type)."""
+    import socket
+
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + span < 65535:
+            return port
+
+
+def _get(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as res:
+        return res.read().decode()
 
 
 def _db_url(url: str, db: int) -> str:
@@ -51,21 +71,28 @@ def _session_pids(sid: int) -> list[int]:
 def test_procfile_process_types():
     lines = [ln for ln in PROCFILE.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     types = dict(ln.split(":", 1) for ln in lines)
-    served = " ".join(cmd for name, cmd in types.items() if name != "coordinator")
+    workers = {name: cmd for name, cmd in types.items() if name not in OTHERS}
+    served = " ".join(workers.values())
     for robot in DEMO_ROBOTS:
         assert f" {robot}" in served, robot
-    assert all("--app robot_lab.demo:app" in cmd for name, cmd in types.items() if name != "coordinator")
+    assert all("--app robot_lab.demo:app" in cmd and "--metrics-port $PORT" in cmd for cmd in workers.values())
     assert types["coordinator"].strip() == "robot-lab watch --all"
+    assert types["dashboard"].strip().startswith("robot-lab dashboard")
+    assert types["metrics"].strip().startswith("robot-lab metrics")
 
 
 def test_honcho_start_runs_the_demo_network_and_stops_cleanly(real_redis_url, key_prefix, tmp_path):
     url = _db_url(real_redis_url, 9)
     conn = redis.Redis.from_url(url)
-    env = child_env(url, key_prefix, ROBOT_LAB_DEMO_DELAY_MS="0", ROBOT_LAB_HEALTH_DIR=str(tmp_path / "health"))
+    ports = {"DASHBOARD_PORT": str(_free_port()), "METRICS_PORT": str(_free_port())}
+    env = child_env(url, key_prefix, ROBOT_LAB_DEMO_DELAY_MS="0", ROBOT_LAB_HEALTH_DIR=str(tmp_path / "health"),
+                    **ports)
+    base_port = _free_port(1000)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env.pop("ROBOT_LAB_TASK_LEASE_MS")
     log = open(tmp_path / "honcho.log", "wb")
-    honcho = subprocess.Popen([str(VENV_BIN / "honcho"), "start", "-f", str(PROCFILE), "-d", str(REPO_ROOT)],
+    honcho = subprocess.Popen([str(VENV_BIN / "honcho"), "start", "-f", str(PROCFILE), "-d", str(REPO_ROOT),
+                               "-p", str(base_port)],
                               env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)
     try:
@@ -88,6 +115,15 @@ def test_honcho_start_runs_the_demo_network_and_stops_cleanly(real_redis_url, ke
         workers = {w.name for r in DEMO_ROBOTS for w in Worker.all(queue=Queue(f"robot:{r}", connection=conn))}
         assert len(workers) == len(DEMO_ROBOTS)  # one process type per robot
 
+        # observability of the same run: the classifier (the first type) serves on the base
+        # port, the exporter and the dashboard on theirs
+        classifier = _get(f"http://127.0.0.1:{base_port}/metrics")
+        assert 'robot_lab_tasks_total{outcome="done",robot="classifier"} 1.0' in classifier
+        gauges = _get(f"http://127.0.0.1:{ports['METRICS_PORT']}/metrics")
+        assert 'robot_lab_queue_depth{queue="tasks",robot="summarizer"} 0.0' in gauges
+        overview = json.loads(_get(f"http://127.0.0.1:{ports['DASHBOARD_PORT']}/api/overview"))
+        assert any(r["run_id"] == data["run_id"] and r["status"] == "completed" for r in overview["recent"])
+
         assert _session_pids(honcho.pid)
         honcho.send_signal(signal.SIGTERM)
         honcho.wait(30)
@@ -97,7 +133,7 @@ def test_honcho_start_runs_the_demo_network_and_stops_cleanly(real_redis_url, ke
         assert _session_pids(honcho.pid) == [], (tmp_path / "honcho.log").read_text()[-3000:]
         text = (tmp_path / "honcho.log").read_text()
         assert "SIGTERM received" in text
-        assert all(f"{name}.1 stopped" in text for name in (*DEMO_ROBOTS, "coordinator"))
+        assert all(f"{name}.1 stopped" in text for name in (*DEMO_ROBOTS, *OTHERS))
     finally:
         for pid in _session_pids(honcho.pid):
             try:

@@ -24,6 +24,7 @@ import redis as _redis
 from robot_lab.errors import AwaitTimeout, BusError, RemoteError, SchemaError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
+from robot_lab.observability import hooks as observe
 from robot_lab.schemas import RobotMessage, decode_message, encode_message, new_id, utcnow
 from robot_lab.settings import BusSettings, get_settings
 from robot_lab.text.strings import as_str as _s
@@ -137,6 +138,7 @@ class Bus:
         return bool(self.redis.exists(self.keys.inbox(robot)))
 
     # --- publishing -------------------------------------------------------------------
+    @observe.bus_publish
     def publish(
         self,
         to: str,

@@ -20,6 +20,7 @@ import redis as _redis
 
 from robot_lab.errors import SchemaError
 from robot_lab.logging import get_logger, log_context
+from robot_lab.observability import metrics
 from robot_lab.tracing import continue_trace
 from robot_lab.schemas import RobotMessage, utcnow
 from robot_lab.bus.checks import text as check_text
@@ -87,7 +88,9 @@ class Handling(PollerState):
         assert msg is not None
         try:
             with log_context(robot=self.robot, message_id=msg.id, conversation_id=msg.conversation_id), \
-                    continue_trace(msg.headers.get("traceparent")):
+                    continue_trace(msg.headers.get("traceparent"), "bus.handle", robot=self.robot,
+                                   message_id=msg.id), \
+                    metrics.handling(self.robot, d):
                 self._run(d, msg)
         except _redis.RedisError:
             raise
@@ -174,6 +177,7 @@ class Handling(PollerState):
         not be decoded). Never raises but Redis errors: a record that cannot be built or
         written whole is written with the entry's ids and the reason only."""
         text = _error_text(error)
+        metrics.dead_lettered(self.robot, reason)
         notify = notify or d.message
         extra = {"message_id": notify.id if notify else "", **(extra or {})}
         try:

@@ -54,9 +54,26 @@ def _from_redis(exc: BaseException) -> str | None:
     return f"{_redis_where()} answered an error: {text}"
 
 
+def _from_settings(exc: BaseException) -> str | None:
+    """A pydantic ValidationError of the settings: name the setting, its env var and value."""
+    if type(exc).__name__ != "ValidationError" or not type(exc).__module__.startswith("pydantic"):
+        return None
+    try:
+        first = exc.errors()[0]  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    loc = [str(part) for part in first.get("loc", ())]
+    name = ".".join(loc) or "?"
+    env = "ROBOT_LAB_" + "__".join(loc).upper()
+    more = len(exc.errors()) - 1  # type: ignore[attr-defined]
+    also = f" (and {more} more)" if more > 0 else ""
+    return (f"invalid setting {name} = {first.get('input')!r}: {first.get('msg')}{also} "
+            f"(set by {env} or a robot_lab.yml config file)")
+
+
 def one_line(exc: BaseException) -> str:
     """The single line printed for ``exc`` (``Error: `` is added by click)."""
-    redis_line = _from_redis(exc)
+    redis_line = _from_redis(exc) or _from_settings(exc)
     if redis_line is not None:
         return redis_line
     from robot_lab.errors import RobotLabError

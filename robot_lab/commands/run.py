@@ -112,6 +112,10 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
             except AwaitTimeout:
                 click.echo(f"Error: {timeout_line(handle.run_id, timeout, waiting_for(handle))}", err=True)
                 sys.exit(TIMEOUT_EXIT)
+            except KeyboardInterrupt:
+                click.echo(f"\nstopped waiting; run {handle.run_id} goes on: `robot-lab watch {handle.run_id}` "
+                           f"or `robot-lab cancel {handle.run_id}`", err=True)
+                sys.exit(130)
         result = handle.result()
     _print_result(result, as_json)
     if result.status != "completed":

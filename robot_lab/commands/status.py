@@ -61,8 +61,10 @@ def _robots_table(data: dict[str, Any]) -> Any:
         workers = f"[red]0[/]" if not row["workers"] and (row["queued"] or row["running"]) else str(row["workers"])
         abandoned = f"[bold red]{row['abandoned']}[/]" if row["abandoned"] else "0"
         dlq = f"[yellow]{row['dlq']}[/]" if row["dlq"] else "0"
+        stale = len(row.get("stale_rq_workers") or [])
+        rq_workers = f"{row['rq_workers']} [yellow](+{stale} stale)[/]" if stale else str(row["rq_workers"])
         table.add_row(row["robot"], str(row["queued"]), str(row["started"]), str(row["failed"]), workers,
-                      str(row["rq_workers"]), str(row["running"]), abandoned,
+                      rq_workers, str(row["running"]), abandoned,
                       "-" if row["bus_lag"] is None else str(row["bus_lag"]), str(row["bus_pending"]), dlq)
     return table
 

@@ -14,8 +14,9 @@ import click
 @click.option("--burst", is_flag=True, help="Quit when the queues are empty")
 @click.option("--no-bus", is_flag=True, help="Do not poll the robots' bus inboxes")
 @click.option("--spawned", is_flag=True, help="Also serve robots spawned at run time (Robot.spawn)")
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port (robot-lab[metrics])")
 def worker(robots: tuple[str, ...], concurrency: int, app_path: str | None, url: str | None, burst: bool,
-           no_bus: bool, spawned: bool) -> None:
+           no_bus: bool, spawned: bool, metrics_port: int | None) -> None:
     """Run ROBOTS' tasks (rq queues robot:<name>) and serve their bus inboxes.
 
     SIGTERM finishes the task and message in hand, then exits.
@@ -24,6 +25,10 @@ def worker(robots: tuple[str, ...], concurrency: int, app_path: str | None, url:
     from robot_lab.workers.process import run_worker
 
     try:
+        if metrics_port is not None:
+            from robot_lab.workers.metrics import start_worker_metrics
+
+            start_worker_metrics(metrics_port, list(robots), concurrency=concurrency, url=url)
         run_worker(list(robots), concurrency=concurrency, app_path=app_path, url=url, burst=burst, bus=not no_bus,
                    spawned=spawned)
     except ConfigurationError as exc:

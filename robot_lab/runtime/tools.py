@@ -21,6 +21,7 @@ import pydantic
 
 from robot_lab.errors import ConfigurationError, ToolError, ToolNotFoundError
 from robot_lab.logging import get_logger
+from robot_lab.observability import hooks as observe
 
 log = get_logger("robot_lab.tools")
 
@@ -92,6 +93,7 @@ class Tool:
         return arguments
 
     # --- the call as the robot makes it -----------------------------------------------------
+    @observe.tool_call
     def call(self, arguments: dict[str, Any] | None = None) -> str:
         """Run the tool; failures come back as ``"Error (name): ..."`` text."""
         arguments = dict(arguments or {})

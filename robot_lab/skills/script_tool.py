@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_lab.logging import get_logger
+from robot_lab.observability import hooks as observe
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.sandbox import Outcome, run_script
 
@@ -345,6 +346,7 @@ class ScriptTool:
         clone.last_outcome = None
         return clone
 
+    @observe.skill_script
     def call(self, arguments: dict[str, Any] | None = None) -> str:
         """Run the script; the output, or an ``Error (...)`` text. Never raises."""
         raw = (arguments or {}).get("args")

@@ -23,6 +23,7 @@ from typing import Any
 from robot_lab.errors import ConfigurationError, retryable
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger, log_context
+from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, caused_by_outage, is_outage
 from robot_lab.schemas import RobotResult
 from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS, RunStore, enqueue_jobs
@@ -195,7 +196,8 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
     activate: list[str] = []
     from robot_lab.tracing import continue_trace
 
-    with log_context(robot=robot_name), continue_trace(meta.get("traceparent")):
+    with log_context(robot=robot_name), continue_trace(meta.get("traceparent"), "task", flush=True, run_id=run_id,
+                                                       task=task, robot=robot_name):
         try:
             result, activate = _run_task_hooks(store, graph, meta, task, worker)
         except Exception as exc:
@@ -232,6 +234,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         if result.input_tokens or result.output_tokens:
             usage = {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
                      "cost": result.cost}
+        metrics.task_finished(robot_name, result.failed)  # before the run can be seen complete
         # The robot's work is done: a Redis outage now must not throw it away. Both calls
         # are safe to repeat (a repeated complete is refused, the first one counted; a
         # child whose enqueue was lost is re-enqueued by the sweeper's repair of queued tasks).
@@ -329,6 +332,7 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
         tools = [t.name for t in base] + [route_tool.name]
 
     deltas = _DeltaBuffer(store, task, spec.robot)
+    job_id = store.job_id(task) or task
     try:
         result = robot.run(
             message,
@@ -339,26 +343,43 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
             run_id=store.run_id,
             task=task,
             network_hooks=network_hooks,
-            budgets=_run_budgets(store, network_config),
+            budgets=_run_budgets(store, network_config, job_id, worker),
             doom_loop=_run_doom_loop(store, network_config),
             **context,
         )
     finally:
         deltas.flush()
+        _release_budget_holds(store, job_id)
     activate = choose_routes(spec, result, message=message, run_id=store.run_id)
     return result, activate
 
 
-def _run_budgets(store: RunStore, network_config: Any) -> list[Any]:
+def _run_budgets(store: RunStore, network_config: Any, job_id: str, worker: str) -> list[Any]:
     """A network's ``token_budget``/``cost_budget`` is one ledger for the whole run, shared
-    by every worker through Redis (scope ``run:<id>``)."""
+    by every worker through Redis (scope ``run:<id>``). Its reservations are held by this
+    attempt (job id + worker), so the sweeper gives them back if this worker dies."""
     limits = {k: v for k, v in (("tokens", network_config.token_budget), ("cost", network_config.cost_budget))
               if v is not None}
     if not limits:
         return []
-    from robot_lab.runtime.rails.budget import RedisLedger
+    from robot_lab.runtime.rails.budget import BudgetHolder, RedisLedger
 
-    return [RedisLedger(f"run:{store.run_id}", limits, redis=store.r, keys=store.keys, ttl=7 * 86_400)]
+    holder = BudgetHolder(id=f"{job_id}@{worker}", registry=store.budget_holds_key(job_id))
+    return [RedisLedger(f"run:{store.run_id}", limits, redis=store.r, keys=store.keys, ttl=7 * 86_400,
+                        holder=holder)]
+
+
+def _release_budget_holds(store: RunStore, job_id: str) -> None:
+    """Whatever the attempt still holds once the robot is done (a reconcile that failed, an
+    exception between reserve and settle) goes back now, not when the budget expires."""
+    try:
+        from robot_lab.runtime.rails.budget import release_holder
+
+        released = release_holder(store.r, store.budget_holds_key(job_id))
+        if released:
+            log.warning("task.budget_released", released=released)
+    except Exception as exc:  # Redis hiccup: the sweeper cannot see this one, the TTL will
+        log.warning("task.budget_release_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def _run_doom_loop(store: RunStore, network_config: Any) -> Any:

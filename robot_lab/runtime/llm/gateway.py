@@ -19,6 +19,7 @@ from typing import Any
 
 from robot_lab.errors import ConfigurationError, InferenceError
 from robot_lab.logging import get_logger
+from robot_lab.observability import hooks as observe
 from robot_lab.runtime.llm import scripted
 
 log = get_logger("robot_lab.llm")
@@ -354,6 +355,7 @@ class LLMGateway:
         self.timeout = s.request_timeout if timeout is None else timeout
         self._sleep = sleep
 
+    @observe.llm_call
     def complete(
         self,
         model: str,

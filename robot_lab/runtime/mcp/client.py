@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from robot_lab.errors import MCPError
 from robot_lab.logging import get_logger
+from robot_lab.observability import hooks as observe
 from robot_lab.runtime.mcp.config import MCPServerConfig
 
 _log = get_logger("robot_lab.mcp")
@@ -347,6 +348,7 @@ class MCPClient:
         fetch = _paged("list_tools", "tools")
         return [_dump(tool) for tool in self._request("tools/list", fetch)]
 
+    @observe.mcp_call
     def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> str:
         """Call a tool; the result's content items joined as text. A tool error or a failed
         request comes back as ``"Error (name): ..."`` text, not an exception."""

@@ -20,11 +20,13 @@ import msgspec
 from robot_lab.errors import AwaitTimeout, ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
+from robot_lab.observability import hooks as observe
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new_id
 from robot_lab.runtime.network.dag import Graph, NetworkSpec, compile_network
 from robot_lab.runtime.network.enqueue import enqueue_jobs
 from robot_lab.runtime.network.run_state import RunStore
+from robot_lab.runtime.rails.budget.redis_ledger import release_holder
 
 log = get_logger("robot_lab.coordinator")
 
@@ -217,6 +219,7 @@ class Coordinator:
                     raise ConfigurationError(f"network {graph.spec.name!r}: task {task.name!r} router: {exc}") from exc
         return specs
 
+    @observe.network_submit
     def submit(self, network: Any, message: Any = None, *, context: dict[str, Any] | None = None,
                max_concurrent: int | None = None, stream: bool = True, run_id: str | None = None) -> RunHandle:
         graph = network.validate() if hasattr(network, "validate") else compile_network(network)
@@ -258,6 +261,11 @@ class Coordinator:
         store = RunStore(self.connection, self.keys, run_id)
         if store.status() != "running":
             return 0
+        for task, job_id in store.lost_attempts():
+            # a dead worker's budget reservations go back before its task is re-run
+            released = release_holder(self.connection, store.budget_holds_key(job_id))
+            if released:
+                log.warning("run.budget_released", run_id=run_id, task=task, job_id=job_id, released=released)
         items = store.reclaim()
         items += store.repair_queued()
         for task, job_id, error in store.failed_jobs():

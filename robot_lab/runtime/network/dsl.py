@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ConfigurationError
+from robot_lab.observability import hooks as observe
 from robot_lab.schemas import RobotSpec, RunConfigData
 from robot_lab.schemas.codec import convert
 from robot_lab.runtime.network import dag
@@ -271,6 +272,7 @@ class Network:
             self, message, context=context, max_concurrent=max_concurrent, stream=stream, run_id=run_id
         )
 
+    @observe.network_run
     def run(self, message: Any = None, *, wait: bool = True, timeout: float | None = None,
             connection: Any = None, max_concurrent: int | None = None, stream: bool = True,
             workers: int | None = None, **context: Any) -> NetworkResult | RunHandle:

@@ -18,6 +18,7 @@ Keys (``R`` = ``Keys.run(run_id)``, all sharing the run's hash tag in cluster mo
     R:activated     set    optional tasks a router activated
     R:inputs        hash   task -> the message its robot received
     R:lease:<task>  string worker name, PX lease refreshed by the running job's heartbeat
+    R:budget_holds:<job>  set  budgets the attempt reserved in (released when its lease is gone)
     R:events        stream one field ``event`` = RunEvent JSON
     <prefix>:runs:active  set of run ids not finished (swept for lost workers)
 
@@ -179,6 +180,22 @@ class RunStore:
         if max_attempts is None:
             max_attempts = int(os.environ.get("ROBOT_LAB_TASK_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS))
         return _triples(self._eval(transitions.RECLAIM, max_attempts))
+
+    def lost_attempts(self) -> list[tuple[str, str]]:
+        """``(task, job_id)`` of running tasks whose lease is gone: their worker died (or
+        stalled past the lease), so :meth:`reclaim` is about to re-run them."""
+        running = [task for task, state in self.states().items() if state == "running"]
+        if not running:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for task in running:
+            pipe.exists(f"{self.key}:lease:{task}")
+        jobs = self._hash("jobs")
+        return [(task, jobs[task]) for task, alive in zip(running, pipe.execute()) if not alive and task in jobs]
+
+    def budget_holds_key(self, job_id: str) -> str:
+        """Set of the budgets an attempt holds reservations in (see BudgetHolder)."""
+        return f"{self.key}:budget_holds:{job_id}"
 
     def advance(self) -> list[tuple[str, str, str]]:
         return _triples(self._eval(transitions.ADVANCE))

@@ -22,6 +22,7 @@ from typing import Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
+from robot_lab.observability import hooks as observe
 from robot_lab.runtime.llm.gateway import LLMGateway, default_gateway
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.hooks import HookRegistry
@@ -323,6 +324,7 @@ class Robot:
         return self
 
     # ------------------------------------------------------------------ running
+    @observe.robot_run
     def run(
         self,
         message: str | None = None,

@@ -45,15 +45,16 @@ def call_model(
     params: dict[str, Any],
     ledgers: list[Any],
 ) -> LLMResponse:
-    """One model call inside the budget protocol: reserve what remains (BudgetExceeded
-    before the call when spent), reconcile actual usage, then InferenceError on overrun."""
+    """One model call inside the budget protocol: reserve the call's estimate (waiting while
+    other calls' reservations may come back; BudgetExceeded before the call when spent),
+    reconcile actual usage, then InferenceError on overrun."""
     config = robot.config
     if not ledgers:
         response = robot.gateway.complete(robot.model, robot.messages, tools=specs, on_chunk=on_chunk, params=params)
         add_usage(robot, response)
         return response
-    caps = {budget_mod.TOKENS: float(config.max_tokens)} if config.max_tokens else None
-    reservation = budget_mod.reserve_all_remaining(ledgers, caps=caps)
+    estimate = budget_mod.estimate_call(robot.model, robot.messages, specs, config.max_tokens)
+    reservation = budget_mod.reserve_for_call(ledgers, estimate)
     try:
         response = robot.gateway.complete(robot.model, robot.messages, tools=specs, on_chunk=on_chunk, params=params)
     except BaseException:

@@ -6,8 +6,11 @@ Two ledgers with one interface (:class:`BudgetLedger`), and the Robot's per-call
   robot's own ``token_budget`` / ``cost_budget``, exactly robot_lab's semantics;
 * :mod:`.redis_ledger` -- :class:`RedisLedger`, a Redis hash per scope
   (``Keys.budget(scope)``) changed only by Lua scripts, shared by any number of processes;
-* :mod:`.calls` -- :func:`reserve_all_remaining`, :func:`reconcile`, :func:`release`,
-  :func:`check_budgets`: what the Robot does around each model call.
+* :mod:`.scripts` -- the Lua scripts of the Redis ledger;
+* :mod:`.estimate` -- :func:`estimate_call`: how big a call's reservation is;
+* :mod:`.calls` -- :func:`reserve_for_call` (waits while reservations in flight may come
+  back), :func:`reconcile`, :func:`release`, :func:`check_budgets`: what the Robot does
+  around each model call; :func:`reserve_all_remaining` is robot_lab's reserve-everything.
 """
 
 from __future__ import annotations
@@ -18,21 +21,28 @@ from robot_lab.runtime.rails.budget.calls import (
     reconcile,
     release,
     reserve_all_remaining,
+    reserve_for_call,
     robot_ledger,
 )
+from robot_lab.runtime.rails.budget.estimate import CallEstimate, estimate_call
 from robot_lab.runtime.rails.budget.ledger import COST, TOKENS, BudgetLedger, Ledger
-from robot_lab.runtime.rails.budget.redis_ledger import RedisLedger
+from robot_lab.runtime.rails.budget.redis_ledger import BudgetHolder, RedisLedger, release_holder
 
 __all__ = [
     "COST",
     "TOKENS",
+    "BudgetHolder",
     "BudgetLedger",
+    "CallEstimate",
     "Ledger",
     "RedisLedger",
     "Reservation",
     "check_budgets",
+    "estimate_call",
     "reconcile",
     "release",
+    "release_holder",
     "reserve_all_remaining",
+    "reserve_for_call",
     "robot_ledger",
 ]

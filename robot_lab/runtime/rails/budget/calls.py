@@ -2,7 +2,8 @@
 
 See docs/safety.md for the exact call sequence::
 
-    reservation = reserve_all_remaining(ledgers)        # BudgetExceeded: refuse the call
+    estimate = estimate_call(model, messages, tools, max_tokens)
+    reservation = reserve_for_call(ledgers, estimate)   # waits; BudgetExceeded: refuse
     try:
         response = call_model(...)
     except BaseException:
@@ -13,16 +14,20 @@ See docs/safety.md for the exact call sequence::
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from robot_lab.errors import InferenceError
+from robot_lab.errors import BudgetExceeded, InferenceError
 from robot_lab.logging import get_logger
+from robot_lab.runtime.rails.budget.estimate import CallEstimate
 from robot_lab.runtime.rails.budget.ledger import COST, TOKENS, BudgetLedger, Ledger, fmt_amount
 
 _log = get_logger("robot_lab.budget")
-
+_FIRST_POLL = 0.02
+_MAX_POLL = 0.25
 
 
 @dataclass
@@ -60,6 +65,84 @@ def reserve_all_remaining(
         release(reservation)
         raise
     return reservation
+
+
+def reserve_for_call(
+    ledgers: Iterable[BudgetLedger | None],
+    estimate: CallEstimate,
+    *,
+    timeout: float | None = None,
+) -> Reservation:
+    """Before a model call: reserve the call's estimate in every limited dimension of every ledger.
+
+    All or nothing: when any ledger says "wait" (the call does not fit, but other calls hold
+    reservations that may come back), what this attempt reserved is given back and the whole
+    reservation is tried again after a short jittered pause, until ``timeout`` seconds
+    (setting ``budget.wait_timeout``) have passed; then BudgetExceeded. Giving back before
+    waiting means two calls can never hold one ledger each while waiting for the other's.
+    A ledger with nothing free and nothing in flight refuses at once (BudgetExceeded).
+    """
+    if timeout is None:
+        from robot_lab.settings import get_settings
+
+        timeout = get_settings().budget.wait_timeout
+    active = [ledger for ledger in ledgers if ledger is not None]
+    deadline = time.monotonic() + timeout
+    pause = _FIRST_POLL
+    waited_for: tuple[Any, str] | None = None
+    started = time.monotonic()
+    while True:
+        reservation = Reservation()
+        blocked: tuple[Any, str] | None = None
+        try:
+            for ledger in active:
+                for key in sorted(ledger.limits):
+                    amount = _reserve_one(ledger, key, estimate.amount(key))
+                    if amount is None:
+                        blocked = (ledger, key)
+                        break
+                    reservation.entries.append((ledger, key, amount))
+                if blocked is not None:
+                    break
+        except BaseException:
+            release(reservation)
+            raise
+        if blocked is None:
+            if waited_for is not None:
+                _log.info("budget.wait_ended", scope=waited_for[0].scope, key=waited_for[1],
+                          waited=round(time.monotonic() - started, 3))
+            return reservation
+        release(reservation)
+        left = deadline - time.monotonic()
+        ledger, key = blocked
+        if left <= 0:
+            raise _wait_timed_out(ledger, key, estimate.amount(key), timeout)
+        if waited_for is None:
+            _log.info("budget.waiting", scope=ledger.scope, key=key, wanted=estimate.amount(key), timeout=timeout)
+        waited_for = blocked
+        time.sleep(min(left, pause * random.uniform(0.5, 1.5)))
+        pause = min(pause * 2, _MAX_POLL)
+
+
+def _reserve_one(ledger: Any, key: str, amount: float | None) -> float | None:
+    reserve_call = getattr(ledger, "reserve_call", None)
+    if reserve_call is None:  # a ledger of the older interface: reserve what remains, at most the estimate
+        return float(ledger.reserve_remaining(key, amount))
+    return reserve_call(key, amount)
+
+
+def _wait_timed_out(ledger: Any, key: str, wanted: float | None, timeout: float) -> BudgetExceeded:
+    size = "all that is free" if wanted is None else fmt_amount(float(wanted))
+    message = (f"budget exceeded for {key}: a call needing {size} did not fit within {timeout:g} s "
+               f"while other calls held reservations")
+    if ledger.scope:
+        message += f" (scope: {ledger.scope})"
+    error = BudgetExceeded(message)
+    error.scope = ledger.scope  # type: ignore[attr-defined]
+    error.dimension = key  # type: ignore[attr-defined]
+    error.limit = ledger.limits.get(key)  # type: ignore[attr-defined]
+    error.requested = wanted  # type: ignore[attr-defined]
+    return error
 
 
 def reconcile(reservation: Reservation, tokens: float, cost: float | None = None) -> None:

@@ -154,6 +154,30 @@ class Ledger:
             self._reserved[key] = self._reserved.get(key, 0.0) + amount
             return amount
 
+    def reserve_call(self, key: str, amount: float | None) -> float | None:
+        """One model call's reservation, by the rule of :meth:`RedisLedger.reserve_call
+        <robot_lab.runtime.rails.budget.redis_ledger.RedisLedger.reserve_call>`: the estimate
+        when it fits; None (wait) when it does not but other calls hold reservations; what is
+        free when nothing is in flight; BudgetExceeded when nothing is free. 0.0 if unlimited."""
+        wanted = None if amount is None else parse_amount(amount, "amount")
+        with self._lock:
+            limit = self._limits.get(key)
+            if limit is None:
+                return 0.0
+            reserved = self._reserved.get(key, 0.0)
+            committed = self._consumed.get(key, 0.0) + reserved
+            free = limit - committed
+            if wanted is not None and wanted <= free:
+                take = wanted
+            elif reserved > 0:
+                return None
+            elif free > 0:
+                take = free
+            else:
+                raise exceeded(self.scope, key, committed, limit, nothing_left=True)
+            self._reserved[key] = reserved + take
+            return take
+
     def reconcile(self, key: str, reserved: float, actual: float) -> None:
         """Replace a reservation with the amount actually used."""
         reserved = parse_amount(reserved, "reserved amount")

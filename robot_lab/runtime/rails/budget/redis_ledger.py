@@ -1,86 +1,66 @@
-"""The shared ledger: one Redis hash per scope, changed only by Lua scripts.
+"""The shared ledger: one Redis hash per scope, changed only by Lua scripts (:mod:`.scripts`).
 
 Robots in any number of processes share one budget ("this network run", "tenant acme
 today"). Each script is atomic, so there is no read-modify-write race between processes.
 Semantics are the in-process :class:`~.ledger.Ledger`'s.
+
+A ledger built with a :class:`BudgetHolder` ties its reservations to a lease: they are
+recorded under the holder's id, and the holder's *registry* (a Redis set) names every budget
+it holds in. When the lease is gone (the worker died), :func:`release_holder` gives all of
+it back -- the network sweeper does that before it re-runs the task.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from robot_lab.errors import ConfigurationError
+from robot_lab.runtime.rails.budget import scripts
 from robot_lab.runtime.rails.budget.ledger import exceeded, parse_amount
 
-# Hash fields per dimension k: "limit:k", "consumed:k", "reserved:k". ARGV[1] is the TTL in
-# seconds (0 = none); it is applied only while the key has no TTL yet, so a "per day" scope
-# expires a fixed time after its first use, not after its last.
 
-_TTL = """
-local function touch(ttl)
-  if tonumber(ttl) > 0 and redis.call('TTL', KEYS[1]) == -1 then
-    redis.call('EXPIRE', KEYS[1], ttl)
-  end
-end
-local function num(field)
-  return tonumber(redis.call('HGET', KEYS[1], field) or '0') or 0
-end
-local function fmt(x) return string.format('%.17g', x) end
-"""
+@dataclass(frozen=True)
+class BudgetHolder:
+    """Who holds a reservation, for as long as a lease lives.
 
-# ARGV: ttl, key, amount -> {0} ok | {1, committed+amount, limit} refused | {2} unlimited
-_RESERVE = _TTL + """
-local limit = redis.call('HGET', KEYS[1], 'limit:' .. ARGV[2])
-if not limit then return {2} end
-limit = tonumber(limit)
-local amount = tonumber(ARGV[3])
-local committed = num('consumed:' .. ARGV[2]) + num('reserved:' .. ARGV[2])
-if committed + amount > limit then
-  return {1, fmt(committed + amount), fmt(limit)}
-end
-redis.call('HSET', KEYS[1], 'reserved:' .. ARGV[2], fmt(num('reserved:' .. ARGV[2]) + amount))
-touch(ARGV[1])
-return {0}
-"""
+    ``id`` is unique to one attempt of one piece of work (a network task's job id and
+    worker). ``registry`` is a Redis set with one member per budget this holder reserved in
+    (the budget's key and the holder id, joined by a newline), written before the first
+    reservation, so whoever sees the lease expire can find and release everything
+    (:func:`release_holder`).
+    """
 
-# ARGV: ttl, key, cap ('' = none) -> {0, reserved} | {1, committed, limit} nothing left
-#                                    | {2} unlimited
-_RESERVE_REMAINING = _TTL + """
-local limit = redis.call('HGET', KEYS[1], 'limit:' .. ARGV[2])
-if not limit then return {2} end
-limit = tonumber(limit)
-local reserved = num('reserved:' .. ARGV[2])
-local committed = num('consumed:' .. ARGV[2]) + reserved
-local amount = limit - committed
-if amount <= 0 then
-  return {1, fmt(committed), fmt(limit)}
-end
-if ARGV[3] ~= '' and tonumber(ARGV[3]) < amount then amount = tonumber(ARGV[3]) end
-redis.call('HSET', KEYS[1], 'reserved:' .. ARGV[2], fmt(reserved + amount))
-touch(ARGV[1])
-return {0, fmt(amount)}
-"""
+    id: str
+    registry: str
+    ttl: int = 7 * 86_400
 
-# ARGV: ttl, key, reserved, actual
-_RECONCILE = _TTL + """
-local r = num('reserved:' .. ARGV[2]) - tonumber(ARGV[3])
-if r < 0 then r = 0 end
-redis.call('HSET', KEYS[1], 'reserved:' .. ARGV[2], fmt(r),
-           'consumed:' .. ARGV[2], fmt(num('consumed:' .. ARGV[2]) + tonumber(ARGV[4])))
-touch(ARGV[1])
-return 0
-"""
 
-# ARGV: ttl, key, amount
-_RELEASE = _TTL + """
-local r = num('reserved:' .. ARGV[2]) - tonumber(ARGV[3])
-if r < 0 then r = 0 end
-redis.call('HSET', KEYS[1], 'reserved:' .. ARGV[2], fmt(r))
-touch(ARGV[1])
-return 0
-"""
+def release_holder(redis: Any, registry: str) -> dict[str, dict[str, float]]:
+    """Give back everything the holders listed in ``registry`` still hold; delete the registry.
+
+    Returns ``{budget key: {dimension: amount released}}`` (empty dicts left out). Safe to
+    call twice and on a holder that settled everything: it then releases nothing.
+    """
+    members = redis.smembers(registry)
+    released: dict[str, dict[str, float]] = {}
+    if members:
+        script = redis.register_script(scripts.RELEASE_HOLDER)
+        for raw in members:
+            text = raw.decode() if isinstance(raw, bytes) else raw
+            budget_key, _, holder = text.partition("\n")
+            out = script(keys=[budget_key], args=[holder])
+            amounts = {_text(out[i]): _num(out[i + 1]) for i in range(0, len(out), 2)}
+            if amounts:
+                released[budget_key] = amounts
+    redis.delete(registry)
+    return released
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _num(value: Any) -> float:
@@ -104,6 +84,7 @@ class RedisLedger:
         redis: Any = None,
         keys: Any = None,
         ttl: int | None = None,
+        holder: BudgetHolder | None = None,
     ) -> None:
         from robot_lab.connection import get_redis
         from robot_lab.keys import default_keys
@@ -116,10 +97,14 @@ class RedisLedger:
         self.ttl = int(ttl or 0)
         if self.ttl < 0:
             raise ConfigurationError(f"budget ttl must be >= 0 seconds, got {ttl!r}")
-        self._reserve = self.redis.register_script(_RESERVE)
-        self._reserve_remaining = self.redis.register_script(_RESERVE_REMAINING)
-        self._reconcile = self.redis.register_script(_RECONCILE)
-        self._release = self.redis.register_script(_RELEASE)
+        self.holder = holder
+        self._holder_id = holder.id if holder is not None else ""
+        self._registered = holder is None
+        self._reserve = self.redis.register_script(scripts.RESERVE)
+        self._reserve_remaining = self.redis.register_script(scripts.RESERVE_REMAINING)
+        self._reserve_call = self.redis.register_script(scripts.RESERVE_CALL)
+        self._reconcile = self.redis.register_script(scripts.RECONCILE)
+        self._release = self.redis.register_script(scripts.RELEASE)
         if limits:
             self.set_limits(limits)
 
@@ -164,16 +149,29 @@ class RedisLedger:
     def reserved(self) -> dict[str, float]:
         return self._fields("reserved:")
 
+    def _register(self) -> None:
+        """List this budget in the holder's registry before reserving (a crash in between
+        leaves a harmless entry; the other order could leave a hold nobody can find)."""
+        if self._registered or self.holder is None:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.sadd(self.holder.registry, f"{self.key}\n{self.holder.id}")
+        pipe.expire(self.holder.registry, self.holder.ttl)
+        pipe.execute()
+        self._registered = True
+
     def reserve(self, key: str, amount: float) -> None:
         amount = parse_amount(amount, "amount")
-        result = self._reserve(keys=[self.key], args=[self.ttl, key, repr(amount)])
+        self._register()
+        result = self._reserve(keys=[self.key], args=[self.ttl, key, repr(amount), self._holder_id])
         if int(result[0]) == 1:
             raise exceeded(self.scope, key, _num(result[1]), _num(result[2]))
 
     def reserve_remaining(self, key: str, cap: float | None = None) -> float:
         """Atomically reserve everything left (or at most ``cap``); see Ledger."""
         cap_arg = "" if cap is None else repr(parse_amount(cap, "cap"))
-        result = self._reserve_remaining(keys=[self.key], args=[self.ttl, key, cap_arg])
+        self._register()
+        result = self._reserve_remaining(keys=[self.key], args=[self.ttl, key, cap_arg, self._holder_id])
         status = int(result[0])
         if status == 2:
             return 0.0
@@ -181,14 +179,36 @@ class RedisLedger:
             raise exceeded(self.scope, key, _num(result[1]), _num(result[2]), nothing_left=True)
         return _num(result[1])
 
+    def reserve_call(self, key: str, amount: float | None) -> float | None:
+        """One model call's reservation: ``amount`` (its estimate; None = all that is free).
+
+        Returns what was reserved, 0.0 when the dimension is unlimited, or None when the
+        call must **wait**: it does not fit now, but other calls hold reservations that may
+        come back. When nothing is in flight a call that does not fit takes what is free
+        (the last call may overspend by at most its own size); with nothing free it raises
+        BudgetExceeded ("nothing remaining").
+        """
+        amount_arg = "" if amount is None else repr(parse_amount(amount, "amount"))
+        self._register()
+        result = self._reserve_call(keys=[self.key], args=[self.ttl, key, amount_arg, self._holder_id])
+        status = int(result[0])
+        if status == 2:
+            return 0.0
+        if status == 3:
+            return None
+        if status == 1:
+            raise exceeded(self.scope, key, _num(result[1]), _num(result[2]), nothing_left=True)
+        return _num(result[1])
+
     def reconcile(self, key: str, reserved: float, actual: float) -> None:
         self._reconcile(
             keys=[self.key],
-            args=[self.ttl, key, repr(parse_amount(reserved, "reserved amount")), repr(parse_amount(actual, "actual amount"))],
+            args=[self.ttl, key, repr(parse_amount(reserved, "reserved amount")),
+                  repr(parse_amount(actual, "actual amount")), self._holder_id],
         )
 
     def release(self, key: str, amount: float) -> None:
-        self._release(keys=[self.key], args=[self.ttl, key, repr(parse_amount(amount, "amount"))])
+        self._release(keys=[self.key], args=[self.ttl, key, repr(parse_amount(amount, "amount")), self._holder_id])
 
     def remaining(self, key: str) -> float:
         raw = self.redis.hmget(self.key, [f"limit:{key}", f"consumed:{key}", f"reserved:{key}"])

@@ -1,0 +1,128 @@
+"""What the dashboard shows, read from Redis with the same readers as ``robot-lab status``,
+plus the per-run detail (DAG, task states, results) and the live feed of one run: its
+event stream (``robot_lab:run:<id>:events``) and its memory change stream
+(``robot_lab:mem:run:<id>:changes``), read with XREAD from cursors the browser keeps.
+
+Everything here is synchronous redis-py; the server runs it in worker threads.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from robot_lab.bus import Bus
+from robot_lab.errors import BusError, ConfigurationError
+from robot_lab.keys import Keys
+from robot_lab.text.strings import as_str as _s
+from robot_lab.workers.status import collect_status, recent_runs
+
+FINISHED_RUN = ("completed", "failed", "cancelled")
+
+
+class DashboardData:
+    """The dashboard's reads and its two actions over one connection."""
+
+    def __init__(self, connection: Any, keys: Keys) -> None:
+        self.r = connection
+        self.keys = keys
+
+    # --- overview -------------------------------------------------------------------------
+    def overview(self) -> dict[str, Any]:
+        status = collect_status(self.r, self.keys)
+        return {
+            "prefix": status["prefix"], "redis": status["redis"], "time": status["time"],
+            "robots": status["robots"], "workers": status["workers"], "active": status["runs"],
+            "recent": recent_runs(self.r, self.keys, limit=20), "problems": status["problems"],
+        }
+
+    def dead_letters(self, robot: str, limit: int = 50) -> list[dict[str, Any]]:
+        letters = Bus(redis=self.r, keys=self.keys).dead_letters(robot, limit)
+        return [_letter(letter) for letter in letters]
+
+    # --- one run --------------------------------------------------------------------------
+    def run(self, run_id: str) -> dict[str, Any]:
+        key = self.keys.run(run_id)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(key)
+        for suffix in (":graph", ":state", ":results", ":attempts"):
+            pipe.hgetall(key + suffix)
+        meta, graph, states, results, attempts = pipe.execute()
+        if not meta:
+            raise ConfigurationError(f"no run {run_id!r} (finished runs expire)")
+        meta = {_s(k): _s(v) for k, v in meta.items()}
+        order = json.loads(meta.get("order") or "[]")
+        graph_d = {_s(k): json.loads(v) for k, v in graph.items()}
+        tasks = []
+        for name in order or sorted(graph_d):
+            node = graph_d.get(name, {})
+            result = _json(results.get(name.encode()) or results.get(name))
+            tasks.append({
+                "name": name, "robot": node.get("robot"), "deps": node.get("deps", []),
+                "optional": bool(node.get("optional")), "state": _s(states.get(name.encode(), b"pending")),
+                "attempt": int(_s(attempts.get(name.encode(), b"0")) or 0),
+                "reply": (result or {}).get("reply"), "error": (result or {}).get("error"),
+                "input_tokens": (result or {}).get("input_tokens", 0),
+                "output_tokens": (result or {}).get("output_tokens", 0), "cost": (result or {}).get("cost", 0.0),
+                "duration": (result or {}).get("duration"),
+            })
+        return {
+            "run_id": run_id, "network": meta.get("network"), "status": meta.get("status"),
+            "message": _json(meta.get("message")), "created_at": float(meta.get("created_at") or 0),
+            "finished_at": float(meta["finished_at"]) if meta.get("finished_at") else None,
+            "traceparent": meta.get("traceparent"), "tasks": tasks,
+        }
+
+    def feed(self, run_id: str, events_after: str, memory_after: str, block_ms: int
+             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str, str]:
+        """New run events and memory changes after the two cursors (blocking up to
+        ``block_ms`` when there are none); returns them with the advanced cursors."""
+        events_key = self.keys.run_events(run_id)
+        memory_key = self.keys.memory_changes(f"run:{run_id}")
+        raw = self.r.xread({events_key: events_after, memory_key: memory_after}, count=500,
+                           block=block_ms or None)
+        events: list[dict[str, Any]] = []
+        changes: list[dict[str, Any]] = []
+        for stream, entries in raw or []:
+            for entry_id, fields in entries:
+                if _s(stream) == events_key:
+                    events_after = _s(entry_id)
+                    events.append(json.loads(fields[b"event"]))
+                else:
+                    memory_after = _s(entry_id)
+                    changes.append(json.loads(fields[b"c"]))
+        return events, changes, events_after, memory_after
+
+    # --- actions (only when the server has a token) ---------------------------------------
+    def cancel(self, run_id: str) -> str:
+        from robot_lab.runtime.network.coordinator import Coordinator
+
+        return Coordinator(connection=self.r, keys=self.keys).cancel(run_id, "cancelled from the dashboard")
+
+    def replay(self, robot: str, ids: list[str] | None) -> list[str]:
+        try:
+            return Bus(redis=self.r, keys=self.keys).replay_dead_letters(robot, ids or None)
+        except BusError as exc:
+            raise ConfigurationError(str(exc)) from exc
+
+
+def _json(raw: Any) -> Any:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return _s(raw)
+
+
+def _letter(letter: Any) -> dict[str, Any]:
+    """A dead letter for the page: its fields, and the message content when the envelope parses."""
+    content = letter.envelope
+    try:
+        content = json.loads(letter.envelope).get("content", letter.envelope)
+    except (ValueError, AttributeError):
+        pass
+    text = content if isinstance(content, str) else json.dumps(content)
+    return {"dlq_id": letter.dlq_id, "robot": letter.robot, "reason": letter.reason, "error": letter.error,
+            "deliveries": letter.deliveries, "message_id": letter.message_id, "failed_at": letter.failed_at,
+            "content": text[:500]}

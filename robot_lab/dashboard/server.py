@@ -1,0 +1,170 @@
+"""The dashboard's HTTP side: Starlette routes, server-sent events, the action guard.
+
+Read-only by default: the two actions (cancel a run, replay dead letters) exist only when
+the server was started with a token (``robot-lab dashboard --allow-actions``), and each POST
+must carry it as ``Authorization: Bearer <token>``. The page never embeds the token; the
+operator pastes it once (kept in the tab's sessionStorage).
+
+Live runs: ``GET /api/runs/<id>/stream`` is an SSE stream. Each event's ``id`` is the pair of
+stream cursors (run events, memory changes), so a browser that reconnects with
+``Last-Event-ID`` resumes where it was; the stream ends after the run's ``stream.ended``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from robot_lab.dashboard.data import FINISHED_RUN, DashboardData
+from robot_lab.errors import ConfigurationError
+from robot_lab.keys import Keys
+from robot_lab.logging import get_logger
+
+log = get_logger("robot_lab.dashboard")
+
+STATIC = Path(__file__).resolve().parent / "static"
+FEED_BLOCK_MS = 1000  # one XREAD wait; also how often a quiet stream checks for a closed tab
+
+
+def create_app(connection: Any, keys: Keys, *, token: str | None = None) -> Starlette:
+    """The ASGI app. ``token`` None: read-only (every POST answers 403)."""
+    data = DashboardData(connection, keys)
+
+    async def threaded(fn: Any, *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(fn, *args)
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    async def config(request: Request) -> Response:
+        return JSONResponse({"actions": token is not None, "prefix": keys.prefix})
+
+    async def overview(request: Request) -> Response:
+        return JSONResponse(await threaded(data.overview))
+
+    async def dead_letters(request: Request) -> Response:
+        return JSONResponse(await threaded(data.dead_letters, request.path_params["robot"]))
+
+    async def run(request: Request) -> Response:
+        try:
+            return JSONResponse(await threaded(data.run, request.path_params["run_id"]))
+        except ConfigurationError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+
+    async def stream(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        try:
+            snapshot = await threaded(data.run, run_id)
+        except ConfigurationError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        events_at, memory_at = _cursors(request.headers.get("last-event-id"))
+        return StreamingResponse(_feed(data, snapshot, events_at, memory_at), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    def guarded(action: Any) -> Any:
+        async def endpoint(request: Request) -> Response:
+            if token is None:
+                return JSONResponse({"error": "read-only dashboard (start it with --allow-actions)"},
+                                    status_code=403)
+            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                return JSONResponse({"error": "missing or wrong token"}, status_code=401)
+            try:
+                body = await request.json() if await request.body() else {}
+                result = await threaded(action, request.path_params, body)
+            except (ConfigurationError, ValueError) as exc:
+                return JSONResponse({"error": str(exc)}, status_code=400)
+            log.info("dashboard.action", action=action.__name__, **request.path_params)
+            return JSONResponse(result)
+
+        return endpoint
+
+    def cancel(params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        return {"status": data.cancel(params["run_id"])}
+
+    def replay(params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        ids = body.get("ids")
+        if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+            raise ValueError("ids must be a list of dead-letter ids")
+        return {"replayed": data.replay(params["robot"], ids)}
+
+    routes = [
+        Route("/", index),
+        Route("/api/config", config),
+        Route("/api/overview", overview),
+        Route("/api/dlq/{robot}", dead_letters),
+        Route("/api/dlq/{robot}/replay", guarded(replay), methods=["POST"]),
+        Route("/api/runs/{run_id}", run),
+        Route("/api/runs/{run_id}/stream", stream),
+        Route("/api/runs/{run_id}/cancel", guarded(cancel), methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    return Starlette(routes=routes)
+
+
+def _cursors(last_event_id: str | None) -> tuple[str, str]:
+    if last_event_id and "|" in last_event_id:
+        events_at, memory_at = last_event_id.split("|", 1)
+        return events_at or "0-0", memory_at or "0-0"
+    return "0-0", "0-0"
+
+
+def _sse(event: str, payload: Any, event_id: str | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}event: {event}\ndata: {json.dumps(payload, default=str)}\n\n"
+
+
+async def _feed(data: DashboardData, snapshot: dict[str, Any], events_at: str, memory_at: str
+                ) -> AsyncIterator[str]:
+    """snapshot, then every run event and memory change as it lands, then ``end``."""
+    run_id = snapshot["run_id"]
+    yield _sse("snapshot", snapshot)
+    finished = snapshot["status"] in FINISHED_RUN
+    while True:
+        events, changes, events_at, memory_at = await anyio.to_thread.run_sync(
+            data.feed, run_id, events_at, memory_at, 0 if finished else FEED_BLOCK_MS)
+        cursor = f"{events_at}|{memory_at}"
+        for change in changes:
+            yield _sse("memory", change, cursor)
+        ended = False
+        for event in events:
+            yield _sse("run", event, cursor)
+            ended = ended or event.get("event") == "stream.ended"
+        if ended or (finished and not events and not changes):
+            try:
+                final = await anyio.to_thread.run_sync(data.run, run_id)
+            except ConfigurationError:
+                final = snapshot
+            yield _sse("snapshot", final, cursor)
+            yield _sse("end", {"status": final["status"]}, cursor)
+            return
+        if not events and not changes:
+            yield ": keep-alive\n\n"  # lets the server notice a closed tab
+            if not finished:
+                try:
+                    finished = (await anyio.to_thread.run_sync(data.run, run_id))["status"] in FINISHED_RUN
+                except ConfigurationError:  # the run expired while we watched
+                    finished = True
+
+
+def serve(*, host: str, port: int, url: str | None = None, token: str | None = None) -> None:
+    """Run the app under uvicorn until SIGINT / SIGTERM."""
+    import uvicorn
+
+    from robot_lab.connection import connect, get_redis
+    from robot_lab.keys import default_keys
+
+    connection = connect(url) if url else get_redis()
+    app = create_app(connection, default_keys(), token=token)
+    log.info("dashboard.serving", host=host, port=port, actions=token is not None)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

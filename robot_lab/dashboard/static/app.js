@@ -1,0 +1,228 @@
+// robot-lab dashboard: plain DOM + EventSource, no build step.
+// Routes: #/ (overview, polled), #/dlq/<robot>, #/run/<id> (live over SSE).
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const el = (tag, attrs = {}, ...kids) => {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v; else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const kid of kids) node.append(kid instanceof Node ? kid : document.createTextNode(kid ?? ""));
+  return node;
+};
+const SVG = "http://www.w3.org/2000/svg";
+const svg = (tag, attrs = {}) => {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  return node;
+};
+const short = (id) => (id || "").slice(-12);
+const money = (c) => "$" + Number(c || 0).toFixed(6);
+const ago = (t) => t ? Math.max(0, Math.round(Date.now() / 1000 - t)) + "s ago" : "";
+
+let config = { actions: false };
+let timer = null;
+let source = null;
+
+async function getJSON(url) {
+  const res = await fetch(url);
+  if (!res.ok) throw new Error((await res.json()).error || res.statusText);
+  return res.json();
+}
+
+async function act(url, body) {
+  const token = $("#token").value || sessionStorage.getItem("robot-lab-token") || "";
+  sessionStorage.setItem("robot-lab-token", token);
+  const res = await fetch(url, { method: "POST", body: JSON.stringify(body || {}),
+    headers: { "Content-Type": "application/json", "Authorization": "Bearer " + token } });
+  const data = await res.json();
+  if (!res.ok) alert(data.error || res.statusText);
+  return data;
+}
+
+function show(id) {
+  for (const view of ["overview-view", "dlq-view", "run-view"]) $("#" + view).hidden = view !== id;
+}
+
+function fill(table, rows) {
+  const body = $(table + " tbody");
+  body.replaceChildren(...rows.map((cells) => el("tr", {}, ...cells.map((c) => el("td", {}, c)))));
+}
+
+// --- overview ----------------------------------------------------------------------------
+async function overview() {
+  const data = await getJSON("/api/overview");
+  $("#where").textContent = `${data.redis} · prefix ${data.prefix}`;
+  $("#problems").replaceChildren(...data.problems.map((p) => el("div", { class: "problem" }, p)));
+  fill("#robots", data.robots.map((r) => [r.robot, String(r.queued), String(r.running),
+    String(r.workers), String(r.bus_length), String(r.bus_pending), String(r.bus_lag ?? "?"),
+    r.dlq ? el("a", { href: `#/dlq/${encodeURIComponent(r.robot)}` }, String(r.dlq)) : "0"]));
+  fill("#workers", data.workers.map((w) => [w.name, w.role || "", (w.robots || []).join(", "),
+    w.host || "", String(w.pid || ""), ago(w.beat)]));
+  fill("#active", data.active.map((r) => [el("a", { href: `#/run/${r.run_id}` }, short(r.run_id)), r.network,
+    `${r.finished}/${r.tasks}`, r.age + "s", r.running.map((t) => t.task).join(", ")]));
+  fill("#recent", data.recent.map((r) => [el("a", { href: `#/run/${r.run_id}` }, short(r.run_id)), r.network,
+    el("span", { class: "state " + r.status }, r.status), `${r.done}/${r.tasks}`,
+    r.duration == null ? "" : r.duration.toFixed(2) + "s", String(r.tokens), money(r.cost)]));
+}
+
+// --- dead letters ------------------------------------------------------------------------
+async function deadLetters(robot) {
+  $("#dlq-robot").textContent = robot;
+  const letters = await getJSON(`/api/dlq/${encodeURIComponent(robot)}`);
+  const replay = async (ids) => { await act(`/api/dlq/${encodeURIComponent(robot)}/replay`, { ids }); route(); };
+  $("#replay-all").hidden = !config.actions || !letters.length;
+  $("#replay-all").onclick = () => replay(null);
+  fill("#dlq", letters.map((d) => [d.dlq_id, d.reason, d.error, String(d.deliveries), d.failed_at, d.content,
+    config.actions ? el("button", { class: "action", onclick: () => replay([d.dlq_id]) }, "Replay") : ""]));
+}
+
+// --- one run, live -----------------------------------------------------------------------
+const run = { tasks: new Map(), text: new Map(), id: null };
+
+function layout(tasks) {
+  const depth = new Map();
+  const visit = (t) => {
+    if (depth.has(t.name)) return depth.get(t.name);
+    depth.set(t.name, 0);
+    const d = Math.max(-1, ...t.deps.map((n) => run.tasks.has(n) ? visit(run.tasks.get(n)) : -1)) + 1;
+    depth.set(t.name, d);
+    return d;
+  };
+  tasks.forEach(visit);
+  const columns = [];
+  for (const t of tasks) (columns[depth.get(t.name)] ||= []).push(t.name);
+  const pos = new Map();
+  columns.forEach((names, x) => names.forEach((n, y) => pos.set(n, { x: 20 + x * 190, y: 20 + y * 64 })));
+  return { pos, width: 40 + columns.length * 190, height: 40 + Math.max(...columns.map((c) => c.length)) * 64 };
+}
+
+function drawDag() {
+  const tasks = [...run.tasks.values()];
+  const { pos, width, height } = layout(tasks);
+  const root = $("#dag");
+  root.setAttribute("width", width);
+  root.setAttribute("height", height);
+  const defs = svg("defs");
+  const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7,
+    markerHeight: 7, orient: "auto-start-reverse" });
+  marker.append(svg("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#888", stroke: "none" }));
+  defs.append(marker);
+  const nodes = [defs];
+  for (const t of tasks) for (const dep of t.deps) {
+    const a = pos.get(dep), b = pos.get(t.name);
+    if (a && b) nodes.push(svg("path", { d: `M ${a.x + 150} ${a.y + 20} C ${a.x + 170} ${a.y + 20}, ${b.x - 20} ${b.y + 20}, ${b.x} ${b.y + 20}` }));
+  }
+  for (const t of tasks) {
+    const p = pos.get(t.name);
+    const g = svg("g", { "data-task": t.name, "data-state": t.state, class: "node" });
+    g.append(svg("rect", { x: p.x, y: p.y, width: 150, height: 40, fill: `var(--${t.state}, #eee)` }));
+    const label = svg("text", { x: p.x + 8, y: p.y + 16 });
+    label.textContent = t.name + (t.optional ? " (optional)" : "");
+    const sub = svg("text", { x: p.x + 8, y: p.y + 32, fill: "#333" });
+    sub.textContent = `${t.robot} · ${t.state}`;
+    g.append(label, sub);
+    nodes.push(g);
+  }
+  root.replaceChildren(...nodes);
+}
+
+function drawTasks(status) {
+  $("#run-status").textContent = status;
+  $("#run-status").className = "state " + status;
+  let tokens = 0, cost = 0;
+  const cards = [];
+  for (const t of run.tasks.values()) {
+    tokens += (t.input_tokens || 0) + (t.output_tokens || 0);
+    cost += Number(t.cost || 0);
+    const text = t.reply ?? run.text.get(t.name) ?? "";
+    cards.push(el("div", { class: "task", id: "task-" + t.name },
+      el("strong", {}, t.name), " ", el("span", { class: "muted" }, t.robot), " ",
+      el("span", { class: "state " + t.state }, t.state),
+      el("span", { class: "muted" }, ` · ${(t.input_tokens || 0) + (t.output_tokens || 0)} tokens · ${money(t.cost)}`
+        + (t.duration ? ` · ${Number(t.duration).toFixed(2)}s` : "")),
+      t.error ? el("pre", { class: "error" }, t.error) : "",
+      text ? el("pre", { class: "text" }, text) : ""));
+  }
+  $("#tasks").replaceChildren(...cards);
+  $("#run-totals").textContent = `${tokens} tokens · ${money(cost)}`;
+  $("#cancel").hidden = !config.actions || !["running"].includes(status);
+  drawDag();
+}
+
+function logLine(list, text) {
+  const item = el("li", {}, text);
+  $(list).append(item);
+  item.scrollIntoView({ block: "nearest" });
+}
+
+function snapshot(data) {
+  run.tasks = new Map(data.tasks.map((t) => [t.name, t]));
+  $("#run-network").textContent = data.network;
+  run.status = data.status;
+  drawTasks(data.status);
+}
+
+function onEvent(ev) {
+  const t = ev.task && run.tasks.get(ev.task);
+  const d = ev.data || {};
+  const states = { "task.queued": "queued", "task.started": "running", "task.completed": "done",
+    "task.failed": "failed", "task.skipped": "skipped", "task.retrying": "queued" };
+  if (t && states[ev.event]) t.state = states[ev.event];
+  if (t && ev.event === "text.delta") run.text.set(t.name, (run.text.get(t.name) || "") + (d.delta || ""));
+  if (t && ev.event === "usage.updated") Object.assign(t, { input_tokens: d.input_tokens, output_tokens: d.output_tokens, cost: d.cost });
+  if (t && ev.event === "task.completed") Object.assign(t, { reply: d.reply, duration: d.duration });
+  if (t && ev.event === "task.failed") t.error = d.error;
+  if (ev.event === "run.completed") run.status = "completed";
+  if (ev.event === "run.cancelled") run.status = "cancelled";
+  if (ev.event !== "text.delta") logLine("#events", `${ev.seq} ${ev.event}${ev.task ? " " + ev.task : ""}`);
+  drawTasks(run.status);
+}
+
+function follow(id) {
+  run.id = id;
+  run.text = new Map();
+  $("#run-id").textContent = id;
+  $("#events").replaceChildren();
+  $("#memory").replaceChildren();
+  $("#run-view").dataset.live = "connecting";
+  $("#cancel").onclick = async () => { await act(`/api/runs/${id}/cancel`); };
+  source = new EventSource(`/api/runs/${encodeURIComponent(id)}/stream`);
+  source.addEventListener("snapshot", (m) => snapshot(JSON.parse(m.data)));
+  source.addEventListener("run", (m) => onEvent(JSON.parse(m.data)));
+  source.addEventListener("memory", (m) => {
+    const c = JSON.parse(m.data);
+    logLine("#memory", `v${c.version} ${c.op} ${c.key}${c.writer ? " by " + c.writer : ""}: ${JSON.stringify(c.value)}`.slice(0, 240));
+  });
+  source.addEventListener("end", (m) => {
+    $("#run-view").dataset.live = "ended";
+    drawTasks(JSON.parse(m.data).status);
+    source.close();
+  });
+  source.onopen = () => { $("#run-view").dataset.live = "live"; };
+}
+
+// --- routing -----------------------------------------------------------------------------
+async function route() {
+  clearInterval(timer);
+  if (source) { source.close(); source = null; }
+  const [, view, arg] = (location.hash || "#/").split("/");
+  try {
+    if (view === "run" && arg) { show("run-view"); follow(decodeURIComponent(arg)); }
+    else if (view === "dlq" && arg) { show("dlq-view"); await deadLetters(decodeURIComponent(arg)); }
+    else { show("overview-view"); await overview(); timer = setInterval(() => overview().catch(console.error), 2000); }
+  } catch (err) {
+    $("main").prepend(el("div", { class: "problem" }, String(err.message || err)));
+  }
+}
+
+window.addEventListener("hashchange", route);
+window.addEventListener("DOMContentLoaded", async () => {
+  config = await getJSON("/api/config");
+  $("#mode").textContent = config.actions ? "actions enabled" : "read-only";
+  $("#token-box").hidden = !config.actions;
+  $("#token").value = sessionStorage.getItem("robot-lab-token") || "";
+  route();
+});

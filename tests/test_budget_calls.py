@@ -1,0 +1,149 @@
+"""A call's reservation: sized from an estimate, waiting while reservations in flight may come
+back, and tied to a holder so a dead worker's reservation can be given back.
+
+Both ledgers (in process; Redis, fake and real) follow one rule, checked here on each."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from robot_lab.errors import BudgetExceeded
+from robot_lab.keys import Keys
+from robot_lab.runtime.rails.budget import (
+    BudgetHolder,
+    CallEstimate,
+    Ledger,
+    RedisLedger,
+    estimate_call,
+    reconcile,
+    release,
+    release_holder,
+    reserve_for_call,
+)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def make(request: pytest.FixtureRequest, redis_client: Any, key_prefix: str) -> Callable[..., Any]:
+    if request.param == "memory":
+        return lambda limits, **kw: Ledger(limits=limits, scope="s")
+    keys = Keys(prefix=key_prefix)
+    return lambda limits, **kw: RedisLedger("s", limits, redis=redis_client, keys=keys, **kw)
+
+
+def test_reserve_call_rule(make: Callable[..., Any]) -> None:
+    ledger = make({"tokens": 100})
+    assert ledger.reserve_call("calls", 10) == 0.0  # unlimited dimension
+    assert ledger.reserve_call("tokens", 40) == 40  # fits: exactly the estimate, not everything
+    assert ledger.reserve_call("tokens", 50) == 50
+    assert ledger.reserve_call("tokens", 30) is None  # 10 free, 90 in flight: wait
+    assert ledger.reserve_call("tokens", None) is None  # "all that is free" waits for the others too
+    ledger.reconcile("tokens", 40, 45)
+    ledger.reconcile("tokens", 50, 50)
+    # nothing in flight, 5 free: the last call takes what is free (bounded overspend)
+    assert ledger.reserve_call("tokens", 30) == 5
+    ledger.reconcile("tokens", 5, 20)
+    with pytest.raises(BudgetExceeded, match=r"for tokens: 115 > 100 \(scope: s\)"):
+        ledger.reserve_call("tokens", 1)
+
+
+def test_a_call_that_does_not_fit_waits_for_a_release(make: Callable[..., Any]) -> None:
+    ledger = make({"tokens": 100})
+    first = reserve_for_call([ledger], CallEstimate(input_tokens=20, output_tokens=50), timeout=30)
+    got: dict[str, Any] = {}
+
+    def second() -> None:
+        got["reservation"] = reserve_for_call([ledger], CallEstimate(input_tokens=20, output_tokens=50), timeout=30)
+        got["at"] = time.monotonic()
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    time.sleep(0.3)
+    assert "reservation" not in got  # 30 free, 70 needed, 70 in flight: it waits, it does not fail
+    released_at = time.monotonic()
+    reconcile(first, tokens=25)
+    thread.join(30)
+    assert got["at"] >= released_at
+    assert got["reservation"].entries[0][2] == 70
+    release(got["reservation"])
+    assert ledger.remaining("tokens") == 75
+
+
+def test_waiting_ends_with_budget_exceeded_after_the_timeout(make: Callable[..., Any]) -> None:
+    ledger = make({"tokens": 100})
+    ledger.reserve_call("tokens", 90)
+    with pytest.raises(BudgetExceeded, match=r"did not fit within 0.2 s while other calls held reservations "
+                                             r"\(scope: s\)"):
+        reserve_for_call([ledger], CallEstimate(input_tokens=10, output_tokens=20), timeout=0.2)
+    assert ledger.remaining("tokens") == 10  # the waiting call holds nothing
+
+
+def test_a_refused_call_holds_nothing_in_any_ledger(make: Callable[..., Any]) -> None:
+    roomy, spent = make({"tokens": 1000}), Ledger(limits={"tokens": 10}, scope="t")
+    spent.reconcile("tokens", 0, 10)
+    with pytest.raises(BudgetExceeded, match="nothing remaining"):
+        reserve_for_call([roomy, spent], CallEstimate(input_tokens=5, output_tokens=5), timeout=5)
+    assert roomy.remaining("tokens") == 1000
+
+
+def test_a_dead_holders_reservation_is_given_back(redis_client: Any, key_prefix: str) -> None:
+    keys = Keys(prefix=key_prefix)
+    registry = f"{key_prefix}:holds:job-1"
+    dead = RedisLedger("run:x", {"tokens": 100}, redis=redis_client, keys=keys,
+                       holder=BudgetHolder(id="job-1@w1", registry=registry))
+    live = RedisLedger("run:x", redis=redis_client, keys=keys)
+    assert dead.reserve_call("tokens", 80) == 80
+    assert live.reserve_call("tokens", 20) == 20
+    assert live.reserve_call("tokens", 50) is None  # would have to wait for the dead one forever
+    assert release_holder(redis_client, registry) == {keys.budget("run:x"): {"tokens": 80.0}}
+    assert redis_client.exists(registry) == 0
+    assert live.reserved == {"tokens": 20.0}
+    # the "dead" worker was only slow: its late reconcile records its use but gives back
+    # nothing it no longer holds, so the live call's reservation stays intact
+    dead.reconcile("tokens", 80, 60)
+    assert live.reserved == {"tokens": 20.0} and live.consumed == {"tokens": 60.0}
+    assert release_holder(redis_client, registry) == {}  # twice is harmless
+
+
+def test_a_settled_holder_has_nothing_to_give_back(redis_client: Any, key_prefix: str) -> None:
+    keys = Keys(prefix=key_prefix)
+    registry = f"{key_prefix}:holds:job-2"
+    ledger = RedisLedger("run:y", {"tokens": 100, "cost": 1}, redis=redis_client, keys=keys,
+                         holder=BudgetHolder(id="job-2@w1", registry=registry))
+    reservation = reserve_for_call([ledger], CallEstimate(input_tokens=10, output_tokens=10, cost=0.5), timeout=5)
+    assert sorted(reservation.entries, key=lambda e: e[1]) == [(ledger, "cost", 0.5), (ledger, "tokens", 20.0)]
+    reconcile(reservation, tokens=15, cost=0.25)
+    assert release_holder(redis_client, registry) == {}
+    assert ledger.reserved == {"tokens": 0.0, "cost": 0.0}
+    assert not [f for f in redis_client.hkeys(keys.budget("run:y")) if f.startswith(b"holds:")]
+
+
+def test_the_estimate_counts_input_with_litellm_plus_the_maximum_output() -> None:
+    import litellm
+
+    messages = [{"role": "user", "content": "count these words for the budget, please " * 10}]
+    counted = litellm.token_counter(model="gpt-4o", messages=messages)
+    with_max = estimate_call("gpt-4o", messages, max_tokens=200)
+    assert (with_max.input_tokens, with_max.output_tokens) == (counted, 200)
+    assert with_max.cost is not None and with_max.cost > 0  # litellm knows gpt-4o's price
+    default = estimate_call("scripted/echo", messages, default_output_tokens=333)
+    assert default.output_tokens == 333 and default.tokens == default.input_tokens + 333
+    assert default.cost is None  # unpriced: a cost budget reserves all that is free
+    assert default.amount("tokens") == default.tokens and default.amount("calls") is None
+    # a llama-3 model would make litellm fetch its tokenizer from Hugging Face: never here
+    llama = estimate_call("groq/llama-3.1-8b-instant", messages, max_tokens=10)
+    assert litellm.disable_hf_tokenizer_download is True and llama.input_tokens == default.input_tokens
+
+
+def test_the_default_output_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from robot_lab.settings import configure
+
+    monkeypatch.setenv("ROBOT_LAB_BUDGET__DEFAULT_OUTPUT_TOKENS", "77")
+    monkeypatch.setenv("ROBOT_LAB_BUDGET__WAIT_TIMEOUT", "3.5")
+    settings = configure()
+    assert (settings.budget.default_output_tokens, settings.budget.wait_timeout) == (77, 3.5)
+    assert estimate_call("scripted/echo", [{"role": "user", "content": "hi"}]).output_tokens == 77

@@ -1,0 +1,188 @@
+"""``robot-lab dashboard`` in a real headless Chromium (Debian's ``chromium`` package, driven
+by Playwright's Python package with ``executable_path``; no browser is downloaded), against a
+real worker process and a real Redis: the page loads a run while it is running, follows it
+over SSE and sees every task of the DAG and the run complete, with streamed replies, memory
+changes, tokens; the overview lists the robot and its worker; the DLQ view is read-only
+without a token, and with ``--allow-actions`` a replay needs the token.
+
+Skips, saying why, when chromium or playwright is absent. With
+``ROBOT_LAB_SCREENSHOTS=<dir>`` it saves the PNGs used in docs/observability.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import redis
+
+from robot_lab.app import publish_specs
+from robot_lab.bus import Bus
+from robot_lab.keys import Keys
+from robot_lab.runtime.network.coordinator import Coordinator
+from robot_lab.runtime.network.dsl import create_network
+from robot_lab.runtime.robot import build
+from tests.redis_server import wait_for
+from tests.worker_procs import VENV_BIN, child_env, processes, uid  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+if CHROMIUM is None:
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the test extra) is not installed")
+pytest.importorskip("starlette", reason="the [dashboard] extra is not installed")
+
+
+@pytest.fixture
+def client(real_redis_url, key_prefix, monkeypatch):
+    monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", key_prefix)
+    monkeypatch.setenv("REDIS_URL", real_redis_url)
+    conn = redis.Redis.from_url(real_redis_url)
+    yield conn
+    from rq import Queue
+
+    for robot in conn.smembers(f"{key_prefix}:robots"):
+        Queue(f"robot:{robot.decode()}", connection=conn).delete(delete_jobs=True)
+    keys = list(conn.scan_iter(match=f"{key_prefix}*", count=1000))
+    if keys:
+        conn.delete(*keys)
+    conn.close()
+
+
+@pytest.fixture
+def browser():
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_dashboard(processes, env, *extra: str) -> str:  # noqa: F811
+    port = free_port()
+    processes.start([str(VENV_BIN / "robot-lab"), "dashboard", "--port", str(port), *extra], env,
+                    f"dashboard-{port}")
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return urllib.request.urlopen(base + "/api/config", timeout=5).status == 200
+        except OSError:
+            return False
+
+    wait_for(up, timeout=60, interval=0.2)
+    return base
+
+
+def post(url: str, token: str | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=b"{}", method="POST", headers={"Content-Type": "application/json"})
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as res:
+            return res.status, json.loads(res.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def screenshot(page, name: str, tmp_path: Path) -> None:
+    target = Path(os.environ.get("ROBOT_LAB_SCREENSHOTS") or tmp_path)
+    target.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(target / name))
+    try:  # docs screenshots: a 64-colour palette keeps each PNG a few dozen KB
+        from PIL import Image
+
+        with Image.open(target / name) as image:
+            image.convert("RGB").quantize(64).save(target / name, optimize=True)
+    except ImportError:
+        pass
+
+
+def test_the_dashboard_follows_a_live_run_to_completion(client, real_redis_url, key_prefix, processes,  # noqa: F811
+                                                        browser, tmp_path):
+    keys = Keys(prefix=key_prefix)
+    robot = build(f"desk-{uid()}", model="scripted/sleep:1200")
+    publish_specs([robot.to_spec()], connection=client, keys=keys)
+    env = child_env(real_redis_url, key_prefix)
+    processes.start([str(VENV_BIN / "robot-lab"), "worker", robot.name, "--concurrency", "2"], env, "worker")
+    base = start_dashboard(processes, env)
+    wait_for(lambda: client.exists(keys.inbox(robot.name)), timeout=60, interval=0.2)
+
+    net = create_network("support")
+    net.task("triage", robot, memory_key="triage")
+    net.task("billing", robot, depends_on="triage")
+    net.task("technical", robot, depends_on="triage")
+    net.task("answer", robot, depends_on=["billing", "technical"], memory_key="answer")
+    handle = Coordinator(connection=client, keys=keys).submit(net, "my invoice is wrong")
+
+    page = browser.new_page(viewport={"width": 1100, "height": 720})
+    page.goto(f"{base}/#/run/{handle.run_id}")
+    page.wait_for_selector("#dag g.node", timeout=30_000)
+    first = page.locator("#run-status").inner_text()
+    assert first == "running"  # loaded while the run was live
+    page.wait_for_selector("#run-view[data-live='ended']", timeout=90_000)
+    assert page.locator("#run-status").inner_text() == "completed"
+    states = page.eval_on_selector_all("#dag g.node", "ns => ns.map(n => [n.dataset.task, n.dataset.state])")
+    assert dict(states) == {"triage": "done", "billing": "done", "technical": "done", "answer": "done"}
+    assert "echo:" in page.locator("#task-answer pre.text").inner_text()
+    events = page.locator("#events").inner_text()
+    assert "task.started triage" in events and "run.completed" in events
+    memory = page.locator("#memory").inner_text()
+    assert "set triage" in memory and "set answer" in memory
+    assert "tokens" in page.locator("#run-totals").inner_text()
+    screenshot(page, "dashboard-run.png", tmp_path)
+
+    page.goto(f"{base}/#/")
+    page.wait_for_selector(f"#robots td:text('{robot.name}')", timeout=30_000)
+    page.wait_for_selector(f"#recent a[href='#/run/{handle.run_id}']", timeout=30_000)
+    assert page.locator("#mode").inner_text() == "read-only"
+    screenshot(page, "dashboard-overview.png", tmp_path)
+    page.close()
+
+
+def test_actions_are_off_by_default_and_need_the_token(client, real_redis_url, key_prefix, processes,  # noqa: F811
+                                                       browser):
+    keys = Keys(prefix=key_prefix)
+    name = f"dead-{uid()}"
+    bus = Bus(redis=client, keys=keys)
+    bus.register(name)
+    client.xadd(keys.dlq(name), {"envelope": json.dumps({"content": "lost message"}), "reason": "failed",
+                                 "error": "boom", "deliveries": "3", "robot": name})
+    env = child_env(real_redis_url, key_prefix)
+    read_only = start_dashboard(processes, env)
+    assert post(f"{read_only}/api/dlq/{name}/replay")[0] == 403
+    page = browser.new_page()
+    page.goto(f"{read_only}/#/dlq/{name}")
+    page.wait_for_selector("#dlq td:text('boom')", timeout=30_000)
+    assert page.locator("#dlq button").count() == 0 and page.locator("#replay-all").is_hidden()
+    page.close()
+
+    token = "s3cret-" + uid()
+    acting = start_dashboard(processes, dict(env, ROBOT_LAB_DASHBOARD_TOKEN=token), "--allow-actions")
+    assert post(f"{acting}/api/dlq/{name}/replay")[0] == 401
+    assert post(f"{acting}/api/dlq/{name}/replay", "wrong")[0] == 401
+    assert client.xlen(keys.dlq(name)) == 1
+    page = browser.new_page()
+    page.goto(f"{acting}/#/dlq/{name}")
+    page.fill("#token", token)
+    page.click("#dlq button:text('Replay')")
+    wait_for(lambda: client.xlen(keys.dlq(name)) == 0, timeout=30)
+    assert client.xlen(keys.inbox(name)) == 1  # back on the inbox
+    page.close()
