@@ -22,6 +22,7 @@ Passwords never reach a log line: use :func:`redact_url` for anything printed.
 
 from __future__ import annotations
 
+import socket
 import threading
 from typing import Any
 
@@ -70,6 +71,11 @@ def _defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     kwargs.setdefault("protocol", 2)
     kwargs.setdefault("socket_timeout", None)
     kwargs.setdefault("socket_keepalive", True)
+    # ...so a peer that vanished without closing (a failed-over host, a partition) must be
+    # noticed by TCP keepalive: ~30 s here instead of the kernel's default two hours.
+    if hasattr(socket, "TCP_KEEPIDLE"):
+        kwargs.setdefault("socket_keepalive_options",
+                          {socket.TCP_KEEPIDLE: 15, socket.TCP_KEEPINTVL: 5, socket.TCP_KEEPCNT: 3})
     kwargs.setdefault("health_check_interval", 30)
     return kwargs
 
@@ -131,9 +137,14 @@ def connect(url: str | None = None, **kwargs: Any) -> redis.Redis:
         return embedded_client()
     parsed = parse_redis_url(url)
     if parsed.kind == "standalone":
+        # READONLY: the host behind the URL was demoted by a failover (DNS of a managed
+        # Redis moves to the new primary). Retrying it drops the connection, so the next one
+        # resolves the name again (robot_lab/outage.py rides out the rest).
+        kwargs.setdefault("retry_on_error", [redis.exceptions.ReadOnlyError])
         options = _defaults(kwargs)
         if parsed.scheme == "unix":  # a unix socket has no TCP keepalive (redis-py rejects the option)
             options.pop("socket_keepalive", None)
+            options.pop("socket_keepalive_options", None)
         return redis.Redis.from_url(url, **options)
     if parsed.kind == "sentinel":
         from redis.sentinel import Sentinel

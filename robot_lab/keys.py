@@ -38,8 +38,10 @@ class Keys:
         return f"{self.outbox(robot)}:{message_id}"
 
     def replied_for(self, robot: str, message_id: str) -> str:
-        """String: the recorded reply envelope of a handled message id ('' = no reply), so a
-        redelivery re-sends it instead of calling the LLM again. Expires after reply_ttl."""
+        """String: the recorded reply of a handled message, so a redelivery re-sends it
+        instead of calling the LLM again. The bus passes ``"<from>:<id>"`` (robot_lab's message
+        key) and stores ``v2:<content hash>:<reply>`` (bus/replies.py); expires after
+        ``bus.record_ttl``."""
         return f"{self.replied(robot)}:{message_id}"
 
     def conversation_lock(self, robot: str, conversation_id: str) -> str:

@@ -146,6 +146,12 @@ class BusSettings(BaseModel):
     # first retry of a failed (nacked) delivery after retry_delay s, doubling, capped at 30 s
     retry_delay: float = 0.2
     dlq_maxlen: int = 10_000
+    # an envelope larger than this (bytes of its JSON) is refused by publish and
+    # dead-lettered as too_large by a consumer (raw XADD publishers)
+    max_envelope_bytes: int = 1_048_576
+    # how long a handled message's recorded reply is kept (the idempotency window of
+    # redeliveries and of a sender re-publishing the same id)
+    record_ttl: int = 3_600
 
 
 class BudgetSettings(BaseModel):
@@ -201,6 +207,9 @@ class Settings(BaseSettings):
     max_iterations: int | None = None
     # The bottom of the run cascade: a tool loop always ends (robot_lab's max_tool_iterations).
     max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
+    # stored conversation history (bus conversations continued on any worker): at most this
+    # many messages are kept, the oldest turns dropped whole; 0 = no cap
+    conversation_max_messages: int = 200
     # The global parents of a run's `tools` / `mcp` "inherit" (robot_lab's config.tools / .mcp).
     tools: str | list[str] = "none"
     mcp: str | list[str] = "none"

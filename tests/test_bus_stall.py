@@ -25,7 +25,7 @@ from robot_lab.keys import Keys
 from robot_lab.schemas import RobotMessage, decode_message
 from robot_lab.workers.status import collect_status
 from tests.redis_server import wait_for
-from tests.test_bus_procs import VISIBILITY, env, procs, spawn, start_workers  # noqa: F401 - fixtures
+from tests.test_bus_procs import VISIBILITY, env, procs, start_workers  # noqa: F401 - env, procs: fixtures
 
 VIS = 0.2  # visibility timeout of the in-process tests
 
@@ -175,12 +175,12 @@ def test_status_reports_a_head_nobody_runs_but_not_a_long_handler(bus: Bus, monk
 
 # --- kill -9 of a real worker process running the head ------------------------------------
 
-def _head_held_by_a_hanging_worker(bus: Bus, env: dict[str, str], procs: list, tmp_path: Any) -> RobotMessage:  # type: ignore[type-arg]
+def _head_held_by_a_hanging_worker(bus: Bus, child_env: dict[str, str], started: list, tmp_path: Any) -> RobotMessage:  # type: ignore[type-arg]
     """Publish the head of c-1 and let a real worker process (reading one entry at a time)
     take it and hang in its handler; returns the head."""
     bus.register("talk")
     head = bus.publish("talk", {"seq": 0}, conversation_id="c-1", reply_to="client")
-    start_workers(procs, dict(env, ROBOT_LAB_BUS__BATCH_SIZE="1"), tmp_path, "slow", "talk", "doomed")
+    start_workers(started, dict(child_env, ROBOT_LAB_BUS__BATCH_SIZE="1"), tmp_path, "slow", "talk", "doomed")
     test = f"{bus.keys.prefix}:test"
     wait_for(lambda: bus.redis.lrange(f"{test}:started", 0, -1) == [head.id.encode()], timeout=30)
     return head
@@ -205,7 +205,7 @@ def _assert_answered_once_in_order(bus: Bus, conversation: list[RobotMessage]) -
 
 
 @pytest.mark.slow
-def test_kill_9_of_the_head_holder_survivor_runs_the_conversation_after_one_sweep(env, procs, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_kill_9_of_the_head_holder_survivor_runs_the_conversation_after_one_sweep(env, procs, tmp_path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     bus = Bus()
     head = _head_held_by_a_hanging_worker(bus, env, procs, tmp_path)
     order: list[tuple[str, int]] = []
@@ -241,7 +241,7 @@ def test_kill_9_of_the_head_holder_survivor_runs_the_conversation_after_one_swee
 
 
 @pytest.mark.slow
-def test_kill_9_of_the_head_holder_with_a_real_survivor_process(env, procs, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_kill_9_of_the_head_holder_with_a_real_survivor_process(env, procs, tmp_path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     bus = Bus()
     head = _head_held_by_a_hanging_worker(bus, env, procs, tmp_path)
     start_workers(procs, env, tmp_path, "convecho", "talk", "survivor")

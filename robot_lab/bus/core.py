@@ -29,7 +29,8 @@ from robot_lab.schemas import RobotMessage, decode_message, encode_message, new_
 from robot_lab.settings import BusSettings, get_settings
 from robot_lab.text.strings import as_str as _s
 from robot_lab.bus import scripts
-from robot_lab.bus.records import DeadLetter, InboxStats, OutboxEntry
+from robot_lab.bus.dlq import DeadLetters
+from robot_lab.bus.records import InboxStats, OutboxEntry
 
 log = get_logger("robot_lab.bus")
 
@@ -74,7 +75,7 @@ def _with_traceparent(headers: Mapping[str, str] | None) -> dict[str, str]:
 
 
 
-class Bus:
+class Bus(DeadLetters):
     """Inbox streams of robots on one Redis: register, publish, reply, request, inspect."""
 
     def __init__(
@@ -184,6 +185,10 @@ class Bus:
             data = encode_message(message)
         except SchemaError as exc:
             raise BusError(f"cannot publish to {message.to!r}: {exc}") from exc
+        limit = int(self.settings.max_envelope_bytes)
+        if 0 < limit < len(data):
+            raise BusError(f"cannot publish to {message.to!r}: the envelope is {len(data)} bytes; the limit is "
+                           f"{limit} (setting bus.max_envelope_bytes)")
         entry = self._append(message.to, data, mode="strict")
         if entry is None and create:
             self.register(message.to)
@@ -250,7 +255,8 @@ class Bus:
         same conversation. A missing reply stream is created with a TTL rather than refused,
         so a reply is never dropped because the requester stopped waiting."""
         reply = self.build_reply(original, content, from_=from_, **kwargs)
-        self.deliver_reply(reply)
+        if self.deliver_reply(reply) is None:
+            raise BusError(f"cannot reply to message {original.id}: {reply.to!r} is not a valid inbox name")
         return reply
 
     def build_reply(
@@ -395,59 +401,6 @@ class Bus:
             args=[encode_message(reply), int(self.settings.reply_ttl), utcnow().isoformat(), reply.id],
         )
         return bool(done)
-
-    # --- dead letters -----------------------------------------------------------------
-    def dead_letters(self, robot: str, count: int = 100, *, start: str = "-") -> list[DeadLetter]:
-        """Oldest first."""
-        entries = self.redis.xrange(self.keys.dlq(robot), min=start, max="+", count=count)
-        return [DeadLetter.from_entry(i, f) for i, f in entries]
-
-    def dead_letter(self, robot: str, dlq_id: str) -> DeadLetter:
-        entries = self.redis.xrange(self.keys.dlq(robot), min=dlq_id, max=dlq_id, count=1)
-        if not entries:
-            raise BusError(f"robot {robot!r} has no dead letter {dlq_id!r}")
-        return DeadLetter.from_entry(*entries[0])
-
-    def dlq_size(self, robot: str) -> int:
-        return int(self.redis.xlen(self.keys.dlq(robot)))
-
-    def replay_dead_letters(self, robot: str, ids: Iterable[str] | None = None) -> list[str]:
-        """Put dead letters back on the inbox as new entries (fresh delivery count) and
-        remove them from the DLQ, each in one MULTI. Returns the new entry ids."""
-        letters = self._select_letters(robot, ids)
-        inbox, dlq = self.keys.inbox(robot), self.keys.dlq(robot)
-        if letters and not self.redis.exists(inbox):
-            raise BusError(f"Unknown channel: {robot!r} has no inbox to replay into")
-        new_ids: list[str] = []
-        for letter in letters:
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.xadd(inbox, {"envelope": letter.envelope})
-            pipe.xdel(dlq, letter.dlq_id)
-            entry, _ = pipe.execute()
-            new_ids.append(_s(entry))
-        return new_ids
-
-    def purge_dead_letters(self, robot: str, ids: Iterable[str] | None = None) -> int:
-        """Delete the given dead letters, or all of them. Returns how many went."""
-        dlq = self.keys.dlq(robot)
-        if ids is None:
-            n = int(self.redis.xlen(dlq))
-            self.redis.delete(dlq)
-            return n
-        wanted = list(ids)
-        return int(self.redis.xdel(dlq, *wanted)) if wanted else 0
-
-    def _select_letters(self, robot: str, ids: Iterable[str] | None) -> list[DeadLetter]:
-        if ids is None:
-            letters: list[DeadLetter] = []
-            start = "-"
-            while True:
-                page = self.dead_letters(robot, 500, start=start)
-                letters.extend(page)
-                if len(page) < 500:
-                    return letters
-                start = "(" + page[-1].dlq_id
-        return [self.dead_letter(robot, i) for i in ids]
 
     # --- statistics -------------------------------------------------------------------
     def stats(self, robots: Iterable[str] | None = None) -> list[InboxStats]:

@@ -26,7 +26,10 @@ class DeliveryOwner(Protocol):
 
     def _nack(self, delivery: Delivery, error: Any, *, requeue: bool, delay: float) -> None: ...
 
-    def _dead_letter(self, delivery: Delivery, reason: str, error: Any) -> None: ...
+    def _dead_letter(self, delivery: Delivery, reason: str, error: Any, *, notify: Any = None,
+                     extra: Any = None) -> None: ...
+
+    def _send_reply(self, delivery: Delivery, reply: RobotMessage) -> None: ...
 
 PENDING, ACKED, NACKED, DEAD = "pending", "acked", "nacked", "dead"
 
@@ -48,7 +51,7 @@ class Delivery:
         deliveries: int,
         message: RobotMessage | None,
         error: SchemaError | str | None,
-        conversation: str | None,
+        conversation: str | bytes | None,
     ) -> None:
         self.poller = poller
         self.entry_id = entry_id
@@ -104,10 +107,14 @@ class Delivery:
         self.poller._dead_letter(self, reason, error)
 
     def reply(self, content: str | Mapping[str, Any]) -> RobotMessage:
-        """Reply to this message (to its ``reply_to``, else its sender)."""
+        """Reply to this message (to its ``reply_to``, else its sender). A reply that cannot
+        be routed (that name is no valid inbox) dead-letters this delivery as
+        ``unroutable_reply``, with the reply in the dead letter."""
         if self.message is None:
             raise BusError(f"entry {self.entry_id} of {self.robot!r} has no valid message to reply to")
-        return self.poller.bus.send_reply(self.message, content, from_=self.robot)
+        reply: RobotMessage = self.poller.bus.build_reply(self.message, content, from_=self.robot)
+        self.poller._send_reply(self, reply)  # unroutable: this delivery is dead-lettered with it
+        return reply
 
     def __repr__(self) -> str:
         mid = self.message.id if self.message else None

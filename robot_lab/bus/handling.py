@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
+import redis as _redis
 
 from robot_lab.errors import SchemaError
 from robot_lab.logging import get_logger, log_context
 from robot_lab.observability import metrics
 from robot_lab.tracing import continue_trace
-from robot_lab.schemas import utcnow
-from robot_lab.text.strings import as_str as _s
+from robot_lab.schemas import RobotMessage, utcnow
+from robot_lab.bus.checks import text as check_text
 from robot_lab.bus.delivery import ACKED, DEAD, NACKED, PENDING, Delivery
 from robot_lab.bus.state import PollerState
 
@@ -78,41 +80,57 @@ class Handling(PollerState):
         return True
 
     def _handle(self, d: Delivery) -> None:
+        """Run one ready delivery. Handler failures are nacks (retried, dead-lettered after
+        ``max_deliveries``); anything else that fails on this entry -- its trace header, its
+        deadline, correlating it -- dead-letters it at once: a consumer never dies of its
+        input. Redis errors propagate (the entry stays pending; the loop rides them out)."""
         msg = d.message
         assert msg is not None
-        with log_context(robot=self.robot, message_id=msg.id, conversation_id=msg.conversation_id), \
-                continue_trace(msg.headers.get("traceparent"), "bus.handle", robot=self.robot, message_id=msg.id), \
-                metrics.handling(self.robot, d):
-            if d.deliveries > self.max_deliveries:
-                last = f"; last error: {d.last_error}" if d.last_error else ""
-                self._dead_letter(
-                    d, "max_deliveries",
-                    f"delivered {d.deliveries} times (max_deliveries={self.max_deliveries}) without an ack{last}",
-                )
+        try:
+            with log_context(robot=self.robot, message_id=msg.id, conversation_id=msg.conversation_id), \
+                    continue_trace(msg.headers.get("traceparent"), "bus.handle", robot=self.robot,
+                                   message_id=msg.id), \
+                    metrics.handling(self.robot, d):
+                self._run(d, msg)
+        except _redis.RedisError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if not d.pending:
+                log.warning("bus.failed_after_resolving", entry=d.entry_id, error=repr(exc)[:500])
                 return
-            if msg.expired():
-                assert msg.deadline is not None
-                self._dead_letter(d, "expired", f"deadline {msg.deadline.isoformat()} passed before handling")
-                return
-            if msg.in_reply_to:
-                self.bus.correlate_reply(self.robot, msg)
-            self._current = d
-            try:
-                self._handler(d)
-            except Exception as exc:  # noqa: BLE001 - any handler failure is a nack, never a crash
-                if d.pending:
-                    self._fail(d, exc)
-                else:
-                    log.warning("bus.handler_raised_after_resolving", entry=d.entry_id, error=repr(exc))
-                return
-            finally:
-                self._current = None
+            self._dead_letter(d, "invalid", f"cannot handle the entry: {type(exc).__name__}: {exc}")
+
+    def _run(self, d: Delivery, msg: RobotMessage) -> None:
+        if d.deliveries > self.max_deliveries:
+            last = f"; last error: {d.last_error}" if d.last_error else ""
+            self._dead_letter(
+                d, "max_deliveries",
+                f"delivered {d.deliveries} times (max_deliveries={self.max_deliveries}) without an ack{last}",
+            )
+            return
+        if msg.expired():
+            assert msg.deadline is not None
+            self._dead_letter(d, "expired", f"deadline {msg.deadline.isoformat()} passed before handling")
+            return
+        if msg.in_reply_to:
+            self.bus.correlate_reply(self.robot, msg)
+        self._current = d
+        try:
+            self._handler(d)
+        except Exception as exc:  # noqa: BLE001 - any handler failure is a nack, never a crash
             if d.pending:
-                if self._auto_ack:
-                    self._ack(d)
-                else:
-                    log.warning("bus.handler_left_unresolved", entry=d.entry_id)
-                    self._nack(d, "handler returned without ack or nack", requeue=True, delay=None)
+                self._fail(d, exc)
+            else:
+                log.warning("bus.handler_raised_after_resolving", entry=d.entry_id, error=repr(exc)[:500])
+            return
+        finally:
+            self._current = None
+        if d.pending:
+            if self._auto_ack:
+                self._ack(d)
+            else:
+                log.warning("bus.handler_left_unresolved", entry=d.entry_id)
+                self._nack(d, "handler returned without ack or nack", requeue=True, delay=None)
 
     def _fail(self, d: Delivery, exc: BaseException) -> None:
         error = f"{type(exc).__name__}: {exc}"
@@ -150,46 +168,75 @@ class Handling(PollerState):
         retry.retry_at = time.monotonic() + (min(backoff, 30.0) if delay is None else delay)
         self._held[d.entry_id] = retry  # same position: order within a conversation is kept
 
-    def _dead_letter(self, d: Delivery, reason: str, error: BaseException | str) -> None:
-        raw = d.fields.get(b"envelope")
-        if raw is None:
-            raw = json.dumps({_s(k): _s(v) for k, v in d.fields.items()})
+    def _dead_letter(
+        self, d: Delivery, reason: str, error: BaseException | str, *,
+        notify: RobotMessage | None = None, extra: Mapping[str, str | bytes] | None = None,
+    ) -> None:
+        """Record the entry in the DLQ and ack it (one script: never acked-and-lost), then
+        send an error envelope to its ``reply_to`` (``notify``: whom, when the entry could
+        not be decoded). Never raises but Redis errors: a record that cannot be built or
+        written whole is written with the entry's ids and the reason only."""
         text = _error_text(error)
         metrics.dead_lettered(self.robot, reason)
-        fields: list[Any] = [
-            "envelope", raw, "reason", reason, "error", text, "deliveries", d.deliveries,
-            "entry_id", d.entry_id, "robot", self.robot, "consumer", self.consumer,
-            "message_id", d.message.id if d.message else "", "failed_at", utcnow().isoformat(),
-        ]
-        self.bus._dead(
-            keys=[self.inbox, self.dlq],
-            args=[self.robot, d.entry_id, d.conversation or "", int(self.bus.settings.dlq_maxlen), *fields],
-        )
+        notify = notify or d.message
+        extra = {"message_id": notify.id if notify else "", **(extra or {})}
+        try:
+            fields = self._letter_fields(d, reason, text, extra)
+        except Exception as exc:  # noqa: BLE001
+            fields = self._letter_fields(d, reason, f"{text} (and the record failed: {type(exc).__name__})", extra,
+                                         minimal=True)
+        args = [self.robot, d.entry_id, d.conversation or "", int(self.bus.settings.dlq_maxlen)]
+        try:
+            self.bus._dead(keys=[self.inbox, self.dlq], args=[*args, *fields])
+        except _redis.ResponseError as exc:  # the record itself was refused (too big, OOM)
+            minimal = self._letter_fields(d, reason, f"{text} (full record refused: {exc})", extra, minimal=True)
+            self.bus._dead(keys=[self.inbox, self.dlq], args=[*args, *minimal])
         d.state = DEAD
         self._held.pop(d.entry_id, None)
         self.counts["dead"] += 1
         log.warning("bus.dead_lettered", robot=self.robot, entry=d.entry_id, reason=reason, error=text,
                     deliveries=d.deliveries)
-        self._report_failure(d, reason, text)
+        self._report_failure(d, reason, text, notify)
 
-    def _report_failure(self, d: Delivery, reason: str, text: str) -> None:
+    def _letter_fields(self, d: Delivery, reason: str, text: str, extra: Mapping[str, str | bytes], *,
+                       minimal: bool = False) -> list[Any]:
+        fields: list[Any] = [
+            "reason", reason, "error", text, "deliveries", d.deliveries, "entry_id", d.entry_id,
+            "robot", self.robot, "consumer", self.consumer, "failed_at", utcnow().isoformat(),
+            "message_id", check_text(extra.get("message_id", ""), 300),
+        ]
+        if minimal:
+            return ["envelope", "", *fields]
+        raw = d.fields.get(b"envelope")
+        if raw is None:  # keep what the entry had, bounded, as JSON text
+            raw = json.dumps({check_text(k, 200): check_text(v, 10_000) for k, v in d.fields.items()})
+        limit = max(1024, int(self.bus.settings.max_envelope_bytes))
+        if len(raw) > limit:  # a too_large envelope is not stored twice
+            fields += ["envelope_bytes", len(raw), "envelope_truncated", 1]
+            raw = raw[:limit]
+        for key, value in extra.items():
+            if key != "message_id":
+                fields += [key, value]
+        return ["envelope", raw, *fields]
+
+    def _report_failure(self, d: Delivery, reason: str, text: str, msg: RobotMessage | None) -> None:
         """A message that asked for a reply (``reply_to``) and was dead-lettered gets an
         ``error`` envelope there, so a requester or delegator fails at once instead of
         waiting out its timeout."""
-        msg = d.message
         if msg is None or msg.is_reply or not msg.reply_to:
             return
         try:
             error = self.bus.build_reply(msg, f"Error: {reason}: {text}", from_=self.robot,
                                          headers={"error": reason})
-            self.bus.deliver_reply(msgspec.structs.replace(error, kind="error"))
-        except Exception as exc:  # the dead letter is recorded; the notice is best effort
-            log.warning("bus.error_reply_failed", robot=self.robot, entry=d.entry_id, error=str(exc))
+            if self.bus.deliver_reply(msgspec.structs.replace(error, kind="error")) is None:
+                log.warning("bus.error_reply_unroutable", robot=self.robot, entry=d.entry_id, to=msg.reply_to)
+        except Exception as exc:  # noqa: BLE001 - the dead letter is recorded; the notice is best effort
+            log.warning("bus.error_reply_failed", robot=self.robot, entry=d.entry_id, error=str(exc)[:500])
 
 
 def _error_text(error: BaseException | str | None) -> str:
     if error is None:
         return ""
     if isinstance(error, BaseException):
-        return str(error) if isinstance(error, SchemaError) else f"{type(error).__name__}: {error}"
-    return str(error)
+        error = str(error) if isinstance(error, SchemaError) else f"{type(error).__name__}: {error}"
+    return check_text(error, 2_000)

@@ -10,17 +10,16 @@ free entries are batched here and ride on the next round trip.
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
 import redis as _redis
 
-from robot_lab.errors import BusError, SchemaError
+from robot_lab.errors import BusError
 from robot_lab.logging import get_logger
-from robot_lab.schemas import RobotMessage, decode_message
+from robot_lab.schemas import RobotMessage
+from robot_lab.bus.checks import Verdict, check_entry
 from robot_lab.text.strings import as_str as _s
 from robot_lab.bus.delivery import Delivery
 from robot_lab.bus.state import PollerState
@@ -63,7 +62,7 @@ class Intake(PollerState):
             entry = _s(entry_id)
             self._cursor = entry
             fields = {flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)}
-            dead += self._intake(entry, fields, 1, _s(cid) if cid else None, from_script=True)
+            dead += self._intake(entry, fields, 1, _conversation(cid), from_script=True)
         return dead
 
     def _wait_for_entries(self, block_ms: int) -> bool:
@@ -129,40 +128,54 @@ class Intake(PollerState):
             self._held = OrderedDict(sorted(self._held.items(), key=lambda kv: stream_id_key(kv[0])))
 
     def _intake(
-        self, entry: str, fields: Mapping[bytes, bytes], deliveries: int, cid: str | None, *, from_script: bool = False
+        self, entry: str, fields: Mapping[bytes, bytes], deliveries: int, cid: str | bytes | None, *,
+        from_script: bool = False
     ) -> int:
-        """Turn an entry into a held Delivery; dead-letter it now if it is not a valid
-        envelope. Returns 1 when it was resolved here."""
+        """Turn an entry into a held Delivery; dead-letter it now if it cannot be handled
+        (:func:`~robot_lab.bus.checks.check_entry`: invalid, too large, unsupported). Returns
+        1 when it was resolved here."""
         if not fields:  # trimmed/deleted while pending: nothing left to handle
             self.redis.xack(self.inbox, self.robot, entry)
             log.warning("bus.entry_vanished", robot=self.robot, entry=entry)
             return 1
-        raw = fields.get(b"envelope")
-        message: RobotMessage | None = None
-        error: SchemaError | str | None = None
-        if raw is None:
-            names = sorted(_s(k) for k in fields)
-            error = f"entry has no 'envelope' field (fields: {', '.join(names)})"
-        else:
-            try:
-                message = decode_message(raw)
-            except SchemaError as exc:
-                error = exc
-            else:
-                if not _has_id(raw):
-                    # a hand-written envelope without "id": derive a stable one from the
-                    # entry, so redeliveries stay idempotent and replies can name it
-                    message = msgspec.structs.replace(message, id=f"{self.robot}/{entry}")
+        verdict = check_entry(self.robot, entry, fields, max_bytes=int(self.bus.settings.max_envelope_bytes))
+        message = verdict.message
         if not from_script:
-            cid = message.conversation_id if message else _lenient_conversation(raw)
-        d = Delivery(self, entry, fields, deliveries, message, error, cid or None)
+            cid = message.conversation_id if message else verdict.lenient.get("conversation_id")
+        d = Delivery(self, entry, fields, deliveries, message if not verdict.reason else None,
+                     verdict.error or None, cid or None)
         self._hold(d)
-        if message is None:
-            self._dead_letter(d, "invalid", error or "invalid envelope")
+        if verdict.reason:
+            self._dead_letter(d, verdict.reason, verdict.error, notify=message or self._stand_in(entry, verdict))
             return 1
+        assert message is not None
         if message.to != self.robot:
             log.warning("bus.misaddressed", robot=self.robot, to=message.to, message_id=message.id)
         return 0
+
+    def _stand_in(self, entry: str, verdict: Verdict) -> RobotMessage | None:
+        """A refused entry's sender, as far as it can be read: who gets the error envelope."""
+        found = verdict.lenient
+        if "reply_to" not in found:
+            return None
+        return RobotMessage(
+            to=self.robot, content="", id=found.get("id") or f"{self.robot}/{entry}",
+            from_=found.get("from", "anonymous"), reply_to=found["reply_to"],
+            conversation_id=found.get("conversation_id"),
+        )
+
+
+def _conversation(cid: bytes | str | None) -> str | bytes | None:
+    """The conversation id the READ script queued an entry under. Kept as bytes when it is
+    not UTF-8 (the envelope is invalid then): releasing the entry needs those exact bytes."""
+    if not cid:
+        return None
+    if isinstance(cid, bytes):
+        try:
+            return cid.decode()
+        except UnicodeDecodeError:
+            return cid
+    return cid
 
 
 def stream_id_key(entry: str) -> tuple[int, int]:
@@ -172,28 +185,3 @@ def stream_id_key(entry: str) -> tuple[int, int]:
         return int(ms), int(seq or 0)
     except ValueError:
         return (0, 0)
-
-
-class _IdProbe(msgspec.Struct):
-    id: Any = None
-
-
-def _has_id(raw: bytes) -> bool:
-    if b'"id"' not in raw:
-        return False
-    try:
-        return msgspec.json.decode(raw, type=_IdProbe).id is not None
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return True
-
-
-def _lenient_conversation(raw: bytes | None) -> str | None:
-    """Best-effort conversation id of an entry that failed validation (to release it)."""
-    if not raw:
-        return None
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        return None
-    cid = doc.get("conversation_id") if isinstance(doc, dict) else None
-    return cid if isinstance(cid, str) and cid else None

@@ -40,6 +40,7 @@ from robot_lab.bus.delivery import Delivery
 from robot_lab.bus.handling import Handling
 from robot_lab.bus.intake import Intake
 from robot_lab.bus.reclaim import Reclaim
+from robot_lab.bus.replies import fingerprint, make_record, read_record, record_key_part
 
 log = get_logger("robot_lab.bus.poller")
 
@@ -166,32 +167,53 @@ class BusPoller(Intake, Handling, Reclaim):
         return self.respond_to_tasks(run, auto_reply=auto_reply)
 
     def _respond(self, d: Delivery, fn: Callable[[RobotMessage], Any], auto_reply: bool) -> None:
+        """Answer ``d`` once per (sender, id): see :mod:`robot_lab.bus.replies`."""
         msg = d.message
         assert msg is not None
         if msg.is_reply:
             return
-        r, keys = self.redis, self.bus.keys
-        record_key = keys.replied_for(self.robot, msg.id)
+        r = self.redis
+        record_key = self.bus.keys.replied_for(self.robot, record_key_part(msg))
+        fp = fingerprint(msg)
         recorded = r.get(record_key)
         if recorded is not None:
-            if recorded:
-                self.bus.deliver_reply(decode_message(recorded))
-            log.info("bus.reply_resent", entry=d.entry_id, deliveries=d.deliveries)
+            theirs, body = read_record(recorded)
+            if theirs not in (None, fp):
+                self._conflict(d, msg)
+            else:
+                if body:
+                    self._send_reply(d, decode_message(body))
+                log.info("bus.reply_resent", entry=d.entry_id, deliveries=d.deliveries)
             return
         content = fn(msg)
         if content is not None and not isinstance(content, (str, Mapping)):
             content = getattr(content, "reply", None) if hasattr(content, "reply") else str(content)
-        ttl = int(self.bus.settings.reply_ttl)
+        ttl = int(self.bus.settings.record_ttl)
         if content is None or not auto_reply:
-            r.set(record_key, b"", nx=True, ex=ttl)
+            r.set(record_key, make_record(fp, b""), nx=True, ex=ttl)
             return
-        reply = self.bus.build_reply(msg, content, from_=self.robot)
-        if not r.set(record_key, encode_message(reply), nx=True, ex=ttl):
+        reply: RobotMessage | None = self.bus.build_reply(msg, content, from_=self.robot)
+        if not r.set(record_key, make_record(fp, encode_message(reply)), nx=True, ex=ttl):  # type: ignore[arg-type]
             # another consumer handled it meanwhile: send the reply it recorded, not ours
-            existing = r.get(record_key)
-            reply = decode_message(existing) if existing else None  # type: ignore[assignment]
+            theirs, body = read_record(r.get(record_key) or b"")
+            if theirs not in (None, fp):
+                self._conflict(d, msg)
+                return
+            reply = decode_message(body) if body else None
         if reply is not None:
-            self.bus.deliver_reply(reply)
+            self._send_reply(d, reply)
+
+    def _send_reply(self, d: Delivery, reply: RobotMessage) -> None:
+        """Send a reply; one that cannot be routed dead-letters the message with it."""
+        if self.bus.deliver_reply(reply) is None:
+            self._dead_letter(d, "unroutable_reply",
+                              f"the reply cannot be delivered: {reply.to!r} is not a valid inbox name",
+                              extra={"reply": encode_message(reply)})
+
+    def _conflict(self, d: Delivery, msg: RobotMessage) -> None:
+        self._dead_letter(d, "duplicate_id",
+                          f"message id {msg.id!r} from {msg.from_!r} was already used for a different message "
+                          "(other content); give each message its own id")
 
     # --- lifecycle --------------------------------------------------------------------
     def start(self) -> BusPoller:

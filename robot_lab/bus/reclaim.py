@@ -52,7 +52,18 @@ class Reclaim(PollerState):
                 break
             cursor = _s(next_id)
         self._reap_consumers()
+        self._trim()
         return done
+
+    def _trim(self) -> None:
+        """Trim the inbox to about ``maxlen`` entries, never cutting an entry that is not
+        yet delivered or still pending (TRIM script): publishers that XADD directly never
+        trim, so consumers do it on each sweep."""
+        maxlen = int(self.bus.settings.maxlen)
+        if maxlen > 0:
+            removed = self.bus._trim(keys=[self.inbox], args=[maxlen])
+            if removed:
+                log.info("bus.trimmed", robot=self.robot, removed=int(removed))
 
     def _reap_consumers(self) -> None:
         try:

@@ -75,7 +75,9 @@ return id
 # KEYS[1] inbox. ARGV: maxlen. Keep at most ~maxlen entries but never remove an entry that
 # some group has not yet delivered or still has pending: the trim threshold is the smaller
 # of the maxlen cut-off and every group's oldest pending id / last-delivered id. Removes at
-# most 1000 entries per call (bounded work); returns how many went.
+# most 1000 entries per call (bounded work), so the inbox is kept at about maxlen; returns
+# how many went. Run by publishers every maxlen/10 publishes
+# and by every consumer on each reclaim sweep (so an inbox fed by raw XADD is trimmed too).
 TRIM = _ID_HELPERS + """
 local maxlen = tonumber(ARGV[1])
 local len = redis.call('XLEN', KEYS[1])

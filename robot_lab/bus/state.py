@@ -59,7 +59,7 @@ class PollerState:
     counts: dict[str, int]
 
     if TYPE_CHECKING:  # implemented by the other mixins of BusPoller
-        def _intake(self, entry: str, fields: Any, deliveries: int, cid: str | None, *,
+        def _intake(self, entry: str, fields: Any, deliveries: int, cid: str | bytes | None, *,
                     from_script: bool = False) -> int: ...
 
         def _delivery_counts(self, ids: list[str]) -> dict[str, int]: ...

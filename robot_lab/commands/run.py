@@ -108,7 +108,7 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
         click.echo(f"run {handle.run_id} submitted", err=True)
         with WorkerNotes(handle, lambda line: click.echo(f"note: {line}", err=True)):
             try:
-                handle.wait(timeout=timeout)
+                result = handle.wait(timeout=timeout)  # rides out a Redis outage, result included
             except AwaitTimeout:
                 click.echo(f"Error: {timeout_line(handle.run_id, timeout, waiting_for(handle))}", err=True)
                 sys.exit(TIMEOUT_EXIT)
@@ -116,7 +116,6 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
                 click.echo(f"\nstopped waiting; run {handle.run_id} goes on: `robot-lab watch {handle.run_id}` "
                            f"or `robot-lab cancel {handle.run_id}`", err=True)
                 sys.exit(130)
-        result = handle.result()
     _print_result(result, as_json)
     if result.status != "completed":
         sys.exit(1)

@@ -2,7 +2,9 @@
 conversation continues it (robot_lab keeps it in the live chat object of one process).
 
 One string key per (robot, conversation) holding the message list as JSON, with a TTL that
-each save renews. Saves happen after a run completes; the bus serialises a conversation
+each save renews, capped to a window of the latest ``conversation_max_messages`` messages
+(setting, 200): the oldest turns are dropped whole, starting the window at a user message so
+that no tool result is kept without the call that asked for it. Saves happen after a run completes; the bus serialises a conversation
 (one message at a time across consumers), so last-writer-wins cannot lose a turn there.
 """
 
@@ -18,7 +20,8 @@ DEFAULT_TTL = 7 * 86_400
 
 
 class ConversationStore:
-    def __init__(self, redis: Any = None, keys: Keys | None = None, ttl: int = DEFAULT_TTL) -> None:
+    def __init__(self, redis: Any = None, keys: Keys | None = None, ttl: int = DEFAULT_TTL,
+                 max_messages: int | None = None) -> None:
         if redis is None:
             from robot_lab.connection import get_redis
 
@@ -26,13 +29,32 @@ class ConversationStore:
         self.redis = redis
         self.keys = keys or default_keys()
         self.ttl = ttl
+        if max_messages is None:
+            from robot_lab.settings import get_settings
+
+            max_messages = get_settings().conversation_max_messages
+        self.max_messages = int(max_messages)
 
     def load(self, robot: str, conversation_id: str) -> list[dict[str, Any]]:
         raw = self.redis.get(self.keys.conversation(robot, conversation_id))
         return list(msgspec.json.decode(raw)) if raw else []
 
     def save(self, robot: str, conversation_id: str, messages: list[dict[str, Any]]) -> None:
-        self.redis.set(self.keys.conversation(robot, conversation_id), msgspec.json.encode(messages), ex=self.ttl)
+        kept = window(messages, self.max_messages)
+        self.redis.set(self.keys.conversation(robot, conversation_id), msgspec.json.encode(kept), ex=self.ttl)
 
     def delete(self, robot: str, conversation_id: str) -> None:
         self.redis.delete(self.keys.conversation(robot, conversation_id))
+
+
+def window(messages: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The latest ``limit`` messages, starting at a user message (whole turns); when the
+    window holds no user message, from the last one. ``limit <= 0``: all of them."""
+    if limit <= 0 or len(messages) <= limit:
+        return messages
+    start = len(messages) - limit
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    inside = [i for i in users if i >= start]
+    if inside:
+        return messages[inside[0]:]
+    return messages[users[-1]:] if users else messages[start:]

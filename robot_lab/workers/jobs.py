@@ -203,13 +203,14 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
             result, activate = _run_task_hooks(store, graph, meta, task, worker)
         except Exception as exc:
             if caused_by_outage(exc):
-                # not the task's fault: no failure is recorded; the lease expires and the
-                # task runs again (docs/operations.md, "Failure modes")
+                # Not the task's fault: no failure is recorded (and no traceback logged by
+                # rq); once Redis is back the job ends, its lease expires and the sweeper
+                # runs the task again (docs/operations.md, "Failure modes").
                 log.warning("task.interrupted_by_redis_outage", error=f"{type(exc).__name__}: {exc}")
                 outage = outage or OutageTracker(f"task-{task}")
                 outage.lost(exc)
-                outage.call(store.r.ping)  # then rq can record the job's failure
-                raise
+                outage.call(store.r.ping)
+                return {"task": task, "status": "interrupted"}
             if retryable(exc) and _retries_left() > 0:
                 log.warning("task.retrying", error=f"{type(exc).__name__}: {exc}")
                 store.release(task, job_id, f"{type(exc).__name__}: {exc}")

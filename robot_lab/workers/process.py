@@ -121,7 +121,10 @@ def _work(worker: Any, burst: bool) -> None:
     while True:
         outages = worker._tracker().outages
         worker.work(burst=burst, logging_level="WARNING")
-        if burst or worker._stop_requested or worker._tracker().outages == outages:
+        # an idle worker's SIGTERM raises StopRequested without setting _stop_requested;
+        # rq records the request's date either way
+        asked = worker._stop_requested or worker._shutdown_requested_date is not None
+        if burst or asked or worker._tracker().outages == outages:
             return
         log.warning("worker.rq_loop_restarted", worker=worker.name)
         worker._ride_out(worker.connection.ping)

@@ -188,6 +188,7 @@ def supervise_poller(poller: Any, loop: Loop, stop: threading.Event, *,
     ``handler_limit`` seconds."""
     original = poller.poll
     loop.probe = lambda: sum(poller.counts.values())
+    loop._probed = loop.probe()  # only a change is progress
 
     def poll(*args: Any, **kwargs: Any) -> int:
         with loop.busy("handling the inbox", handler_limit):
@@ -234,7 +235,7 @@ class RidesOutages:
     def _tracker(self) -> OutageTracker:
         tracker = getattr(self, "outage", None)
         if tracker is None:
-            tracker = self.outage = OutageTracker("rq")
+            tracker = self.outage = OutageTracker(f"rq {getattr(self, 'name', '')}".strip())
         return tracker
 
     def _ride_out(self, fn: Callable[[], Any]) -> Any:
