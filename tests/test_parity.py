@@ -25,7 +25,7 @@ import redis as redis_lib
 
 from robot_lab import connection
 from robot_lab.memory.store import Memory
-from robot_lab.runtime.llm import scripted
+from robot_lab.runtime.llm import recording
 from robot_lab.runtime.network.coordinator import Coordinator
 from robot_lab.runtime.network.dsl import Network, create_network
 from robot_lab.skills.catalog import reset_default_catalog
@@ -126,7 +126,7 @@ def run_inprocess(sc: Scenario, app: Any) -> dict[str, Any]:
     """``Robot.run`` here, bound as a network task is: the run's memory, the network's and
     the task's config, the task's tools and MCP policy."""
     connection.reset_embedded()
-    scripted.clear_recorded_calls()
+    recording.clear_recorded_calls()
     memory = Memory.for_run(f"inproc-{uid()}", network_name=f"parity-{sc.name}")
     since = memory.version
     results: dict[str, Any] = {}
@@ -150,7 +150,7 @@ def run_inprocess(sc: Scenario, app: Any) -> dict[str, Any]:
     for th in threads:
         th.join(90)
     learnings = Memory.for_robot("p-learn").get("learnings")
-    return transcript(results, streamed, memory.changes(since), scripted.recorded_calls(), learnings)
+    return transcript(results, streamed, memory.changes(since), recording.recorded_calls(), learnings)
 
 
 def network_transcript(handle: Any, result: Any, client: Any, calls: list[dict[str, Any]],
@@ -165,14 +165,14 @@ def network_transcript(handle: Any, result: Any, client: Any, calls: list[dict[s
 
 def run_embedded(sc: Scenario, app: Any) -> dict[str, Any]:
     connection.reset_embedded()
-    scripted.clear_recorded_calls()
+    recording.clear_recorded_calls()
     client = connection.get_redis()  # the embedded fakeredis: workers run as threads here
     assert isinstance(client, fakeredis.FakeRedis)
     net = build_network(sc, app)
     result = net.run(sc.message, connection=client, timeout=90, **sc.context)
     handle = Coordinator(connection=client).attach(result.run_id)
     learnings = Memory.for_robot("p-learn").get("learnings")
-    return network_transcript(handle, result, client, scripted.recorded_calls(), learnings)
+    return network_transcript(handle, result, client, recording.recorded_calls(), learnings)
 
 
 @pytest.mark.parametrize("sc", SCENARIOS, ids=[s.name for s in SCENARIOS])
@@ -244,7 +244,7 @@ def test_real_worker_processes_agree_with_in_process(parity_env, real_redis_url,
                 print(processes.logs())
                 raise
             learnings = Memory.for_robot("p-learn", redis=client).get("learnings")
-            got = network_transcript(handle, result, client, scripted.recorded_calls(str(record)), learnings)
+            got = network_transcript(handle, result, client, recording.recorded_calls(str(record)), learnings)
             if got != expected:
                 mismatches.append((sc.name, expected, got))
             if sc.name == "memory":

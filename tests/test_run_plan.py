@@ -15,7 +15,7 @@ import pytest
 
 import robot_lab
 from robot_lab.errors import ConfigurationError, ToolLoopError
-from robot_lab.runtime.llm import scripted
+from robot_lab.runtime.llm import recording
 from robot_lab.runtime.network.dsl import create_network
 from robot_lab.runtime.robot import Robot, build
 from robot_lab.runtime.run_config import RunConfig
@@ -28,11 +28,11 @@ TEMPLATES = Path(__file__).parent / "fixtures" / "templates"
 
 @pytest.fixture(autouse=True)
 def _fresh_record() -> None:
-    scripted.clear_recorded_calls()
+    recording.clear_recorded_calls()
 
 
 def calls_of(robot: str) -> list[dict[str, Any]]:
-    return [c for c in scripted.recorded_calls() if c["robot"] == robot]
+    return [c for c in recording.recorded_calls() if c["robot"] == robot]
 
 
 def every_option_robot() -> Robot:

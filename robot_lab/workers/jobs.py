@@ -24,10 +24,11 @@ from robot_lab.errors import ConfigurationError, retryable
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger, log_context
 from robot_lab.observability import metrics
-from robot_lab.outage import OutageTracker, caused_by_outage, is_outage
+from robot_lab.outage import OutageTracker, caused_by_outage
 from robot_lab.schemas import RobotResult
 from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS, RunStore, enqueue_jobs
 from robot_lab.workers.routing import choose_routes, route_tool_for
+from robot_lab.workers.task_io import DeltaBuffer, LeaseHeartbeat
 
 log = get_logger("robot_lab.workers")
 
@@ -116,42 +117,6 @@ def task_message(store: RunStore, graph: Any, task: str, meta: dict[str, str]) -
     return "\n\n".join(f"## {name}\n{result.reply or ''}" for name, result in ran)
 
 
-class _Heartbeat:
-    """Keeps the task's lease alive from a daemon thread while the robot runs."""
-
-    def __init__(self, store: RunStore, task: str, worker: str, lease_ms: int, outage: OutageTracker) -> None:
-        self.store, self.task, self.worker, self.lease_ms = store, task, worker, lease_ms
-        self.outage = outage
-        self.stop_event = threading.Event()
-        self.lost = False
-        self.thread = threading.Thread(target=self._loop, name=f"lease-{task}", daemon=True)
-
-    def _loop(self) -> None:
-        interval = self.lease_ms / 3000
-        outage = self.outage
-        while not self.stop_event.wait(interval):
-            try:
-                alive = self.store.heartbeat(self.task, self.worker, self.lease_ms)
-                outage.back()
-                if not alive:
-                    self.lost = True
-                    log.warning("task.lease_lost", task=self.task)
-                    return
-            except Exception as exc:  # Redis hiccup: try again next beat (one line per outage)
-                if is_outage(exc):
-                    outage.lost(exc)
-                else:
-                    log.warning("task.heartbeat_failed", task=self.task, error=str(exc))
-
-    def __enter__(self) -> _Heartbeat:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop_event.set()
-        self.thread.join(timeout=2)
-
-
 def _warm() -> None:
     from robot_lab.runtime import robot  # noqa: F401
     from robot_lab.runtime.llm.gateway import litellm_module
@@ -177,7 +142,7 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
         if claim != "ok":
             log.info("task.not_claimed", reason=claim, job_id=job_id)
             return {"task": task, "status": claim}
-        with _Heartbeat(store, task, worker, lease_ms, outage):
+        with LeaseHeartbeat(store, task, worker, lease_ms, outage):
             outcome = _execute(store, keys, run_id, task, job_id, worker, outage)
         _sweep_soon(connection, keys)
         return outcome
@@ -340,7 +305,7 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
         tools = [t.name for t in base] + [route_tool.name]
 
     since = memory.version
-    deltas = _DeltaBuffer(store, task, spec.robot)
+    deltas = DeltaBuffer(store, task, spec.robot)
     job_id = store.job_id(task) or task
     try:
         result = robot.run(
@@ -426,34 +391,6 @@ def _run_doom_loop(store: RunStore, network_config: Any) -> Any:
 
     return RedisDoomLoopDetector(store.run_id, redis=store.r, keys=store.keys,
                                  threshold=network_config.doom_loop_threshold or DEFAULT_THRESHOLD)
-
-
-class _DeltaBuffer:
-    """Streams reply chunks as ``text.delta`` events, coalesced: at most one event per
-    ``interval`` (a Redis round trip per token would cost more than the token)."""
-
-    def __init__(self, store: RunStore, task: str, robot: str, interval: float = 0.05) -> None:
-        self.store, self.task, self.robot, self.interval = store, task, robot, interval
-        self.parts: list[str] = []
-        self.last = time.monotonic()
-
-    def add(self, chunk: Any) -> None:
-        text = getattr(chunk, "content", str(chunk))
-        if not text:
-            return
-        self.parts.append(text)
-        if time.monotonic() - self.last >= self.interval:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.parts:
-            try:
-                self.store.emit("text.delta", task=self.task, robot=self.robot, data={"delta": "".join(self.parts)})
-                self.parts = []
-            except Exception as exc:  # Redis away: keep the text for the next flush
-                if not is_outage(exc):
-                    raise
-        self.last = time.monotonic()
 
 
 # Sweeping inside a job delays that job's completion, so it runs at most every 2 s per

@@ -20,7 +20,7 @@ from typing import Any
 from robot_lab.errors import ConfigurationError, InferenceError
 from robot_lab.logging import get_logger
 from robot_lab.observability import hooks as observe
-from robot_lab.runtime.llm import scripted
+from robot_lab.runtime.llm import recording, scripted
 
 log = get_logger("robot_lab.llm")
 
@@ -95,7 +95,7 @@ def _scripted_handler_class(litellm: Any) -> type:
 
         def _decide(self, model: str, messages: list, optional_params: dict, kwargs: dict) -> scripted.Decision:
             metadata = (kwargs.get("litellm_params") or {}).get("metadata")
-            scripted.record_call(model, messages, optional_params, metadata)
+            recording.record_call(model, messages, optional_params, metadata)
             return scripted.decide(model, messages, optional_params.get("tools") or [])
 
         def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
