@@ -234,11 +234,15 @@ def current_scope() -> tuple[HookRegistry, ...]:
 @contextmanager
 def hook_scope(*registries: HookRegistry | None) -> Iterator[tuple[HookRegistry, ...]]:
     scope = (_global, *(r for r in registries if r is not None and r is not _global))
-    token = _scope.set(scope)
+    # Restore the previous value rather than ``reset(token)``: a scope held open by a
+    # suspended generator (a streamed run) may close after an enclosing one, and reset()
+    # of a token whose old value was "unset" then raises LookupError inside the run.
+    previous = _scope.get()
+    _scope.set(scope)
     try:
         yield scope
     finally:
-        _scope.reset(token)
+        _scope.set(previous)
 
 
 def _call(registration: Registration, event: str, ctx: HookContext, *args: Any) -> Any:
