@@ -187,3 +187,22 @@ def test_chat_with_skills_and_an_attachment(runner: CliRunner, tmp_path: Path, m
         reset_default_matcher()
     assert result.exit_code == 0, result.output
     assert "lister__ls: ['note.txt']" in result.output
+
+
+def test_match_names_the_embedder_fallback_once_in_its_output(root: Path, tmp_path: Path) -> None:
+    """An unloadable model is said in the command's own output (a caption, a JSON field),
+    not as a log warning on every call (a real subprocess: stderr is what a user sees)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ROBOT_LAB_SKILLS__EMBEDDER": "fastembed",
+           "ROBOT_LAB_SKILLS__EMBEDDING_MODEL_PATH": str(tmp_path / "no-such-model"), "COLUMNS": "200"}
+    cmd = [sys.executable, "-m", "robot_lab", "skills", "match", "merge these PDF documents", "--root", str(root)]
+    human = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert human.returncode == 0, human.stderr
+    fallback_lines = [line for line in human.stderr.splitlines() if "embedder_fallback" in line]
+    assert not fallback_lines and "matching is lexical (TF-IDF)" in " ".join(human.stdout.split())
+    as_json = subprocess.run([*cmd, "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert json.loads(as_json.stdout)["fallback_from"] and "embedder_fallback" not in as_json.stderr

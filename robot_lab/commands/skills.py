@@ -236,9 +236,13 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
         chosen: Any = TfidfEmbedder()
     elif embedder == "fastembed":
         chosen = load_embedder(settings.model_copy(update={"skills": settings.skills.model_copy(
-            update={"embedder": "fastembed"})}))
+            update={"embedder": "fastembed"})}), quiet=True)
     else:
-        chosen = load_embedder(settings)
+        chosen = load_embedder(settings, quiet=True)
+    # said once, in this command's own output, instead of a log warning on every call
+    fallback = getattr(chosen, "fallback_from", None)
+    fallback_note = (f"{fallback} is not available here, so matching is lexical (TF-IDF); set "
+                     "skills.embedding_model_path to a local model folder for semantic matching") if fallback else None
     catalog = _catalog(roots)
     matcher = SkillMatcher(chosen, threshold, settings=settings)
     skills = catalog.all()
@@ -250,13 +254,14 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
     picked = {s.name for s in select(scored, rule)}
     ranked = sorted(scored, key=lambda item: -item[1])
     if as_json:
-        _echo_json({"embedder": chosen.name, "floor": rule.floor, "margin": rule.margin,
+        _echo_json({"embedder": chosen.name, "fallback_from": fallback, "floor": rule.floor, "margin": rule.margin,
                     "matched": [s.name for s, _ in ranked if s.name in picked],
                     "scores": [{"name": s.name, "score": round(score, 4), "matched": s.name in picked,
                                 "description": s.description} for s, score in ranked]})
         return
     margin = "" if rule.margin >= 1 else f", margin {rule.margin:.2f}"
-    table = Table(title=f"embedder {chosen.name}, floor {rule.floor:.2f}{margin}")
+    caption = f"note: {fallback_note}" if fallback_note else None
+    table = Table(title=f"embedder {chosen.name}, floor {rule.floor:.2f}{margin}", caption=caption)
     table.add_column("score")
     table.add_column("match")
     table.add_column("name", no_wrap=True)

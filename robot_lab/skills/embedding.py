@@ -218,8 +218,11 @@ _embedders: dict[tuple[str, str | None, str], Embedder] = {}
 _embedders_lock = threading.Lock()
 
 
-def load_embedder(settings: Any = None) -> Embedder:
-    """The configured embedder, loaded once per process; TF-IDF (with a warning) if it fails."""
+def load_embedder(settings: Any = None, *, quiet: bool = False) -> Embedder:
+    """The configured embedder, loaded once per process; TF-IDF (with a warning) if it fails.
+
+    The fallback embedder carries ``fallback_from`` (the model that did not load), so a
+    command can say so in its own output; ``quiet`` leaves the log warning to such callers."""
     if settings is None:
         from robot_lab.settings import get_settings
 
@@ -242,7 +245,7 @@ def load_embedder(settings: Any = None) -> Embedder:
                 embedder = FastEmbedEmbedder(model, model_path=model_path, allow_download=skills.allow_model_download,
                                              threads=skills.embedding_threads)
             except Exception as exc:
-                log.warning(
+                (log.info if quiet else log.warning)(
                     "skills.embedder_fallback",
                     model=model,
                     model_path=model_path,
@@ -251,6 +254,7 @@ def load_embedder(settings: Any = None) -> Embedder:
                          "to a local model folder (or skills.allow_model_download) for semantic matching",
                 )
                 embedder = TfidfEmbedder()
+                embedder.fallback_from = model  # type: ignore[attr-defined]
         _embedders[key] = embedder
         return embedder
 
