@@ -64,6 +64,26 @@ def key_prefix() -> str:
     return f"rltest-{uuid.uuid4().hex[:10]}"
 
 
+@pytest.fixture
+def real_client(real_redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A client of the real server, with this process and its child processes pointed at it
+    (``REDIS_URL``) under the test's unique key prefix; the prefix's keys and the rq queues
+    of its registered robots are deleted afterwards (rq keys are not prefixed)."""
+    import redis
+    from rq import Queue
+
+    monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", key_prefix)
+    monkeypatch.setenv("REDIS_URL", real_redis_url)
+    conn = redis.Redis.from_url(real_redis_url)
+    yield conn
+    for robot in conn.smembers(f"{key_prefix}:robots"):
+        Queue(f"robot:{robot.decode()}", connection=conn).delete(delete_jobs=True)
+    keys = list(conn.scan_iter(match=f"{key_prefix}*", count=1000))
+    if keys:
+        conn.delete(*keys)
+    conn.close()
+
+
 @pytest.fixture(params=["fake", "real"])
 def redis_client(request: pytest.FixtureRequest, key_prefix: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """A Redis client: fakeredis (with Lua) and, when available, a real server.

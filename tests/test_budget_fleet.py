@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import signal
@@ -34,15 +33,8 @@ TASKS = 16
 
 
 @pytest.fixture
-def client(real_redis_url, key_prefix, monkeypatch):
-    monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", key_prefix)
-    monkeypatch.setenv("REDIS_URL", real_redis_url)
-    conn = redis.Redis.from_url(real_redis_url)
-    yield conn
-    keys = list(conn.scan_iter(match=f"{key_prefix}*", count=1000))
-    if keys:
-        conn.delete(*keys)
-    conn.close()
+def client(real_client):
+    return real_client
 
 
 def _budget_fields(client: redis.Redis, key_prefix: str, run_id: str) -> dict[str, str]:

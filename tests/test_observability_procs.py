@@ -9,12 +9,10 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import subprocess
 import sys
 import urllib.request
 
 import pytest
-import redis
 
 from robot_lab.app import publish_specs
 from robot_lab.bus import Bus
@@ -33,19 +31,8 @@ pytest.importorskip("prometheus_client", reason="the [metrics] extra is not inst
 
 
 @pytest.fixture
-def client(real_redis_url, key_prefix, monkeypatch):
-    monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", key_prefix)
-    monkeypatch.setenv("REDIS_URL", real_redis_url)
-    conn = redis.Redis.from_url(real_redis_url)
-    yield conn
-    from rq import Queue
-
-    for robot in conn.smembers(f"{key_prefix}:robots"):
-        Queue(f"robot:{robot.decode()}", connection=conn).delete(delete_jobs=True)
-    keys = list(conn.scan_iter(match=f"{key_prefix}*", count=1000))
-    if keys:
-        conn.delete(*keys)
-    conn.close()
+def client(real_client):
+    return real_client
 
 
 @pytest.fixture

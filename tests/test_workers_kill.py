@@ -9,7 +9,6 @@ import signal
 import sys
 
 import pytest
-import redis
 
 from robot_lab.app import publish_specs
 from robot_lab.keys import Keys
@@ -39,15 +38,8 @@ print("coordinator saw the end", flush=True)
 
 
 @pytest.fixture
-def client(real_redis_url, key_prefix, monkeypatch):
-    monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", key_prefix)
-    monkeypatch.setenv("REDIS_URL", real_redis_url)
-    conn = redis.Redis.from_url(real_redis_url)
-    yield conn
-    keys = list(conn.scan_iter(match=f"{key_prefix}*", count=1000))
-    if keys:
-        conn.delete(*keys)
-    conn.close()
+def client(real_client):
+    return real_client
 
 
 def _events(store, name, task=None):
