@@ -37,6 +37,8 @@ from robot_lab.redis_url import (  # noqa: F401  (re-exported: the public names 
     is_cluster_url,
     parse_redis_url,
     redact_url,
+    scrub,
+    split_userinfo,
 )
 
 _embedded_lock = threading.Lock()
@@ -135,7 +137,16 @@ def connect(url: str | None = None, **kwargs: Any) -> redis.Redis:
     """
     if not url:
         return embedded_client()
-    parsed = parse_redis_url(url)
+    try:
+        return _connect(url, parse_redis_url(url), kwargs)
+    except ConfigurationError:
+        raise
+    except (ValueError, TypeError) as exc:
+        # redis-py's URL errors quote parts of the URL, password included: translate them.
+        raise ConfigurationError(f"Redis URL {redact_url(url)!r}: {scrub(str(exc), url)}") from None
+
+
+def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any]) -> redis.Redis:
     if parsed.kind == "standalone":
         # READONLY: the host behind the URL was demoted by a failover (DNS of a managed
         # Redis moves to the new primary). Retrying it drops the connection, so the next one
@@ -145,7 +156,12 @@ def connect(url: str | None = None, **kwargs: Any) -> redis.Redis:
         if parsed.scheme == "unix":  # a unix socket has no TCP keepalive (redis-py rejects the option)
             options.pop("socket_keepalive", None)
             options.pop("socket_keepalive_options", None)
-        return redis.Redis.from_url(url, **options)
+        # redis-py gets the URL without its userinfo (its parser breaks on a "/", "#" or "?"
+        # in a password) and the credentials robot-lab parsed as arguments.
+        scheme, userinfo, rest = split_userinfo(url)
+        if userinfo is not None:
+            options.update(username=parsed.username, password=parsed.password)
+        return redis.Redis.from_url(f"{scheme}://{rest}", **options)
     if parsed.kind == "sentinel":
         from redis.sentinel import Sentinel
 

@@ -48,9 +48,10 @@ def parse_redis_url(url: str) -> RedisURL:
             f"Redis URL {redact_url(url)!r}: unknown scheme {scheme!r} (use redis, rediss, unix, "
             "redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster)"
         )
-    parts = urlsplit(url)
-    userinfo, at, hostlist = parts.netloc.rpartition("@")
-    username, password = _credentials(userinfo) if at else (None, None)
+    _, userinfo, rest = split_userinfo(url)  # the password is taken out before urlsplit sees it
+    parts = urlsplit(f"{scheme}://{rest}")
+    hostlist = parts.netloc
+    username, password = _credentials(userinfo) if userinfo is not None else (None, None)
     if scheme in PLAIN_SCHEMES:
         return _parse_plain(url, scheme, parts, hostlist, username, password)
     hosts = tuple(_host_port(item, url, 26379 if scheme in SENTINEL_SCHEMES else 6379)
@@ -151,20 +152,55 @@ def _host_port(item: str, url: str, default_port: int) -> tuple[str, int]:
     return host, port
 
 
+# The userinfo ends at the last "@" after which the host list (no "@", "/", "?" or "#")
+# runs up to a path, query, fragment or the end: so a raw "/", "#", "?", "@" or ":" inside a
+# password is still part of the password, for parsing and redaction alike.
+_AFTER_USERINFO = re.compile(r"[^@/?#]*(?:[/?#].*)?", re.S)
+_QUERY_SECRET = re.compile(r"([?&](?:sentinel_)?password=)[^&#]*")
+
+
+def split_userinfo(url: str) -> tuple[str, str | None, str]:
+    """``(scheme, userinfo or None, rest)`` of ``scheme://[userinfo@]rest``.
+
+    A query value may hold an "@" too (``?password=a@b``), so an "@" whose userinfo would
+    contain a ``password=`` query parameter is not taken as the end of the userinfo.
+    """
+    scheme, rest = url.split("://", 1)
+    best = None
+    for i, char in enumerate(rest):
+        if char == "@" and _AFTER_USERINFO.fullmatch(rest, i + 1) and not _QUERY_SECRET.search(rest[:i]):
+            best = i
+    if best is None:
+        return scheme, None, rest
+    return scheme, rest[:best], rest[best + 1:]
+
+
 def redact_url(url: str | None) -> str:
-    """``url`` with any password replaced by ``***`` (safe to log or print)."""
+    """``url`` with any password replaced by ``***`` (safe to log or print): the userinfo
+    password (the user name is kept) and ``password=`` / ``sentinel_password=`` values."""
     if not url or "://" not in url:
         return url or ""
-    scheme, rest = url.split("://", 1)
-    netloc, slash, tail = rest.partition("/")
-    userinfo, at, hosts = netloc.rpartition("@")
-    if at:
-        user, colon, _ = userinfo.partition(":")
-        userinfo = f"{user}:***" if colon else "***"
-        netloc = f"{userinfo}@{hosts}"
-    if "password=" in tail:
-        tail = re.sub(r"(password=)[^&]*", r"\1***", tail)
-    return f"{scheme}://{netloc}{slash}{tail}"
+    scheme, userinfo, rest = split_userinfo(url)
+    rest = _QUERY_SECRET.sub(r"\1***", rest)
+    if userinfo is None:
+        return f"{scheme}://{rest}"
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}://{user + ':***' if colon else '***'}@{rest}"
+
+
+def scrub(text: str, url: str | None) -> str:
+    """``text`` (an error message from a library that saw ``url``) with ``url`` and every
+    secret of it, raw or percent-decoded, replaced: safe to show."""
+    if not url or "://" not in url:
+        return text
+    text = text.replace(url, redact_url(url))
+    scheme, userinfo, rest = split_userinfo(url)
+    secrets = [m.group(0).split("=", 1)[1] for m in _QUERY_SECRET.finditer(rest)]
+    if userinfo is not None:
+        secrets.append(userinfo.partition(":")[2] if ":" in userinfo else userinfo)
+    for secret in sorted({s for raw in secrets for s in (raw, unquote(raw)) if s}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def is_cluster_url(url: str | None) -> bool:
