@@ -152,6 +152,9 @@ class BusSettings(BaseModel):
     # how long a handled message's recorded reply is kept (the idempotency window of
     # redeliveries and of a sender re-publishing the same id)
     record_ttl: int = 3_600
+    # inboxes (names or fnmatch globs) a message may name as its reply_to besides its own
+    # sender's inbox and _reply.* streams; any other reply_to is dead-lettered reply_refused
+    reply_to_allowed: list[str] = []
 
 
 class BudgetSettings(BaseModel):

@@ -183,7 +183,7 @@ def _run(world: World, admin: redis.Redis, scenario: dict[str, Any]) -> None:
         if len(sent) < len(to_publish):
             label, seq = to_publish[len(sent)]
             conv = None if label == "free" else label
-            sent.append(publisher.publish(ROBOT, {"seq": seq}, conversation_id=conv, reply_to="client"))
+            sent.append(publisher.publish(ROBOT, {"seq": seq}, conversation_id=conv, from_="client", reply_to="client"))
 
     pauses = 0
     for action, index in scenario["schedule"]:

@@ -179,7 +179,7 @@ def _head_held_by_a_hanging_worker(bus: Bus, child_env: dict[str, str], started:
     """Publish the head of c-1 and let a real worker process (reading one entry at a time)
     take it and hang in its handler; returns the head."""
     bus.register("talk")
-    head = bus.publish("talk", {"seq": 0}, conversation_id="c-1", reply_to="client")
+    head = bus.publish("talk", {"seq": 0}, conversation_id="c-1", from_="client", reply_to="client")
     start_workers(started, dict(child_env, ROBOT_LAB_BUS__BATCH_SIZE="1"), tmp_path, "slow", "talk", "doomed")
     test = f"{bus.keys.prefix}:test"
     wait_for(lambda: bus.redis.lrange(f"{test}:started", 0, -1) == [head.id.encode()], timeout=30)
@@ -187,9 +187,9 @@ def _head_held_by_a_hanging_worker(bus: Bus, child_env: dict[str, str], started:
 
 
 def _publish_rest(bus: Bus) -> list[RobotMessage]:
-    rest = [bus.publish("talk", {"seq": i}, conversation_id="c-1", reply_to="client") for i in range(1, 10)]
+    rest = [bus.publish("talk", {"seq": i}, conversation_id="c-1", from_="client", reply_to="client") for i in range(1, 10)]
     for i in range(3):
-        bus.publish("talk", {"seq": i}, conversation_id="c-2", reply_to="client")
+        bus.publish("talk", {"seq": i}, conversation_id="c-2", from_="client", reply_to="client")
     return rest
 
 

@@ -134,9 +134,9 @@ def test_serving_robot_keeps_conversation_history_across_pollers(redis_client) -
     bus = Bus()
     first = BusPoller("concierge", bus, block_ms=0).serve(robot_lab.build(name="concierge"))
     second = BusPoller("concierge", bus, consumer="other", block_ms=0).serve(robot_lab.build(name="concierge"))
-    bus.publish("concierge", "my name is Ada", conversation_id="t-1", reply_to="client", create=True)
+    bus.publish("concierge", "my name is Ada", conversation_id="t-1", from_="client", reply_to="client", create=True)
     assert first.poll(max_messages=1, block_ms=0) == 1
-    bus.publish("concierge", "what is my name?", conversation_id="t-1", reply_to="client")
+    bus.publish("concierge", "what is my name?", conversation_id="t-1", from_="client", reply_to="client")
     assert second.poll(max_messages=1, block_ms=0) == 1
     users = [m["content"] for m in ConversationStore().load("concierge", "t-1") if m["role"] == "user"]
     assert users == ["my name is Ada", "what is my name?"]

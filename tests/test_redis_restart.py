@@ -152,7 +152,7 @@ def test_fleet_rides_out_a_redis_restart(aof_redis, tmp_path, processes, sig):  
     bus = Bus(client, keys=keys)
     reply_box = f"client-{uid()}"
     bus.register(reply_box)
-    sent = [bus.publish(robot, f"before {i}", reply_to=reply_box).id for i in range(6)]
+    sent = [bus.publish(robot, f"before {i}", from_=reply_box, reply_to=reply_box).id for i in range(6)]
     runner = processes.start([cli, "run", "restartnet:network", "go", "--json"], env, "run")
 
     # tasks and messages in flight: some tasks started, none finished yet
@@ -172,7 +172,7 @@ def test_fleet_rides_out_a_redis_restart(aof_redis, tmp_path, processes, sig):  
     aof_redis.start()
     client = redis.Redis.from_url(aof_redis.url)
     bus = Bus(client, keys=keys)
-    sent += [bus.publish(robot, f"after {i}", reply_to=reply_box).id for i in range(4)]
+    sent += [bus.publish(robot, f"after {i}", from_=reply_box, reply_to=reply_box).id for i in range(4)]
 
     runner.wait(240)
     run_log = _log_lines(Path(runner.log_path))  # type: ignore[attr-defined]

@@ -26,6 +26,7 @@ from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
 from robot_lab.observability import hooks as observe
 from robot_lab.schemas import RobotMessage, decode_message, encode_message, new_id, utcnow
+from robot_lab.bus.replies import REPLY_STREAM_PREFIX
 from robot_lab.settings import BusSettings, get_settings
 from robot_lab.text.strings import as_str as _s
 from robot_lab.bus import scripts
@@ -37,7 +38,7 @@ log = get_logger("robot_lab.bus")
 # A robot name becomes part of Redis keys: ':' would let "x:dlq" alias robot x's DLQ,
 # braces would break cluster hash tags, whitespace breaks the CLI.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.@/+\-]{1,200}$")
-REPLY_PREFIX = "_reply."
+REPLY_PREFIX = REPLY_STREAM_PREFIX  # reply streams: "_reply.<id>" (replies.reply_allowed lets them through)
 
 
 def check_robot_name(name: Any, field: str = "robot") -> str:

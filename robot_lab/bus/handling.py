@@ -25,6 +25,7 @@ from robot_lab.tracing import continue_trace
 from robot_lab.schemas import RobotMessage, utcnow
 from robot_lab.bus.checks import text as check_text
 from robot_lab.bus.delivery import ACKED, DEAD, NACKED, PENDING, Delivery
+from robot_lab.bus.replies import refusal, reply_allowed
 from robot_lab.bus.state import PollerState
 
 log = get_logger("robot_lab.bus.poller")
@@ -111,6 +112,9 @@ class Handling(PollerState):
         if msg.expired():
             assert msg.deadline is not None
             self._dead_letter(d, "expired", f"deadline {msg.deadline.isoformat()} passed before handling")
+            return
+        if not msg.is_reply and not reply_allowed(msg, self.bus.settings.reply_to_allowed):
+            self._dead_letter(d, "reply_refused", refusal(msg))  # no handler, no model call
             return
         if msg.in_reply_to:
             self.bus.correlate_reply(self.robot, msg)
@@ -225,6 +229,8 @@ class Handling(PollerState):
         waiting out its timeout."""
         if msg is None or msg.is_reply or not msg.reply_to:
             return
+        if not reply_allowed(msg, self.bus.settings.reply_to_allowed):
+            return  # a forged reply_to gets no error envelope either
         try:
             error = self.bus.build_reply(msg, f"Error: {reason}: {text}", from_=self.robot,
                                          headers={"error": reason})

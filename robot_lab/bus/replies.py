@@ -15,6 +15,8 @@ A record written before the hash existed (the bare envelope, or empty) matches a
 from __future__ import annotations
 
 import hashlib
+from fnmatch import fnmatchcase
+from collections.abc import Iterable
 
 import msgspec
 
@@ -46,3 +48,22 @@ def read_record(value: bytes) -> tuple[str | None, bytes]:
 def record_key_part(message: RobotMessage) -> str:
     """The part of the record key after ``:replied:``: robot_lab's message key ``from:id``."""
     return message.key
+
+
+REPLY_STREAM_PREFIX = "_reply."  # Bus.request / delegation reply streams (core.REPLY_PREFIX)
+
+
+def reply_allowed(message: RobotMessage, allowed: Iterable[str]) -> bool:
+    """May a robot reply where ``message`` asks? Only to the sender's own inbox, a
+    ``_reply.*`` stream, or an inbox ``allowed`` names (``bus.reply_to_allowed``): anyone who
+    can XADD could otherwise redirect a robot's replies (and its model's work) into another
+    robot's inbox."""
+    target = message.reply_to
+    if not target or target == message.from_ or target.startswith(REPLY_STREAM_PREFIX):
+        return True
+    return any(fnmatchcase(target, pattern) for pattern in allowed)
+
+
+def refusal(message: RobotMessage) -> str:
+    return (f"reply_to {message.reply_to!r} is neither the sender's inbox ({message.from_!r}), a "
+            f"{REPLY_STREAM_PREFIX}* stream nor allowed by bus.reply_to_allowed")
