@@ -400,7 +400,7 @@ def test_envelope_without_id_gets_a_stable_id_from_the_entry(bus: Bus) -> None:
     poller = make_poller(bus).respond_to_tasks(lambda m: "ok")
     poller.poll()
     entry = bus.redis.xadd(bus.keys.inbox("billing"),
-                           {"envelope": json.dumps({"to": "billing", "content": "hand made", "reply_to": "me"})})
+                           {"envelope": json.dumps({"to": "billing", "content": "hand made", "from": "me", "reply_to": "me"})})
     drain(poller)
     [(_, fields)] = bus.redis.xrange(bus.keys.inbox("me"))
     assert decode_message(fields[b"envelope"]).in_reply_to == f"billing/{entry.decode()}"

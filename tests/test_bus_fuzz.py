@@ -32,6 +32,9 @@ LIMIT = 64 * 1024  # max_envelope_bytes in these tests
 
 
 def make_bus(client: redis.Redis, keys: Keys, **kw: Any) -> Bus:
+    # the fuzzed senders reply to client inboxes other than their own "from": allowed here
+    # (the reply_to rule itself is tested in tests/test_security_replies.py)
+    kw.setdefault("reply_to_allowed", ["fuzz-client", "other-client"])
     cfg = BusSettings(max_envelope_bytes=LIMIT, max_deliveries=2, retry_delay=0, **kw)
     return Bus(client, keys=keys, settings=cfg)
 

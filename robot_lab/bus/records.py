@@ -27,7 +27,7 @@ class DeadLetter:
 
     dlq_id: str
     robot: str
-    reason: str  # invalid | too_large | unsupported | expired | failed | max_deliveries | rejected | duplicate_id | unroutable_reply
+    reason: str  # invalid | too_large | unsupported | expired | failed | max_deliveries | rejected | duplicate_id | unroutable_reply | reply_refused
     error: str
     deliveries: int
     envelope: str
