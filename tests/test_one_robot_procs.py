@@ -41,8 +41,9 @@ def test_redis_cli_message_makes_a_served_robot_call_its_tool(real_redis_url, ke
     processes.start([str(VENV_BIN / "robot-lab"), "worker", "p-tools", "--app", APP], env, "worker")
     keys = Keys(key_prefix)
     inbox, reply_stream = keys.inbox("p-tools"), keys.inbox(f"cli-{uid()}")
-    envelope = json.dumps({"v": 1, "id": "cli-0001", "to": "p-tools", "from": "cli-client",
-                           "reply_to": reply_stream.rsplit(":", 1)[1], "content": "add two numbers"})
+    me = reply_stream.rsplit(":", 1)[1]  # a robot replies only to the sender's own inbox
+    envelope = json.dumps({"v": 1, "id": "cli-0001", "to": "p-tools", "from": me,
+                           "reply_to": me, "content": "add two numbers"})
     subprocess.run([cli, "-u", real_redis_url, "XADD", inbox, "*", "envelope", envelope],
                    capture_output=True, text=True, timeout=20, check=True)
     read = subprocess.run([cli, "-u", real_redis_url, "XREAD", "BLOCK", "60000", "STREAMS", reply_stream, "0-0"],
