@@ -115,3 +115,24 @@ def redis_client(request: pytest.FixtureRequest, key_prefix: str, monkeypatch: p
     if keys:
         client.delete(*keys)
     client.close()
+
+
+@pytest.fixture
+def memory_spans():  # type: ignore[no-untyped-def]
+    """This process traces into an in-memory exporter for the test, then stops tracing
+    (skips without the [otel] extra)."""
+    sdk = pytest.importorskip("opentelemetry.sdk.trace", reason="the [otel] extra is not installed")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from robot_lab.observability import otel
+
+    exporter = InMemorySpanExporter()
+    provider = sdk.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel.configure(provider)
+    try:
+        yield exporter
+    finally:
+        otel.configure(None)
+        otel.reset()

@@ -154,22 +154,8 @@ def test_run_detail_and_its_event_stream(finished_run) -> None:
 # --- spans inside one robot run ------------------------------------------------------------
 
 @pytest.fixture
-def spans():
-    sdk = pytest.importorskip("opentelemetry.sdk.trace")
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from robot_lab.observability import otel
-
-    exporter = InMemorySpanExporter()
-    provider = sdk.TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    otel.configure(provider)
-    try:
-        yield exporter
-    finally:
-        otel.configure(None)
-        otel.reset()
+def spans(memory_spans):  # the shared in-memory exporter (tests/conftest.py)
+    return memory_spans
 
 
 def test_a_robot_run_nests_llm_tool_and_mcp_call_spans(spans) -> None:

@@ -35,23 +35,6 @@ def client(real_client):
     return real_client
 
 
-@pytest.fixture
-def memory_spans():
-    """This process traces into an in-memory exporter for the test, then stops tracing."""
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    exporter = InMemorySpanExporter()
-    provider = sdk.TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    otel.configure(provider)
-    try:
-        yield exporter
-    finally:
-        otel.configure(None)
-        otel.reset()
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

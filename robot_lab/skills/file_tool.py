@@ -16,11 +16,12 @@ from typing import Any
 
 from robot_lab.skills.capabilities import is_under
 from robot_lab.skills.skill import AgentSkill
+from robot_lab.skills.tool_shape import ToolShape
 
 TOOL_NAME = "read_skill_file"
 
 
-class SkillFileTool:
+class SkillFileTool(ToolShape):
     """Duck-typed tool (``name``, ``description``, ``parameters``, ``call``) over some skills."""
 
     def __init__(self, skills: Sequence[AgentSkill], *, max_bytes: int | None = None) -> None:
@@ -95,12 +96,6 @@ class SkillFileTool:
         return f"Files in {skill.name}/{'' if where == '.' else where + '/'}: " + (", ".join(entries[:200]) or "(none)")
 
     __call__ = call
-
-    def to_json_schema(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "parameters": self.parameters}
-
-    def to_openai(self) -> dict[str, Any]:
-        return {"type": "function", "function": self.to_json_schema()}
 
     def __repr__(self) -> str:
         return f"<SkillFileTool {list(self.skills)}>"

@@ -45,6 +45,7 @@ from robot_lab.logging import get_logger
 from robot_lab.observability import hooks as observe
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.sandbox import Outcome, run_script
+from robot_lab.skills.tool_shape import ToolShape
 
 log = get_logger("robot_lab.skills.script_tool")
 
@@ -255,7 +256,7 @@ def namespaced_name(skill: str, script: str) -> str:
     return f"{name[:keep]}_{tag}"
 
 
-class ScriptTool:
+class ScriptTool(ToolShape):
     """One script as a tool. Build with :meth:`from_path`; call with ``{"args": "..."}``.
 
     The tool a skill builds is shared (cached on the skill); :meth:`in_workspace` gives a
@@ -383,12 +384,6 @@ class ScriptTool:
         return text
 
     __call__ = call
-
-    def to_json_schema(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "parameters": self.parameters}
-
-    def to_openai(self) -> dict[str, Any]:
-        return {"type": "function", "function": self.to_json_schema()}
 
     def __repr__(self) -> str:
         return f"<ScriptTool {self.name} ({self.path})>"

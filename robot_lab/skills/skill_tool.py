@@ -23,6 +23,7 @@ from robot_lab.logging import get_logger
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.matching import allowed_tool_names, filter_tools
 from robot_lab.skills.skill import MAX_DESCRIPTION, AgentSkill
+from robot_lab.skills.tool_shape import ToolShape
 
 log = get_logger("robot_lab.skills.skill_tool")
 
@@ -56,7 +57,7 @@ class Activation:
     tools: list[Any] = field(default_factory=list)
 
 
-class SkillTool:
+class SkillTool(ToolShape):
     """``Skill(skill, args)``: duck-typed tool (``name``, ``description``, ``parameters``, ``call``).
 
     ``SkillTool(catalog, names)`` offers the catalog skills named in ``names`` (all of the
@@ -189,12 +190,6 @@ class SkillTool:
     def reset(self) -> None:
         with self._lock:
             self.activations.clear()
-
-    def to_json_schema(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "parameters": self.parameters}
-
-    def to_openai(self) -> dict[str, Any]:
-        return {"type": "function", "function": self.to_json_schema()}
 
     def __repr__(self) -> str:
         return f"<SkillTool {list(self.skills)}>"
