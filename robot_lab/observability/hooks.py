@@ -63,3 +63,25 @@ def llm_call(fn: F) -> F:
             return response
 
     return wrapper  # type: ignore[return-value]
+
+
+def allm_call(fn: F) -> F:
+    """:func:`llm_call` for ``LLMGateway.acomplete``: the same span and counters."""
+
+    @functools.wraps(fn)
+    async def wrapper(gateway: Any, model: str, *args: Any, **kwargs: Any) -> Any:
+        if otel.tracer() is None and not metrics.enabled():
+            return await fn(gateway, model, *args, **kwargs)
+        with otel.span("llm.call", {"gen_ai.request.model": model, "stream": kwargs.get("on_chunk") is not None},
+                       kind="client") as s:
+            try:
+                response = await fn(gateway, model, *args, **kwargs)
+            except BaseException as exc:
+                metrics.llm_call(model, None, exc)
+                raise
+            s.set(**{"gen_ai.usage.input_tokens": response.input_tokens,
+                     "gen_ai.usage.output_tokens": response.output_tokens, "cost": response.cost})
+            metrics.llm_call(model, response)
+            return response
+
+    return wrapper  # type: ignore[return-value]

@@ -19,6 +19,7 @@ receiving side opens its span with that traceparent as remote parent.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -213,10 +214,24 @@ def traced(name: str, attributes: Callable[..., Attrs] | None = None, *, kind: s
 
     ``attributes(*args, **kwargs)`` computes the span's attributes from the call;
     ``result(span, returned)`` may add more from the return value. With tracing off the
-    wrapper calls the function straight away.
+    wrapper calls the function straight away. A coroutine function gets an async wrapper
+    (the span lasts until the awaited result).
     """
 
     def decorate(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def awrapper(*args: Any, **kwargs: Any) -> Any:
+                if _tracer is None or tracer() is None:
+                    return await fn(*args, **kwargs)
+                with span(name, attributes(*args, **kwargs) if attributes else None, kind=kind) as s:
+                    returned = await fn(*args, **kwargs)
+                    if result is not None:
+                        result(s, returned)  # type: ignore[arg-type]
+                    return returned
+
+            return awrapper  # type: ignore[return-value]
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if _tracer is None or tracer() is None:

@@ -8,12 +8,13 @@ the runtime sees :class:`LLMResponse`, never litellm's types.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,76 +87,96 @@ class LLMResponse:
         return message
 
 
+def _scripted_response(model: str, d: scripted.Decision) -> Any:
+    """A scripted decision as litellm's ModelResponse (non-streaming)."""
+    from litellm.types.utils import ModelResponse
+
+    message: dict[str, Any] = {"role": "assistant", "content": d.text or None}
+    if d.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for c in d.tool_calls
+        ]
+    return ModelResponse(
+        model=f"scripted/{model}",
+        choices=[{"index": 0, "message": message, "finish_reason": "tool_calls" if d.tool_calls else "stop"}],
+        usage={
+            "prompt_tokens": d.prompt_tokens,
+            "completion_tokens": d.completion_tokens,
+            "total_tokens": d.prompt_tokens + d.completion_tokens,
+        },
+    )
+
+
+def _scripted_chunks(d: scripted.Decision) -> Iterator[dict[str, Any]]:
+    """A scripted decision as litellm's generic streaming chunks: text word by word, then
+    the tool calls, then the finish chunk with the usage."""
+    usage = {
+        "prompt_tokens": d.prompt_tokens,
+        "completion_tokens": d.completion_tokens,
+        "total_tokens": d.prompt_tokens + d.completion_tokens,
+    }
+    for piece in scripted.stream_pieces(d.text):
+        yield {"text": piece, "tool_use": None, "is_finished": False, "finish_reason": "", "usage": None, "index": 0}
+    for index, call in enumerate(d.tool_calls):
+        yield {
+            "text": "",
+            "tool_use": {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                "index": index,
+            },
+            "is_finished": False,
+            "finish_reason": "",
+            "usage": None,
+            "index": 0,
+        }
+    yield {
+        "text": "",
+        "tool_use": None,
+        "is_finished": True,
+        "finish_reason": "tool_calls" if d.tool_calls else "stop",
+        "usage": usage,
+        "index": 0,
+    }
+
+
 def _scripted_handler_class(litellm: Any) -> type:
     from litellm.llms.custom_llm import CustomLLM
-    from litellm.types.utils import ModelResponse
 
     class ScriptedLLM(CustomLLM):  # type: ignore[misc, valid-type]
         """litellm custom provider ``scripted``: answers come from :mod:`.scripted`."""
 
-        def _decide(self, model: str, messages: list, optional_params: dict, kwargs: dict) -> scripted.Decision:
+        def _decide(self, model: str, messages: list, optional_params: dict, kwargs: dict, *,
+                    defer_sleep: bool = False) -> scripted.Decision:
             metadata = (kwargs.get("litellm_params") or {}).get("metadata")
             recording.record_call(model, messages, optional_params, metadata)
-            return scripted.decide(model, messages, optional_params.get("tools") or [])
+            return scripted.decide(model, messages, optional_params.get("tools") or [], defer_sleep=defer_sleep)
+
+        async def _adecide(self, model: str, messages: list, kwargs: dict) -> scripted.Decision:
+            """The decision, its latency slept with ``asyncio.sleep`` (the loop serves others)."""
+            try:
+                d = self._decide(model, messages, kwargs.get("optional_params") or {}, kwargs, defer_sleep=True)
+            except scripted.ScriptedProviderError as exc:
+                if exc.delay:
+                    await asyncio.sleep(exc.delay)
+                raise
+            if d.delay:
+                await asyncio.sleep(d.delay)
+            return d
 
         def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
-            optional_params = kwargs.get("optional_params") or {}
-            d = self._decide(model, messages, optional_params, kwargs)
-            message: dict[str, Any] = {"role": "assistant", "content": d.text or None}
-            if d.tool_calls:
-                message["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-                    for c in d.tool_calls
-                ]
-            return ModelResponse(
-                model=f"scripted/{model}",
-                choices=[{"index": 0, "message": message, "finish_reason": "tool_calls" if d.tool_calls else "stop"}],
-                usage={
-                    "prompt_tokens": d.prompt_tokens,
-                    "completion_tokens": d.completion_tokens,
-                    "total_tokens": d.prompt_tokens + d.completion_tokens,
-                },
-            )
+            return _scripted_response(model, self._decide(model, messages, kwargs.get("optional_params") or {}, kwargs))
 
         def streaming(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
-            optional_params = kwargs.get("optional_params") or {}
-            d = self._decide(model, messages, optional_params, kwargs)
-            usage = {
-                "prompt_tokens": d.prompt_tokens,
-                "completion_tokens": d.completion_tokens,
-                "total_tokens": d.prompt_tokens + d.completion_tokens,
-            }
-            pieces = scripted.stream_pieces(d.text)
-            for piece in pieces:
-                yield {"text": piece, "tool_use": None, "is_finished": False, "finish_reason": "", "usage": None, "index": 0}
-            for index, call in enumerate(d.tool_calls):
-                yield {
-                    "text": "",
-                    "tool_use": {
-                        "id": call.id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
-                        "index": index,
-                    },
-                    "is_finished": False,
-                    "finish_reason": "",
-                    "usage": None,
-                    "index": 0,
-                }
-            yield {
-                "text": "",
-                "tool_use": None,
-                "is_finished": True,
-                "finish_reason": "tool_calls" if d.tool_calls else "stop",
-                "usage": usage,
-                "index": 0,
-            }
+            yield from _scripted_chunks(self._decide(model, messages, kwargs.get("optional_params") or {}, kwargs))
 
         async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
-            return self.completion(model, messages, *args, **kwargs)
+            return _scripted_response(model, await self._adecide(model, messages, kwargs))
 
         async def astreaming(self, model: str, messages: list, *args: Any, **kwargs: Any):  # type: ignore[no-untyped-def]
-            for chunk in self.streaming(model, messages, *args, **kwargs):
+            for chunk in _scripted_chunks(await self._adecide(model, messages, kwargs)):
                 yield chunk
 
     return ScriptedLLM
@@ -346,6 +367,7 @@ class LLMGateway:
         randomness: float | None = None,
         timeout: float | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        async_sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         from robot_lab.settings import get_settings
 
@@ -356,6 +378,7 @@ class LLMGateway:
         self.randomness = s.retry_interval_randomness if randomness is None else randomness
         self.timeout = s.request_timeout if timeout is None else timeout
         self._sleep = sleep
+        self._asleep = async_sleep or asyncio.sleep
 
     @observe.llm_call
     def complete(
@@ -374,6 +397,58 @@ class LLMGateway:
         ``provider`` is robot_lab's robot provider: litellm's ``custom_llm_provider`` for a
         bare model name (``claude-sonnet-4-5`` + ``anthropic``); a ``provider/model`` string
         already names its provider and keeps it. The scripted model records both."""
+        litellm, kwargs = self._prepare(model, tools, params, provider, robot)
+        attempt = 0
+        while True:
+            try:
+                if on_chunk is None:
+                    response = litellm.completion(model=model, messages=messages, timeout=self.timeout, **kwargs)
+                    return _to_response(litellm, response, model)
+                return self._stream(litellm, model, messages, on_chunk, kwargs)
+            except Exception as exc:  # litellm maps provider failures to its own exception types
+                delay = self._retry_delay(exc, model, attempt)
+                attempt += 1
+                self._sleep(delay)
+
+    @observe.allm_call
+    async def acomplete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        on_chunk: Callable[[Chunk], None] | None = None,
+        params: dict[str, Any] | None = None,
+        provider: str | None = None,
+        robot: str | None = None,
+    ) -> LLMResponse:
+        """:meth:`complete` on litellm's ``acompletion``: the same guard, retries (slept with
+        ``asyncio.sleep``), timeout, streaming and result; the event loop stays free while the
+        provider answers."""
+        litellm, kwargs = self._prepare(model, tools, params, provider, robot)
+        attempt = 0
+        while True:
+            try:
+                if on_chunk is None:
+                    response = await litellm.acompletion(model=model, messages=messages, timeout=self.timeout,
+                                                         **kwargs)
+                    return _to_response(litellm, response, model)
+                return await self._astream(litellm, model, messages, on_chunk, kwargs)
+            except Exception as exc:
+                delay = self._retry_delay(exc, model, attempt)
+                attempt += 1
+                await self._asleep(delay)
+
+    def _prepare(
+        self,
+        model: str,
+        tools: list[dict[str, Any]] | None,
+        params: dict[str, Any] | None,
+        provider: str | None,
+        robot: str | None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """The offline guard and credentials check, then litellm and the call's keyword
+        arguments (shared by the sync and the async call)."""
         if not is_scripted(model) and not _model_requests_allowed():
             raise ConfigurationError(
                 f"model requests are disabled (ROBOT_LAB_ALLOW_MODEL_REQUESTS=0): refusing to call {model!r}; "
@@ -389,26 +464,22 @@ class LLMGateway:
             _check_credentials(litellm, f"{provider}/{model}" if "custom_llm_provider" in kwargs else model, kwargs)
         if tools:
             kwargs["tools"] = tools
-        attempt = 0
-        while True:
-            try:
-                if on_chunk is None:
-                    response = litellm.completion(model=model, messages=messages, timeout=self.timeout, **kwargs)
-                    return _to_response(litellm, response, model)
-                return self._stream(litellm, model, messages, on_chunk, kwargs)
-            except ConfigurationError:
-                raise
-            except Exception as exc:  # litellm maps provider failures to its own exception types
-                permanent = _permanent_error(exc, model)
-                if permanent is not None:
-                    raise permanent from exc
-                if attempt >= self.max_retries or not _is_retryable(exc):
-                    raise InferenceError(f"{model}: {short_error(exc)}") from exc
-                delay = self.retry_interval * (self.backoff_factor**attempt)
-                delay += delay * self.randomness * random.random()
-                attempt += 1
-                log.warning("llm.retry", model=model, attempt=attempt, delay=round(delay, 3), error=short_error(exc))
-                self._sleep(delay)
+        return litellm, kwargs
+
+    def _retry_delay(self, exc: Exception, model: str, attempt: int) -> float:
+        """Seconds to wait before attempt ``attempt + 1`` after ``exc``; raises when the
+        error is permanent or the retries are spent."""
+        if isinstance(exc, ConfigurationError):
+            raise exc
+        permanent = _permanent_error(exc, model)
+        if permanent is not None:
+            raise permanent from exc
+        if attempt >= self.max_retries or not _is_retryable(exc):
+            raise InferenceError(f"{model}: {short_error(exc)}") from exc
+        delay = self.retry_interval * (self.backoff_factor**attempt)
+        delay += delay * self.randomness * random.random()
+        log.warning("llm.retry", model=model, attempt=attempt + 1, delay=round(delay, 3), error=short_error(exc))
+        return delay
 
     def _stream(
         self,
@@ -419,26 +490,52 @@ class LLMGateway:
         kwargs: dict[str, Any],
     ) -> LLMResponse:
         _quiet_streaming_logging(litellm)
-        chunks = []
-        index = 0
-        stream = litellm.completion(
-            model=model,
-            messages=messages,
-            stream=True,
-            stream_options={"include_usage": True},
-            timeout=self.timeout,
-            **kwargs,
-        )
+        assembly = _Assembly(on_chunk)
+        stream = litellm.completion(model=model, messages=messages, stream=True,
+                                    stream_options={"include_usage": True}, timeout=self.timeout, **kwargs)
         for part in stream:
-            chunks.append(part)
-            if not part.choices:
-                continue
-            text = getattr(part.choices[0].delta, "content", None)
-            if text:
-                on_chunk(Chunk(content=text, index=index))
-                index += 1
-        built = litellm.stream_chunk_builder(chunks, messages=messages)
-        return _to_response(litellm, built, model)
+            assembly.take(part)
+        return assembly.response(litellm, model, messages)
+
+    async def _astream(
+        self,
+        litellm: Any,
+        model: str,
+        messages: list[dict[str, Any]],
+        on_chunk: Callable[[Chunk], None],
+        kwargs: dict[str, Any],
+    ) -> LLMResponse:
+        _quiet_streaming_logging(litellm)
+        assembly = _Assembly(on_chunk)
+        stream = await litellm.acompletion(model=model, messages=messages, stream=True,
+                                           stream_options={"include_usage": True}, timeout=self.timeout, **kwargs)
+        async for part in stream:
+            assembly.take(part)
+        return assembly.response(litellm, model, messages)
+
+
+class _Assembly:
+    """The parts of one streamed reply, kept for the final response, their text handed to
+    ``on_chunk`` as it comes (shared by the sync and the async stream)."""
+
+    __slots__ = ("chunks", "index", "on_chunk")
+
+    def __init__(self, on_chunk: Callable[[Chunk], None]) -> None:
+        self.chunks: list[Any] = []
+        self.index = 0
+        self.on_chunk = on_chunk
+
+    def take(self, part: Any) -> None:
+        self.chunks.append(part)
+        if not part.choices:
+            return
+        text = getattr(part.choices[0].delta, "content", None)
+        if text:
+            self.on_chunk(Chunk(content=text, index=self.index))
+            self.index += 1
+
+    def response(self, litellm: Any, model: str, messages: list[dict[str, Any]]) -> LLMResponse:
+        return _to_response(litellm, litellm.stream_chunk_builder(self.chunks, messages=messages), model)
 
 
 _default_gateway: LLMGateway | None = None

@@ -61,10 +61,31 @@ class Decision:
     tool_calls: list[ToolCallPlan] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    delay: float = 0.0  # seconds still to sleep (decide(..., defer_sleep=True)) before answering
 
 
 class ScriptedProviderError(Exception):
     """Raised by ``fail`` steps; the gateway treats it as a retryable provider error."""
+
+    delay: float = 0.0  # seconds to sleep before raising, with decide(..., defer_sleep=True)
+
+
+class _Sleeper:
+    """The scripted model's latency: slept at once (the sync path), or only added up
+    (``defer_sleep``) so that the async provider sleeps it with ``asyncio.sleep`` and an
+    event loop keeps serving other runs meanwhile."""
+
+    __slots__ = ("defer", "total")
+
+    def __init__(self, defer: bool) -> None:
+        self.defer = defer
+        self.total = 0.0
+
+    def __call__(self, seconds: float) -> None:
+        if self.defer:
+            self.total += seconds
+        elif seconds > 0:
+            time.sleep(seconds)
 
 
 @dataclass
@@ -344,14 +365,16 @@ def _loop(tools: list[dict[str, Any]], tool: str | None) -> Decision:
     )
 
 
-def _builtin(behaviour: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Decision | None:
+def _builtin(
+    behaviour: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], sleep: _Sleeper
+) -> Decision | None:
     head, _, arg = behaviour.partition(":")
     if head == "echo":
         return _echo(messages, tools)
     if head == "text":
         return Decision(text=arg)
     if head == "sleep":
-        time.sleep(float(arg or 0) / 1000)
+        sleep(float(arg or 0) / 1000)
         return _echo(messages, tools)
     if head == "route":
         return _route(messages, tools, [r.strip() for r in arg.split(",") if r.strip()])
@@ -363,15 +386,16 @@ def _builtin(behaviour: str, messages: list[dict[str, Any]], tools: list[dict[st
 
 
 def _run_step(
-    step: Step, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, turn_based: bool = False
+    step: Step, messages: list[dict[str, Any]], tools: list[dict[str, Any]], sleep: _Sleeper, *,
+    turn_based: bool = False,
 ) -> Decision:
     """In rules mode a step's tool calls happen once per run; in turns mode every time."""
     if step.sleep_ms:
-        time.sleep(float(step.sleep_ms) / 1000)
+        sleep(float(step.sleep_ms) / 1000)
     if step.error:
         raise ScriptedProviderError(step.error)
     if step.behaviour:
-        decision = _builtin(step.behaviour, messages, tools)
+        decision = _builtin(step.behaviour, messages, tools, sleep)
         if decision is None:
             raise ConfigurationError(f"scripted model: unknown behaviour {step.behaviour!r}")
         return decision
@@ -408,12 +432,28 @@ def _script_for(name: str) -> Script | None:
     return script or _load_script_file(name)
 
 
-def decide(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> Decision:
-    """The scripted model's answer for ``model`` (with or without the ``scripted/`` prefix)."""
-    tools = tools or []
+def decide(
+    model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
+    defer_sleep: bool = False,
+) -> Decision:
+    """The scripted model's answer for ``model`` (with or without the ``scripted/`` prefix).
+
+    ``defer_sleep=True`` sleeps nothing: the latency of ``sleep:`` / ``sleep_ms`` is returned
+    in ``Decision.delay`` (or ``ScriptedProviderError.delay``) for the caller to await."""
+    sleep = _Sleeper(defer_sleep)
+    try:
+        decision = _decide(model, messages, tools or [], sleep)
+    except ScriptedProviderError as exc:
+        exc.delay = sleep.total
+        raise
+    decision.delay = sleep.total
+    return decision
+
+
+def _decide(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], sleep: _Sleeper) -> Decision:
     name = model.split("/", 1)[1] if model.startswith(f"{PROVIDER}/") else model
     name = name or "echo"
-    decision = _builtin(name, messages, tools)
+    decision = _builtin(name, messages, tools, sleep)
     if decision is None:
         script = _script_for(name)
         if script is None:
@@ -428,7 +468,7 @@ def decide(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any
             calls_so_far = sum(1 for m in _current_turn(messages) if m.get("role") == "assistant")
             step = script.turns[min(calls_so_far, len(script.turns) - 1)]
             turn_based = calls_so_far < len(script.turns)
-        decision = _run_step(step or script.default, messages, tools, turn_based=turn_based)
+        decision = _run_step(step or script.default, messages, tools, sleep, turn_based=turn_based)
     for index, call in enumerate(decision.tool_calls):
         if not call.id:
             call.id = f"call_{len(messages)}_{index}"
