@@ -22,8 +22,10 @@ Passwords never reach a log line: use :func:`redact_url` for anything printed.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
+import weakref
 from typing import Any
 
 import redis
@@ -65,6 +67,14 @@ def embedded_client() -> redis.Redis:
     import fakeredis
 
     return fakeredis.FakeRedis(server=embedded_server())
+
+
+def embedded_async_client(server: Any = None) -> Any:
+    """An asyncio fakeredis client on the embedded server (or ``server``): it sees exactly
+    what the sync embedded clients see."""
+    import fakeredis.aioredis
+
+    return fakeredis.aioredis.FakeRedis(server=server if server is not None else embedded_server())
 
 
 def _defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -137,8 +147,23 @@ def connect(url: str | None = None, **kwargs: Any) -> redis.Redis:
     """
     if not url:
         return embedded_client()
+    client = _checked_connect(url, kwargs, aio=False)
+    client._robot_lab_source = (url, dict(kwargs))  # type: ignore[union-attr]  # for async_twin()
+    return client
+
+
+def aconnect(url: str | None = None, **kwargs: Any) -> Any:
+    """:func:`connect` on redis-py's asyncio client (``redis.asyncio``): the same URL forms,
+    options and defaults; embedded fakeredis (sharing the sync clients' server) if None.
+    Use it from one event loop (asyncio connections belong to the loop that opened them)."""
+    if not url:
+        return embedded_async_client()
+    return _checked_connect(url, kwargs, aio=True)
+
+
+def _checked_connect(url: str, kwargs: dict[str, Any], *, aio: bool) -> Any:
     try:
-        return _connect(url, parse_redis_url(url), kwargs)
+        return _connect(url, parse_redis_url(url), dict(kwargs), aio=aio)
     except ConfigurationError:
         raise
     except (ValueError, TypeError) as exc:
@@ -146,7 +171,13 @@ def connect(url: str | None = None, **kwargs: Any) -> redis.Redis:
         raise ConfigurationError(f"Redis URL {redact_url(url)!r}: {scrub(str(exc), url)}") from None
 
 
-def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any]) -> redis.Redis:
+def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = False) -> Any:
+    if aio:
+        import redis.asyncio as flavour
+        from redis.asyncio.cluster import ClusterNode as AsyncClusterNode, RedisCluster as AsyncRedisCluster
+        from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+    else:
+        flavour = redis  # type: ignore[assignment]
     if parsed.kind == "standalone":
         # READONLY: the host behind the URL was demoted by a failover (DNS of a managed
         # Redis moves to the new primary). Retrying it drops the connection, so the next one
@@ -161,15 +192,73 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any]) -> redis.Redis:
         scheme, userinfo, rest = split_userinfo(url)
         if userinfo is not None:
             options.update(username=parsed.username, password=parsed.password)
-        return redis.Redis.from_url(f"{scheme}://{rest}", **options)
+        return flavour.Redis.from_url(f"{scheme}://{rest}", **options)
     if parsed.kind == "sentinel":
         from redis.sentinel import Sentinel
 
         conn, sentinel = sentinel_kwargs(parsed, **kwargs)
-        return Sentinel(list(parsed.hosts), sentinel_kwargs=sentinel, **conn).master_for(parsed.service)
+        sentinel_class = AsyncSentinel if aio else Sentinel
+        return sentinel_class(list(parsed.hosts), sentinel_kwargs=sentinel, **conn).master_for(parsed.service)
     from redis.cluster import RedisCluster
 
-    return RedisCluster(**cluster_kwargs(parsed, **kwargs))  # type: ignore[return-value]
+    options = cluster_kwargs(parsed, **kwargs)
+    if aio:
+        options["startup_nodes"] = [AsyncClusterNode(n.host, n.port) for n in options["startup_nodes"]]
+        return AsyncRedisCluster(**options)
+    return RedisCluster(**options)  # type: ignore[return-value]
+
+
+# Connection options an asyncio twin of a hand-made sync client copies (the rest -- retry
+# objects, pool handlers -- are sync-only objects).
+_TWIN_OPTIONS = ("host", "port", "path", "db", "username", "password", "socket_timeout", "socket_connect_timeout",
+                 "socket_keepalive", "socket_keepalive_options", "health_check_interval", "client_name", "protocol",
+                 "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_check_hostname",
+                 "decode_responses", "encoding", "encoding_errors")
+
+
+def async_twin(client: Any) -> Any:
+    """A new asyncio client to the server of the sync ``client``: the embedded fakeredis
+    server it uses, the URL and options :func:`connect` built it from, or (a plain
+    ``redis.Redis`` made by hand) its connection options."""
+    pool = getattr(client, "connection_pool", None)
+    options = dict(getattr(pool, "connection_kwargs", None) or {})
+    if "server" in options:  # fakeredis: the same in-process server
+        return embedded_async_client(options["server"])
+    source = getattr(client, "_robot_lab_source", None)
+    if source is not None:
+        url, kwargs = source
+        return aconnect(url, **kwargs)
+    if not isinstance(client, redis.Redis) or "host" not in options and "path" not in options:
+        raise ConfigurationError(
+            f"cannot derive an asyncio client from {type(client).__name__}: build it with "
+            "robot_lab.connection.connect(url), or pass the asyncio client yourself (aredis=...)"
+        )
+    import redis.asyncio as aredis
+
+    # type(v) is object: redis-py's "unset" sentinel (socket_keepalive_options)
+    kwargs = {k: options[k] for k in _TWIN_OPTIONS if k in options and type(options[k]) is not object}
+    connection_class = getattr(pool, "connection_class", None)
+    if connection_class is not None and issubclass(connection_class, redis.UnixDomainSocketConnection):
+        kwargs["connection_class"] = aredis.UnixDomainSocketConnection
+    elif connection_class is not None and issubclass(connection_class, redis.SSLConnection):
+        kwargs["connection_class"] = aredis.SSLConnection
+    else:
+        kwargs.pop("path", None)
+    return aredis.Redis(connection_pool=aredis.ConnectionPool(**kwargs))
+
+
+_twins: weakref.WeakKeyDictionary[Any, dict[int, tuple[Any, Any]]] = weakref.WeakKeyDictionary()
+
+
+def async_client_for(client: Any) -> Any:
+    """The asyncio twin of ``client`` for the running event loop (one per client and loop:
+    asyncio connections cannot move between loops)."""
+    loop = asyncio.get_running_loop()
+    per_loop = _twins.setdefault(loop, {})
+    entry = per_loop.get(id(client))
+    if entry is None or entry[0] is not client:
+        entry = per_loop[id(client)] = (client, async_twin(client))
+    return entry[1]
 
 
 def get_redis(url: str | None = None) -> redis.Redis:

@@ -13,6 +13,7 @@ because the CLI and tests use them without a poller.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import re
 import time
@@ -76,6 +77,38 @@ def _with_traceparent(headers: Mapping[str, str] | None) -> dict[str, str]:
 
 
 
+def build_message(
+    to: str,
+    content: str | Mapping[str, Any],
+    *,
+    from_: str = "anonymous",
+    kind: str = "message",
+    reply_to: str | None = None,
+    conversation_id: str | None = None,
+    correlation_id: str | None = None,
+    in_reply_to: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    deadline: _dt.datetime | _dt.timedelta | float | None = None,
+) -> RobotMessage:
+    """The envelope :meth:`Bus.publish` / :meth:`Bus.apublish` append (checked, with a
+    traceparent and an absolute deadline)."""
+    check_robot_name(to, "recipient")
+    if not isinstance(content, (str, Mapping)):
+        raise BusError(f"content must be a string or a JSON object, not {type(content).__name__}")
+    return RobotMessage(
+        to=to,
+        content=content if isinstance(content, str) else dict(content),
+        kind=kind,
+        from_=from_,
+        reply_to=reply_to,
+        conversation_id=conversation_id,
+        correlation_id=correlation_id,
+        in_reply_to=in_reply_to,
+        headers=_with_traceparent(headers),
+        deadline=_deadline(deadline),
+    )
+
+
 class Bus(DeadLetters):
     """Inbox streams of robots on one Redis: register, publish, reply, request, inspect."""
 
@@ -85,7 +118,12 @@ class Bus(DeadLetters):
         *,
         keys: Keys | None = None,
         settings: BusSettings | None = None,
+        aredis: Any = None,
     ) -> None:
+        """``aredis`` is the asyncio client of :meth:`apublish` / :meth:`arequest`; by
+        default one to the same server as ``redis`` per event loop
+        (:func:`robot_lab.connection.async_client_for`)."""
+        self._aredis = aredis
         if redis is None:
             from robot_lab.connection import get_redis
 
@@ -161,26 +199,68 @@ class Bus(DeadLetters):
         Raises BusError for a robot nobody registered (robot_lab: "Unknown channel"),
         unless ``create=True``, which registers it first.
         """
-        check_robot_name(to, "recipient")
-        if not isinstance(content, (str, Mapping)):
-            raise BusError(f"content must be a string or a JSON object, not {type(content).__name__}")
-        message = RobotMessage(
-            to=to,
-            content=content if isinstance(content, str) else dict(content),
-            kind=kind,
-            from_=from_,
-            reply_to=reply_to,
-            conversation_id=conversation_id,
-            correlation_id=correlation_id,
-            in_reply_to=in_reply_to,
-            headers=_with_traceparent(headers),
-            deadline=_deadline(deadline),
-        )
+        message = build_message(to, content, from_=from_, kind=kind, reply_to=reply_to,
+                                conversation_id=conversation_id, correlation_id=correlation_id,
+                                in_reply_to=in_reply_to, headers=headers, deadline=deadline)
         self.publish_message(message, create=create)
         return message
 
     def publish_message(self, message: RobotMessage, *, create: bool = False) -> str:
         """Append an already-built envelope; returns the stream entry id."""
+        data = self._envelope(message)
+        entry = self._append(message.to, data, mode="strict")
+        if entry is None and create:
+            self.register(message.to)
+            entry = self._append(message.to, data, mode="strict")
+        if entry is None:
+            raise self._unknown_channel(message.to)
+        return entry
+
+    @observe.bus_publish
+    async def apublish(
+        self,
+        to: str,
+        content: str | Mapping[str, Any],
+        *,
+        from_: str = "anonymous",
+        kind: str = "message",
+        reply_to: str | None = None,
+        conversation_id: str | None = None,
+        correlation_id: str | None = None,
+        in_reply_to: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        deadline: _dt.datetime | _dt.timedelta | float | None = None,
+        create: bool = False,
+    ) -> RobotMessage:
+        """:meth:`publish` on the asyncio client: the same envelope, checks and errors."""
+        message = build_message(to, content, from_=from_, kind=kind, reply_to=reply_to,
+                                conversation_id=conversation_id, correlation_id=correlation_id,
+                                in_reply_to=in_reply_to, headers=headers, deadline=deadline)
+        await self.apublish_message(message, create=create)
+        return message
+
+    async def apublish_message(self, message: RobotMessage, *, create: bool = False) -> str:
+        """:meth:`publish_message` on the asyncio client."""
+        data = self._envelope(message)
+        entry = await self._aappend(message.to, data)
+        if entry is None and create:
+            await asyncio.to_thread(self.register, message.to)  # once per new robot: no async twin needed
+            entry = await self._aappend(message.to, data)
+        if entry is None:
+            raise self._unknown_channel(message.to)
+        return entry
+
+    @property
+    def aredis(self) -> Any:
+        """The asyncio client (must be read inside the event loop that uses it)."""
+        if self._aredis is not None:
+            return self._aredis
+        from robot_lab.connection import async_client_for
+
+        return async_client_for(self.redis)
+
+    def _envelope(self, message: RobotMessage) -> bytes:
+        """The envelope's JSON, checked (recipient name, schema, ``bus.max_envelope_bytes``)."""
         check_robot_name(message.to, "recipient")
         try:
             data = encode_message(message)
@@ -190,16 +270,13 @@ class Bus(DeadLetters):
         if 0 < limit < len(data):
             raise BusError(f"cannot publish to {message.to!r}: the envelope is {len(data)} bytes; the limit is "
                            f"{limit} (setting bus.max_envelope_bytes)")
-        entry = self._append(message.to, data, mode="strict")
-        if entry is None and create:
-            self.register(message.to)
-            entry = self._append(message.to, data, mode="strict")
-        if entry is None:
-            raise BusError(
-                f"Unknown channel: {message.to!r} (no robot registered an inbox "
-                f"{self.keys.inbox(message.to)!r}; register it or publish with create=True)"
-            )
-        return entry
+        return data
+
+    def _unknown_channel(self, robot: str) -> BusError:
+        return BusError(
+            f"Unknown channel: {robot!r} (no robot registered an inbox "
+            f"{self.keys.inbox(robot)!r}; register it or publish with create=True)"
+        )
 
     def _append(self, robot: str, data: bytes, *, mode: str) -> str | None:
         """XADD the envelope; None when ``mode='strict'`` and the inbox does not exist.
@@ -214,14 +291,32 @@ class Bus(DeadLetters):
             entry = self._append_reply(keys=[inbox], args=[data, int(self.settings.reply_ttl)])
         if not entry:
             return None
-        maxlen = int(self.settings.maxlen)
-        if maxlen > 0:
-            n = self._since_trim.get(robot, 0) + 1
-            if n >= max(1, maxlen // 10):
-                self._trim(keys=[inbox], args=[maxlen])
-                n = 0
-            self._since_trim[robot] = n
+        maxlen = self._trim_due(robot)
+        if maxlen:
+            self._trim(keys=[inbox], args=[maxlen])
         return _s(entry)
+
+    async def _aappend(self, robot: str, data: bytes) -> str | None:
+        """:meth:`_append` (strict mode) on the asyncio client."""
+        inbox = self.keys.inbox(robot)
+        r = self.aredis
+        entry = await r.xadd(inbox, {"envelope": data}, nomkstream=True)
+        if not entry:
+            return None
+        maxlen = self._trim_due(robot)
+        if maxlen:
+            await r.register_script(scripts.TRIM)(keys=[inbox], args=[maxlen])
+        return _s(entry)
+
+    def _trim_due(self, robot: str) -> int:
+        """Count one publish to ``robot``; the stream's ``maxlen`` when a trim is due, else 0."""
+        maxlen = int(self.settings.maxlen)
+        if maxlen <= 0:
+            return 0
+        n = self._since_trim.get(robot, 0) + 1
+        due = n >= max(1, maxlen // 10)
+        self._since_trim[robot] = 0 if due else n
+        return maxlen if due else 0
 
     def send_message(
         self, to: str, content: str | Mapping[str, Any], *, from_: str, **kwargs: Any
@@ -310,9 +405,7 @@ class Bus(DeadLetters):
         TTL, deleted afterwards), so the caller needs no inbox or worker of its own.
         Raises AwaitTimeout naming the robot and the seconds waited.
         """
-        reply_name = f"{REPLY_PREFIX}{new_id()}"
-        reply_key = self.keys.inbox(reply_name)
-        ttl = max(60, int(timeout) + 60)
+        reply_name, reply_key, ttl = self._reply_stream(timeout)
         pipe = self.redis.pipeline(transaction=False)
         pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
         pipe.expire(reply_key, ttl)
@@ -331,31 +424,84 @@ class Bus(DeadLetters):
         finally:
             self.redis.delete(reply_key)
 
+    async def arequest(
+        self,
+        to: str,
+        content: str | Mapping[str, Any],
+        *,
+        timeout: float = 30.0,
+        from_: str = "client",
+        conversation_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        deadline: _dt.datetime | _dt.timedelta | float | None = None,
+    ) -> RobotMessage:
+        """:meth:`request` on the asyncio client: the wait for the reply is an awaited
+        ``XREAD BLOCK``, so one event loop waits on many requests at once."""
+        reply_name, reply_key, ttl = self._reply_stream(timeout)
+        r = self.aredis
+        pipe = r.pipeline(transaction=False)
+        pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
+        pipe.expire(reply_key, ttl)
+        await pipe.execute()
+        try:
+            message = await self.apublish(to, content, from_=from_, reply_to=reply_name,
+                                          conversation_id=conversation_id, headers=headers, deadline=deadline)
+            end = time.monotonic() + timeout
+            cursor = "0-0"
+            while True:
+                block = self._block_ms(end, timeout, message, to)
+                result = await r.xread({reply_key: cursor}, count=16, block=block)
+                cursor, reply = self._match_reply(reply_key, result, cursor, message, to)
+                if reply is not None:
+                    return reply
+        finally:
+            await r.delete(reply_key)
+
+    def _reply_stream(self, timeout: float) -> tuple[str, str, int]:
+        """(name, key, TTL) of a new private reply stream for one request."""
+        reply_name = f"{REPLY_PREFIX}{new_id()}"
+        return reply_name, self.keys.inbox(reply_name), max(60, int(timeout) + 60)
+
     def _await_reply(self, reply_key: str, message: RobotMessage, to: str, timeout: float) -> RobotMessage:
         end = time.monotonic() + timeout
         cursor = "0-0"
         while True:
-            remaining = end - time.monotonic()
-            if remaining <= 0:
-                raise AwaitTimeout(f"no reply from robot {to!r} within {timeout:g} s (message {message.id})")
-            # short blocks: redis-py 8 clients default to a 5 s socket timeout
-            block = max(1, int(min(remaining, 1.0) * 1000))
+            block = self._block_ms(end, timeout, message, to)
             result = self.redis.xread({reply_key: cursor}, count=16, block=block)
-            for _stream, entries in result or []:
-                for entry_id, fields in entries:
-                    cursor = _s(entry_id)
-                    try:
-                        reply = decode_message(fields.get(b"envelope", b""))
-                    except SchemaError as exc:
-                        log.warning("bus.bad_reply", stream=reply_key, error=str(exc))
-                        continue
-                    if reply.in_reply_to == message.id:
-                        if reply.kind == "error":
-                            raise RemoteError(
-                                f"robot {to!r} could not handle message {message.id}: {reply.content}",
-                                reason=reply.headers.get("error"),
-                            )
-                        return reply
+            cursor, reply = self._match_reply(reply_key, result, cursor, message, to)
+            if reply is not None:
+                return reply
+
+    @staticmethod
+    def _block_ms(end: float, timeout: float, message: RobotMessage, to: str) -> int:
+        """Milliseconds of the next XREAD BLOCK; AwaitTimeout once the request timed out."""
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            raise AwaitTimeout(f"no reply from robot {to!r} within {timeout:g} s (message {message.id})")
+        # short blocks: redis-py 8 clients default to a 5 s socket timeout
+        return max(1, int(min(remaining, 1.0) * 1000))
+
+    @staticmethod
+    def _match_reply(reply_key: str, result: Any, cursor: str, message: RobotMessage, to: str
+                     ) -> tuple[str, RobotMessage | None]:
+        """(new cursor, the reply to ``message`` among the XREAD ``result`` or None);
+        RemoteError when the reply is an error envelope."""
+        for _stream, entries in result or []:
+            for entry_id, fields in entries:
+                cursor = _s(entry_id)
+                try:
+                    reply = decode_message(fields.get(b"envelope", b""))
+                except SchemaError as exc:
+                    log.warning("bus.bad_reply", stream=reply_key, error=str(exc))
+                    continue
+                if reply.in_reply_to == message.id:
+                    if reply.kind == "error":
+                        raise RemoteError(
+                            f"robot {to!r} could not handle message {message.id}: {reply.content}",
+                            reason=reply.headers.get("error"),
+                        )
+                    return cursor, reply
+        return cursor, None
 
     def outbox(self, robot: str, message_id: str) -> OutboxEntry | None:
         """The outbox record of a message ``robot`` sent with ``send_message``."""

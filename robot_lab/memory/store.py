@@ -45,7 +45,7 @@ from robot_lab.memory.reserved import (
 from robot_lab.memory.scope import ChangeLog, ScopeKeys
 from robot_lab.memory.subscriptions import Subscriptions, glob_to_regex
 from robot_lab.memory.values import Values
-from robot_lab.memory.waits import wait_for
+from robot_lab.memory.waits import await_for, wait_for
 from robot_lab.schemas import MemoryChange, RobotResult
 from robot_lab.schemas.messages import Message
 
@@ -196,20 +196,41 @@ class Memory:
         (one deadline for all keys), then raises :class:`AwaitTimeout`. Existence, not
         non-None-ness, satisfies a wait: a stored null returns at once.
         """
+        names, waits, timeout = self._read_args(keys, wait)
+        values = wait_for(self._values, self._feed, names, timeout) if waits else self._values.read(names)
+        return values[names[0]] if len(names) == 1 else values
+
+    async def aget(self, *keys: str, wait: bool | float | None = False) -> Any:
+        """:meth:`get` for an event loop: read on redis-py's asyncio client, and a wait
+        that suspends this task (not the loop) until the keys exist or time runs out."""
+        names, waits, timeout = self._read_args(keys, wait)
+        if waits:
+            values = await await_for(self._values, self._feed, self.aredis, names, timeout)
+        else:
+            raws = await self._values.aread_raw(self.aredis, names)
+            values = {k: self._values.value(k, raws[k]) for k in names}
+        return values[names[0]] if len(names) == 1 else values
+
+    @property
+    def aredis(self) -> Any:
+        """The asyncio client of :meth:`aget`: one to the same server as ``redis`` per event
+        loop (:func:`robot_lab.connection.async_client_for`)."""
+        from robot_lab.connection import async_client_for
+
+        return async_client_for(self.redis)
+
+    def _read_args(self, keys: tuple[str, ...], wait: bool | float | None) -> tuple[list[str], bool, float | None]:
+        """(checked key names, whether to wait, the wait's timeout: None = forever)."""
         if not keys:
             raise ConfigurationError(f"memory {self.scope!r}: get needs at least one key")
         names = [self._values.check_key(k) for k in keys]
         if wait is None or wait is False:
-            values = self._values.read(names)
-        else:
-            if wait is True:
-                timeout = None
-            elif isinstance(wait, (int, float)) and wait >= 0:
-                timeout = float(wait)
-            else:
-                raise ConfigurationError(f"memory {self.scope!r}: wait must be a bool or seconds >= 0, got {wait!r}")
-            values = wait_for(self._values, self._feed, names, timeout)
-        return values[names[0]] if len(names) == 1 else values
+            return names, False, None
+        if wait is True:
+            return names, True, None
+        if isinstance(wait, (int, float)) and wait >= 0:
+            return names, True, float(wait)
+        raise ConfigurationError(f"memory {self.scope!r}: wait must be a bool or seconds >= 0, got {wait!r}")
 
     def __getitem__(self, key: str) -> Any:
         return self.get(key)

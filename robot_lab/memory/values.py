@@ -156,6 +156,12 @@ class Values:
             return {names[0]: self.redis.hget(self.keys.hash, names[0])}
         return dict(zip(names, self.redis.hmget(self.keys.hash, names)))
 
+    async def aread_raw(self, aredis: Any, names: list[str]) -> dict[str, Any]:
+        """:meth:`read_raw` on an asyncio client of the same server."""
+        if len(names) == 1:
+            return {names[0]: await aredis.hget(self.keys.hash, names[0])}
+        return dict(zip(names, await aredis.hmget(self.keys.hash, names)))
+
     def read(self, names: list[str]) -> dict[str, Any]:
         raws = self.read_raw(names)
         return {k: self.value(k, raws[k]) for k in names}

@@ -93,23 +93,46 @@ class Tool:
         return arguments
 
     # --- the call as the robot makes it -----------------------------------------------------
+    @property
+    def is_async(self) -> bool:
+        """Whether :meth:`execute` is a coroutine function (then ``arun`` awaits it on the
+        event loop, and ``run`` drives it with ``asyncio.run``)."""
+        return inspect.iscoroutinefunction(self.execute)
+
     @observe.tool_call
     def call(self, arguments: dict[str, Any] | None = None) -> str:
-        """Run the tool; failures come back as ``"Error (name): ..."`` text."""
+        """Run the tool; failures come back as ``"Error (name): ..."`` text. An async tool
+        runs on a fresh event loop (in a helper thread when this thread runs a loop)."""
         arguments = dict(arguments or {})
         try:
             result = self.execute(**self.validate(arguments))
-        except ToolError as exc:
-            if self.raise_on_error:
-                raise
+            if inspect.isawaitable(result):
+                result = run_awaitable(result)
+        except Exception as exc:
+            return self._error_text(exc)
+        return format_result(result)
+
+    @observe.tool_call
+    async def acall(self, arguments: dict[str, Any] | None = None) -> str:
+        """:meth:`call` for an async tool, awaited on the caller's event loop."""
+        arguments = dict(arguments or {})
+        try:
+            result = self.execute(**self.validate(arguments))
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            return self._error_text(exc)
+        return format_result(result)
+
+    def _error_text(self, exc: Exception) -> str:
+        """A failure as the text the model sees (or re-raised with ``raise_on_error``)."""
+        if self.raise_on_error:
+            raise exc
+        if isinstance(exc, ToolError):
             suffix = " (retryable)" if exc.retryable else ""
             return f"Error ({self.name}): {exc}{suffix}"
-        except Exception as exc:
-            if self.raise_on_error:
-                raise
-            log.warning("tool.error", tool=self.name, error=f"{type(exc).__name__}: {exc}")
-            return f"Error ({self.name}): {exc}"
-        return format_result(result)
+        log.warning("tool.error", tool=self.name, error=f"{type(exc).__name__}: {exc}")
+        return f"Error ({self.name}): {exc}"
 
     __call__ = call
 
@@ -151,6 +174,24 @@ class _AdHocTool(Tool):
         return self._fn(arguments)
 
 
+def run_awaitable(awaitable: Any) -> Any:
+    """The result of an async tool called from sync code: ``asyncio.run`` here, or in a
+    helper thread when this thread already runs an event loop (it cannot be re-entered)."""
+    import asyncio
+
+    async def wait() -> Any:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="robot-lab-async-tool") as pool:
+        return pool.submit(asyncio.run, wait()).result()
+
+
 class FunctionTool(Tool):
     """A tool built from a plain function's signature and docstring."""
 
@@ -179,6 +220,10 @@ class FunctionTool(Tool):
             )
             raise ToolError(f"invalid arguments: {problems}") from None
         return {field: getattr(model, field) for field in type(model).model_fields}
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
 
     def execute(self, **arguments: Any) -> Any:
         return self.fn(**arguments)

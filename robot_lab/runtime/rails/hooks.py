@@ -14,9 +14,10 @@ swallow an exception.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -253,6 +254,49 @@ def _call(registration: Registration, event: str, ctx: HookContext, *args: Any) 
         return getattr(handler, event)(ctx, *args)
 
 
+def _registrations(family: str, registries: Sequence[HookRegistry] | None) -> list[Registration]:
+    if family not in FAMILIES:
+        raise ConfigurationError(f"unknown hook family {family!r}; known: {', '.join(FAMILIES)}")
+    scope = tuple(registries) if registries is not None else current_scope()
+    return [r for registry in scope for r in registry.registrations]
+
+
+def _before(family: str, ctx: HookContext, regs: list[Registration]) -> None:
+    ctx.event = family
+    for r in regs:
+        if r.handler.implements(f"before_{family}"):
+            _call(r, f"before_{family}", ctx)
+
+
+def _around_chain(family: str, ctx: HookContext, regs: list[Registration], core: Callable[[], Any]) -> Callable[[], Any]:
+    """``core`` wrapped in the ``around_*`` handlers, the first registered outermost."""
+    chain = core
+    for r in reversed([r for r in regs if r.handler.implements(f"around_{family}")]):
+        chain = (lambda reg, inner: (lambda: _call(reg, f"around_{family}", ctx, inner)))(r, chain)
+    return chain
+
+
+def _after(family: str, ctx: HookContext, regs: list[Registration], result: Any) -> Any:
+    if family == "tool_call" and result is None and isinstance(ctx, ToolCallHookContext):
+        result = ctx.tool_result  # an around hook that short-circuits sets tool_result
+    if family in RESULT_FIELD:
+        setattr(ctx, RESULT_FIELD[family], result)
+    elif isinstance(ctx, ToolCallHookContext):
+        ctx.tool_result = result
+    for r in regs:
+        if r.handler.implements(f"after_{family}"):
+            _call(r, f"after_{family}", ctx)
+    return result
+
+
+def _failed(family: str, ctx: HookContext, regs: list[Registration], exc: BaseException) -> None:
+    ctx.error = exc
+    if family in ON_ERROR_FAMILIES:
+        for r in regs:
+            if r.handler.implements("on_error"):
+                _call(r, "on_error", ctx)
+
+
 def run_hooks(
     family: str,
     ctx: HookContext,
@@ -260,37 +304,44 @@ def run_hooks(
     registries: Sequence[HookRegistry] | None = None,
 ) -> Any:
     """Run ``core`` wrapped in the family's hooks (robot_lab's ``Hooks.run``)."""
-    if family not in FAMILIES:
-        raise ConfigurationError(f"unknown hook family {family!r}; known: {', '.join(FAMILIES)}")
-    scope = tuple(registries) if registries is not None else current_scope()
-    regs = [r for registry in scope for r in registry.registrations]
+    regs = _registrations(family, registries)
     if not regs:
         return core()
-    ctx.event = family
     try:
-        for r in regs:
-            if r.handler.implements(f"before_{family}"):
-                _call(r, f"before_{family}", ctx)
-        chain = core
-        for r in reversed([r for r in regs if r.handler.implements(f"around_{family}")]):
-            chain = (lambda reg, inner: (lambda: _call(reg, f"around_{family}", ctx, inner)))(r, chain)
-        result = chain()
-        if family == "tool_call" and result is None and isinstance(ctx, ToolCallHookContext):
-            result = ctx.tool_result  # an around hook that short-circuits sets tool_result
-        if family in RESULT_FIELD:
-            setattr(ctx, RESULT_FIELD[family], result)
-        elif isinstance(ctx, ToolCallHookContext):
-            ctx.tool_result = result
-        for r in regs:
-            if r.handler.implements(f"after_{family}"):
-                _call(r, f"after_{family}", ctx)
-        return result
+        _before(family, ctx, regs)
+        return _after(family, ctx, regs, _around_chain(family, ctx, regs, core)())
     except BaseException as exc:
-        ctx.error = exc
-        if family in ON_ERROR_FAMILIES:
-            for r in regs:
-                if r.handler.implements("on_error"):
-                    _call(r, "on_error", ctx)
+        _failed(family, ctx, regs, exc)
+        raise
+
+
+async def arun_hooks(
+    family: str,
+    ctx: HookContext,
+    core: Callable[[], Awaitable[Any]],
+    registries: Sequence[HookRegistry] | None = None,
+) -> Any:
+    """:func:`run_hooks` for an async ``core``. Handlers stay plain (sync) classmethods:
+    ``before_*``/``after_*``/``on_error`` run on the event loop; when ``around_*`` handlers
+    exist, their chain runs in a worker thread and the innermost ``call_next()`` hands
+    ``core`` back to the loop and blocks only that thread until it is done."""
+    regs = _registrations(family, registries)
+    if not regs:
+        return await core()
+    try:
+        _before(family, ctx, regs)
+        if any(r.handler.implements(f"around_{family}") for r in regs):
+            loop = asyncio.get_running_loop()
+
+            def blocking_core() -> Any:
+                return asyncio.run_coroutine_threadsafe(core(), loop).result()  # type: ignore[arg-type]
+
+            result = await asyncio.to_thread(_around_chain(family, ctx, regs, blocking_core))
+        else:
+            result = await core()
+        return _after(family, ctx, regs, result)
+    except BaseException as exc:
+        _failed(family, ctx, regs, exc)
         raise
 
 

@@ -62,3 +62,38 @@ def running(ctx: RunContext) -> Iterator[RunContext]:
                 yield ctx
     finally:
         _current.reset(token)
+
+
+@dataclass
+class ConversationState:
+    """A stored conversation's history while one run continues it."""
+
+    messages: list[dict[str, Any]]
+    skill_scope: str | None = None
+
+
+# id(robot) -> the conversation a run of that robot continues in this context (thread or
+# task). A context variable, not an attribute swap on the robot: concurrent runs of one
+# Robot in different conversations (arun() tasks on one loop, a worker's threads) each see
+# their own history.
+_conversations: ContextVar[dict[int, ConversationState] | None] = ContextVar("robot_lab_conversations",
+                                                                             default=None)
+
+
+def conversation_state(robot: Any) -> ConversationState | None:
+    """The conversation ``robot`` is running in this context, None outside one."""
+    scoped = _conversations.get()
+    return None if scoped is None else scoped.get(id(robot))
+
+
+@contextmanager
+def conversation_scope(robot: Any, messages: list[dict[str, Any]], skill_scope: str | None) -> Iterator[ConversationState]:
+    """Make ``robot.messages`` read and write ``messages`` in this context while the block
+    runs (the robot's own default conversation is untouched)."""
+    previous = _conversations.get()
+    state = ConversationState(messages, skill_scope)
+    _conversations.set({**(previous or {}), id(robot): state})
+    try:
+        yield state
+    finally:
+        _conversations.set(previous)  # restore, not reset(): see hooks.hook_scope

@@ -27,12 +27,15 @@ from robot_lab.runtime.llm.gateway import LLMGateway, default_gateway
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.hooks import HookRegistry
 from robot_lab.runtime.robot import compaction, run as run_mod
+from robot_lab.runtime.robot.context import conversation_state
+from robot_lab.runtime.robot.drive import ASYNC, SYNC, run_sync
 from robot_lab.runtime.robot.learning import Learning
 from robot_lab.runtime.robot.loop import ContentCallback
 from robot_lab.runtime.robot.mcp_attach import MCPAttachment
 from robot_lab.runtime.robot.prompt import PromptAssembly, set_system_message, system_message
 from robot_lab.runtime.robot.plan import SKILL_MODES
 from robot_lab.runtime.robot.serving import SERVE_DEFAULT, serve_kwargs
+from robot_lab.runtime.robot.streaming import RunStream
 from robot_lab.runtime.robot.spec import check_bus, spec_kwargs, to_spec
 from robot_lab.runtime.robot.toolset import DEFAULT_MAX_TOOLS, is_none_value, select_tools, validate_tools_filter
 from robot_lab.runtime.run_config import RunConfig, check_enable_cache
@@ -123,7 +126,7 @@ class Robot:
         base = config if isinstance(config, RunConfig) else RunConfig(config or {})
         self.config = base.merge(explicit)
         self.bus = check_bus(bus if bus is not None else self.config.bus)
-        self.messages: list[dict[str, Any]] = []
+        self._messages: list[dict[str, Any]] = []
         self.total_input_tokens = 0
         self.total_output_tokens = 0
         self.total_cost = 0.0
@@ -131,6 +134,28 @@ class Robot:
         self.budget_ledger = budget_mod.robot_ledger(self.config.token_budget, self.config.cost_budget)
         self._apply_template()
         self._apply_system_prompt()
+
+    # ------------------------------------------------------------------ conversation state
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation: the one a run continues in this thread or task
+        (``conversation_id``), else the robot's own default conversation."""
+        state = conversation_state(self)
+        return self._messages if state is None else state.messages
+
+    @messages.setter
+    def messages(self, value: list[dict[str, Any]]) -> None:
+        state = conversation_state(self)
+        if state is None:
+            self._messages = value
+        else:
+            state.messages = value
+
+    @property
+    def _skill_scope(self) -> str | None:
+        """The skill workspace scope of the conversation in progress (None: the robot's own)."""
+        state = conversation_state(self)
+        return None if state is None else state.skill_scope
 
     # ------------------------------------------------------------------ prompt
     @property
@@ -360,15 +385,67 @@ class Robot:
         loads that conversation's history from Redis first and saves it after. ``attachments``
         (paths, ``(name, bytes)`` pairs) land in the skill workspace (docs/skills.md).
         """
-        kwargs = dict(
+        return run_sync(self._run_core(SYNC, message, conversation_id, dict(
             tools=tools, mcp=mcp, network_config=network_config, task_config=task_config, config=config,
             on_content=on_content, extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks,
             network=network, task=task, memory=memory, run_id=run_id, budgets=budgets, doom_loop=doom_loop,
             attachments=attachments,
-        )
+        ), context))
+
+    @observe.robot_run
+    async def arun(
+        self,
+        message: str | None = None,
+        *,
+        tools: Any = "none",
+        mcp: Any = "none",
+        network_config: RunConfig | Mapping[str, Any] | None = None,
+        task_config: RunConfig | Mapping[str, Any] | None = None,
+        config: RunConfig | Mapping[str, Any] | None = None,
+        on_content: ContentCallback | None = None,
+        extra_tools: Iterable[Tool] = (),
+        hooks: Any = None,
+        network_hooks: HookRegistry | None = None,
+        network: Any = None,
+        task: str | None = None,
+        memory: Any = None,
+        run_id: str | None = None,
+        budgets: Iterable[Any] = (),
+        doom_loop: Any = None,
+        conversation_id: str | None = None,
+        attachments: Iterable[Any] | None = None,
+        **context: Any,
+    ) -> RobotResult:
+        """:meth:`run` for asyncio code (a FastAPI handler, say): the same arguments, the
+        same result, the same tool loop (:mod:`.drive`). The model call is awaited
+        (litellm's ``acompletion``), async tools are awaited, sync tools and the blocking
+        Redis steps run in worker threads, so one event loop runs many robots at once.
+        Concurrent runs of one Robot need their own ``conversation_id`` each (a robot's
+        default conversation is one history)."""
+        return await self._run_core(ASYNC, message, conversation_id, dict(
+            tools=tools, mcp=mcp, network_config=network_config, task_config=task_config, config=config,
+            on_content=on_content, extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks,
+            network=network, task=task, memory=memory, run_id=run_id, budgets=budgets, doom_loop=doom_loop,
+            attachments=attachments,
+        ), context)
+
+    def astream(self, message: str | None = None, **kwargs: Any) -> RunStream:
+        """:meth:`arun` as an async iterator of the reply's text chunks (the ``Chunk`` that
+        ``on_content`` receives); the RobotResult is ``await stream.result()`` afterwards
+        (or ``stream.result()`` awaited alone, which also drains the chunks)::
+
+            stream = robot.astream("hi")
+            async for chunk in stream:
+                print(chunk.content, end="")
+            result = await stream.result()
+        """
+        return RunStream(self, message, kwargs)
+
+    async def _run_core(self, io: Any, message: str | None, conversation_id: str | None,
+                        kwargs: dict[str, Any], context: dict[str, Any]) -> RobotResult:
         if conversation_id is not None:
-            return run_mod.run_in_conversation(self, conversation_id, message, **kwargs, **context)
-        return run_mod.execute(self, message, **kwargs, context=context)
+            return await run_mod.run_in_conversation(self, conversation_id, message, io, **kwargs, **context)
+        return await run_mod.execute(self, message, **kwargs, context=context, io=io)
 
     def serve_policy(self, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
         """The ``tools``/``mcp`` arguments of a served run (bus, delegation, spawn): what the
@@ -380,6 +457,17 @@ class Robot:
         started = time.monotonic()
         try:
             result = self.run(message, **kwargs)
+        except Exception as exc:
+            log.warning("robot.run_failed", robot=self.name, error=f"{type(exc).__name__}: {exc}")
+            result = RobotResult.from_error(self.name, exc)
+        result.duration = time.monotonic() - started
+        return result
+
+    async def arun_safely(self, message: str | None = None, **kwargs: Any) -> RobotResult:
+        """:meth:`run_safely` over :meth:`arun`."""
+        started = time.monotonic()
+        try:
+            result = await self.arun(message, **kwargs)
         except Exception as exc:
             log.warning("robot.run_failed", robot=self.name, error=f"{type(exc).__name__}: {exc}")
             result = RobotResult.from_error(self.name, exc)

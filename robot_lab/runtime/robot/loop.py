@@ -17,7 +17,8 @@ from robot_lab.runtime.llm.gateway import Chunk, LLMResponse
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.doom_loop import DEFAULT_THRESHOLD as DOOM_LOOP_THRESHOLD
 from robot_lab.runtime.rails.doom_loop import DoomLoopDetector, with_warning
-from robot_lab.runtime.rails.hooks import ToolCallHookContext, run_hooks
+from robot_lab.runtime.rails.hooks import ToolCallHookContext
+from robot_lab.runtime.robot.drive import IO, SYNC
 from robot_lab.runtime.robot.plan import RunPlan
 from robot_lab.runtime.tools import Tool
 from robot_lab.schemas.messages import (
@@ -39,12 +40,13 @@ def add_usage(robot: Any, response: LLMResponse) -> None:
     robot.total_cost += response.cost
 
 
-def call_model(
+async def call_model(
     robot: Any,
     plan: RunPlan,
     specs: list[dict[str, Any]] | None,
     on_chunk: Callable[[Chunk], Any] | None,
     ledgers: list[Any],
+    io: IO = SYNC,
 ) -> LLMResponse:
     """One model call inside the budget protocol: reserve the call's estimate (waiting while
     other calls' reservations may come back; BudgetExceeded before the call when spent),
@@ -52,32 +54,38 @@ def call_model(
     come from the run plan."""
     config = plan.config
 
-    def complete() -> LLMResponse:
-        return robot.gateway.complete(plan.model, robot.messages, tools=specs, on_chunk=on_chunk,
-                                      params=plan.llm_params(), provider=plan.provider, robot=robot.name)
+    async def complete() -> LLMResponse:
+        return await io.complete(robot.gateway, plan.model, robot.messages, tools=specs, on_chunk=on_chunk,  # type: ignore[no-any-return]
+                                 params=plan.llm_params(), provider=plan.provider, robot=robot.name)
 
     if not ledgers:
-        response = complete()
+        response = await complete()
         add_usage(robot, response)
         return response
     estimate = budget_mod.estimate_call(plan.model, robot.messages, specs, config.max_tokens)
-    reservation = budget_mod.reserve_for_call(ledgers, estimate)
+    reservation = await io.blocking(budget_mod.reserve_for_call, ledgers, estimate)
     try:
-        response = complete()
+        response = await complete()
     except BaseException:
         budget_mod.release(reservation)
         raise
-    budget_mod.reconcile(reservation, response.input_tokens + response.output_tokens, response.cost)
     add_usage(robot, response)
+    await io.blocking(_settle, robot, reservation, response, ledgers)
+    return response
+
+
+def _settle(robot: Any, reservation: Any, response: LLMResponse, ledgers: list[Any]) -> None:
+    """After a call: reconcile its reservation with what it used, then check every budget."""
+    budget_mod.reconcile(reservation, response.input_tokens + response.output_tokens, response.cost)
     budget_mod.check_budgets(
         ledgers,
         tokens_used=robot.total_input_tokens + robot.total_output_tokens if robot.config.token_budget else None,
         token_budget=robot.config.token_budget,  # the robot's own budget; run-wide ones are ledgers
     )
-    return response
 
 
-def execute_tool(robot: Any, by_name: Mapping[str, Tool], name: str, arguments: dict[str, Any]) -> str:
+async def execute_tool(robot: Any, by_name: Mapping[str, Tool], name: str, arguments: dict[str, Any],
+                       io: IO = SYNC) -> str:
     """Call one offered tool inside the ``tool_call`` hooks; an unknown name is an error
     text for the model, never an exception."""
     tool = by_name.get(name)
@@ -85,27 +93,29 @@ def execute_tool(robot: Any, by_name: Mapping[str, Tool], name: str, arguments: 
         return f"Error: tool {name!r} is not available (offered: {', '.join(by_name) or 'none'})"
     ctx = ToolCallHookContext(tool=tool, tool_name=name, tool_args=dict(arguments), robot=robot)
 
-    def core() -> str:
-        text = tool.call(arguments)
+    async def core() -> str:
+        text = await io.call_tool(tool, arguments)
         if text.startswith(f"Error ({name})"):
             ctx.tool_error = RuntimeError(text)
         return text
 
-    result = run_hooks("tool_call", ctx, core)
+    result = await io.hooks("tool_call", ctx, core)
     return result if isinstance(result, str) else str(result)
 
 
-def tool_loop(
+async def tool_loop(
     robot: Any,
     plan: RunPlan,
     message: str | None,
     tools: list[Tool] | Callable[[], list[Tool]],
     on_content: ContentCallback | None,
+    io: IO = SYNC,
 ) -> RobotResult:
     """Run ``robot``'s conversation to a text answer under ``plan``; the offered tools may
-    be a callable (tool-mode skills change them between rounds)."""
+    be a callable (tool-mode skills change them between rounds). ``io`` is the driver
+    (:mod:`.drive`): blocking for ``run()``, awaiting for ``arun()``."""
     started = time.monotonic()
-    robot._maybe_compact()
+    await io.blocking(robot._maybe_compact)
     config = plan.config
     active_ledgers = [ledger for ledger in plan.ledgers if ledger is not None]
     detector = plan.doom_loop or DoomLoopDetector(config.doom_loop_threshold or DOOM_LOOP_THRESHOLD)
@@ -124,7 +134,7 @@ def tool_loop(
         offered = offer()
         specs = [t.to_openai() for t in offered] or None
         by_name = {t.name: t for t in offered}
-        response = call_model(robot, plan, specs, on_chunk, active_ledgers)
+        response = await call_model(robot, plan, specs, on_chunk, active_ledgers, io)
         input_tokens += response.input_tokens
         output_tokens += response.output_tokens
         cost += response.cost
@@ -148,7 +158,7 @@ def tool_loop(
             record = ToolCall(id=call.id, name=call.name, input=call.arguments)
             if config.on_tool_call:
                 config.on_tool_call(record)
-            text = execute_tool(robot, by_name, call.name, call.arguments)
+            text = await execute_tool(robot, by_name, call.name, call.arguments, io)
             warning = detector.observe(call.name)
             if warning:
                 text = with_warning(text, warning)

@@ -17,7 +17,8 @@ from robot_lab.runtime.rails.hooks import (
     hook_scope,
     run_hooks,
 )
-from robot_lab.runtime.robot.context import RunContext, running
+from robot_lab.runtime.robot.context import RunContext, conversation_scope, running
+from robot_lab.runtime.robot.drive import IO, SYNC
 from robot_lab.runtime.robot.loop import ContentCallback, tool_loop
 from robot_lab.runtime.robot.plan import RunPlan, resolve_plan
 from robot_lab.runtime.robot.prompt import set_system_message
@@ -26,7 +27,7 @@ from robot_lab.runtime.tools import Tool
 from robot_lab.schemas.messages import RobotResult
 
 
-def execute(
+async def execute(
     robot: Any,
     message: str | None,
     *,
@@ -47,8 +48,10 @@ def execute(
     doom_loop: Any,
     context: Mapping[str, Any],
     attachments: Iterable[Any] | None = None,
+    io: IO = SYNC,
 ) -> RobotResult:
-    """The body of ``Robot.run`` (see there for the arguments)."""
+    """The body of ``Robot.run`` and ``Robot.arun`` (see there for the arguments); ``io`` is
+    the driver (:mod:`.drive`)."""
     plan = resolve_plan(
         robot, tools=tools, mcp=mcp, network_config=network_config, task_config=task_config, run_config=config,
         memory=memory, network=network, budgets=budgets, doom_loop=doom_loop,
@@ -62,29 +65,31 @@ def execute(
             run_id=run_id,
         )
 
-        def core() -> RobotResult:
+        async def core() -> RobotResult:
             if context or robot._prompt.render_deferred:
                 robot._apply_system_prompt(context)
-            selected = offered_tools(robot, plan, ctx.request, extra_tools)
+            selected = await io.blocking(offered_tools, robot, plan, ctx.request, extra_tools)
             gen_ctx = LlmGenerationHookContext(
                 robot=robot, network=network, task=task, memory=plan.memory, config=plan.config,
                 request=ctx.request, run_id=run_id,
             )
             saved_prompt = robot.instructions
             try:
-                offered = robot._prompt.with_agent_skills(
+                offered = await io.blocking(
+                    robot._prompt.with_agent_skills,
                     robot.messages, plan.skill_mode, ctx.request, selected, saved_prompt, robot_name=robot.name,
-                    scope=getattr(robot, "_skill_scope", None) or run_id, attachments=attachments,
+                    scope=robot._skill_scope or run_id, attachments=attachments,
                 )
-                return run_hooks(
-                    "llm_generation",
-                    gen_ctx,
-                    lambda: tool_loop(robot, plan, robot._learning.inject(gen_ctx.request), offered, on_content),
-                )
+
+                async def generation() -> RobotResult:
+                    request = await io.blocking(robot._learning.inject, gen_ctx.request)
+                    return await tool_loop(robot, plan, request, offered, on_content, io)
+
+                return await io.hooks("llm_generation", gen_ctx, generation)
             finally:
                 set_system_message(robot.messages, saved_prompt)  # matched skills last one run only
 
-        return run_hooks("run", ctx, core)
+        return await io.hooks("run", ctx, core)
 
 
 def offered_tools(robot: Any, plan: RunPlan, request: str | None, extra_tools: Iterable[Tool]) -> list[Tool]:
@@ -99,21 +104,20 @@ def offered_tools(robot: Any, plan: RunPlan, request: str | None, extra_tools: I
     return selected + [t for t in mcp_tools if t.name not in taken]
 
 
-def run_in_conversation(robot: Any, conversation_id: str, message: str | None, **kwargs: Any) -> RobotResult:
-    """Load the conversation's history from Redis, run, save it back; the robot's own
-    messages are restored afterwards."""
+async def run_in_conversation(robot: Any, conversation_id: str, message: str | None, io: IO = SYNC,
+                              **kwargs: Any) -> RobotResult:
+    """Load the conversation's history from Redis, run, save it back. The history is this
+    run's own (a context variable, see :func:`conversation_scope`), so concurrent runs of
+    one robot in different conversations -- tasks on one event loop, or threads -- never
+    see each other's messages; the robot's own messages are untouched."""
     from robot_lab.runtime.conversations import ConversationStore
 
     store = ConversationStore()
     system = robot.messages[:1] if robot.instructions is not None else []
-    saved = robot.messages
-    history = [m for m in store.load(robot.name, conversation_id) if m.get("role") != "system"]
-    robot.messages = [*system, *history]
-    robot._skill_scope = conversation_id  # the conversation's skill workspace and sticky skills
-    try:
-        result = robot.run(message, **kwargs)
-        store.save(robot.name, conversation_id, [m for m in robot.messages if m.get("role") != "system"])
+    loaded = await io.blocking(store.load, robot.name, conversation_id)
+    history = [m for m in loaded if m.get("role") != "system"]
+    with conversation_scope(robot, [*system, *history], conversation_id):
+        result = await io.run(robot, message, **kwargs)
+        await io.blocking(store.save, robot.name, conversation_id,
+                          [m for m in robot.messages if m.get("role") != "system"])
         return result
-    finally:
-        robot.messages = saved
-        robot._skill_scope = None
