@@ -7,7 +7,8 @@ RobotMessage JSON, so any language can publish with a plain ``XADD``.
 The port of robot_lab's TypedBus + BusMessaging publishing half: ``publish`` (an unknown
 channel raises, as robot_lab's "Unknown channel"), ``send_message`` with an outbox kept in
 Redis so the reply is matched on whichever worker it lands, ``send_reply``, and
-``request`` which blocks for the reply. Dead-letter and statistics helpers live here too
+``request`` which blocks for the reply. ``apublish`` / ``arequest`` are the same on
+redis-py's asyncio client (docs/async.md). Dead-letter and statistics helpers live here too
 because the CLI and tests use them without a poller.
 """
 
