@@ -247,14 +247,22 @@ def async_twin(client: Any) -> Any:
     return aredis.Redis(connection_pool=aredis.ConnectionPool(**kwargs))
 
 
+# Loops that take no attributes (uvloop's): their twins live here instead.
 _twins: weakref.WeakKeyDictionary[Any, dict[int, tuple[Any, Any]]] = weakref.WeakKeyDictionary()
 
 
 def async_client_for(client: Any) -> Any:
     """The asyncio twin of ``client`` for the running event loop (one per client and loop:
-    asyncio connections cannot move between loops)."""
+    asyncio connections cannot move between loops). The twins hang on the loop object, so
+    a closed, unreferenced loop is collected with its clients."""
     loop = asyncio.get_running_loop()
-    per_loop = _twins.setdefault(loop, {})
+    per_loop = getattr(loop, "_robot_lab_twins", None)
+    if per_loop is None:
+        per_loop = {}
+        try:
+            loop._robot_lab_twins = per_loop  # type: ignore[attr-defined]
+        except AttributeError:
+            per_loop = _twins.setdefault(loop, per_loop)
     entry = per_loop.get(id(client))
     if entry is None or entry[0] is not client:
         entry = per_loop[id(client)] = (client, async_twin(client))
