@@ -327,3 +327,11 @@ def test_aconnect_and_async_twins_reach_the_same_server(real_redis_url: str, key
     finally:
         sync.delete(f"{key_prefix}:k")
         sync.close()
+
+
+def test_arun_is_traced_like_run(memory_spans) -> None:  # type: ignore[no-untyped-def]
+    asyncio.run(Robot("traced", model="scripted/echo", local_tools=[add]).arun("x", tools="inherit"))
+    spans = {s.name: s for s in memory_spans.get_finished_spans()}
+    assert {"robot.run", "llm.call", "tool.call"} <= set(spans)
+    assert spans["llm.call"].parent.span_id == spans["robot.run"].context.span_id
+    assert spans["llm.call"].attributes["gen_ai.usage.output_tokens"] > 0

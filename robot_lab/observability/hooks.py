@@ -10,7 +10,8 @@ in: ``network.run`` > ``network.submit`` > (``task`` in a worker) > ``robot.run`
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from robot_lab.observability import metrics, otel
@@ -42,25 +43,39 @@ bus_publish = otel.traced("bus.publish", lambda bus, to, *a, **k: {"robot": to, 
                           kind="producer")
 
 
+def _observing() -> bool:
+    return otel.tracer() is not None or metrics.enabled()
+
+
+@contextmanager
+def _llm_observed(model: str, kwargs: dict[str, Any]) -> Iterator[list[Any]]:
+    """The ``llm.call`` span and the LLM counters around one call; the caller appends the
+    response to the yielded list."""
+    with otel.span("llm.call", {"gen_ai.request.model": model, "stream": kwargs.get("on_chunk") is not None},
+                   kind="client") as s:
+        box: list[Any] = []
+        try:
+            yield box
+        except BaseException as exc:
+            metrics.llm_call(model, None, exc)
+            raise
+        response = box[0]
+        s.set(**{"gen_ai.usage.input_tokens": response.input_tokens,
+                 "gen_ai.usage.output_tokens": response.output_tokens, "cost": response.cost})
+        metrics.llm_call(model, response)
+
+
 def llm_call(fn: F) -> F:
     """Around ``LLMGateway.complete(model, messages, ...)``: an ``llm.call`` span with model,
     tokens and cost, and the LLM counters (calls, tokens, cost per robot and model)."""
 
     @functools.wraps(fn)
     def wrapper(gateway: Any, model: str, *args: Any, **kwargs: Any) -> Any:
-        if otel.tracer() is None and not metrics.enabled():
+        if not _observing():
             return fn(gateway, model, *args, **kwargs)
-        with otel.span("llm.call", {"gen_ai.request.model": model, "stream": kwargs.get("on_chunk") is not None},
-                       kind="client") as s:
-            try:
-                response = fn(gateway, model, *args, **kwargs)
-            except BaseException as exc:
-                metrics.llm_call(model, None, exc)
-                raise
-            s.set(**{"gen_ai.usage.input_tokens": response.input_tokens,
-                     "gen_ai.usage.output_tokens": response.output_tokens, "cost": response.cost})
-            metrics.llm_call(model, response)
-            return response
+        with _llm_observed(model, kwargs) as box:
+            box.append(fn(gateway, model, *args, **kwargs))
+        return box[0]
 
     return wrapper  # type: ignore[return-value]
 
@@ -70,18 +85,10 @@ def allm_call(fn: F) -> F:
 
     @functools.wraps(fn)
     async def wrapper(gateway: Any, model: str, *args: Any, **kwargs: Any) -> Any:
-        if otel.tracer() is None and not metrics.enabled():
+        if not _observing():
             return await fn(gateway, model, *args, **kwargs)
-        with otel.span("llm.call", {"gen_ai.request.model": model, "stream": kwargs.get("on_chunk") is not None},
-                       kind="client") as s:
-            try:
-                response = await fn(gateway, model, *args, **kwargs)
-            except BaseException as exc:
-                metrics.llm_call(model, None, exc)
-                raise
-            s.set(**{"gen_ai.usage.input_tokens": response.input_tokens,
-                     "gen_ai.usage.output_tokens": response.output_tokens, "cost": response.cost})
-            metrics.llm_call(model, response)
-            return response
+        with _llm_observed(model, kwargs) as box:
+            box.append(await fn(gateway, model, *args, **kwargs))
+        return box[0]
 
     return wrapper  # type: ignore[return-value]
