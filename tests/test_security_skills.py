@@ -14,7 +14,6 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -386,4 +385,6 @@ def test_skills_show_limits_line_names_the_mechanism() -> None:
     status = limit_status(SandboxSettings(cgroup="off"), bwrap=True)
     if os.geteuid() == 0:
         assert "NOT enforced here: the kernel ignores RLIMIT_NPROC for root" in status["processes"]
-    assert sys.platform != "linux" or "RLIMIT_DATA" in status["memory"] or "prlimit" in status["memory"]
+    assert ("RLIMIT_DATA" if shutil.which("prlimit") else "prlimit (util-linux) is not installed") in status["memory"]
+    assert limit_status(SandboxSettings(cgroup_parent="/nonexistent"), bwrap=True)["processes"].endswith(
+        "/nonexistent does not exist)") or os.geteuid() != 0

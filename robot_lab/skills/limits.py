@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -108,6 +109,16 @@ def _try_parent(parent: str) -> str | None:
     try:
         if not os.path.exists(os.path.join(probe, "pids.max")):
             return f"the pids controller is not enabled in {parent}"
+        # a process must be able to move itself in (cgroup v2 also asks for write access to
+        # the common ancestor), exactly as every call's join prefix will
+        try:
+            moved = subprocess.run(["/bin/sh", "-c", 'echo $$ > "$0"', os.path.join(probe, "cgroup.procs")],
+                                   capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"cannot move a process into a cgroup under {parent}: {exc}"
+        if moved.returncode != 0:
+            err = moved.stderr.decode("utf-8", "replace").strip()
+            return f"cannot move a process into a cgroup under {parent}: {err or moved.returncode}"
         return None
     finally:
         try:
