@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, get_origin
 
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
@@ -308,6 +309,56 @@ class Settings(BaseSettings):
     def embedded(self) -> bool:
         """No REDIS_URL: run on in-process fakeredis."""
         return not self.redis_url
+
+
+# ROBOT_LAB_* variables read outside Settings (by one module each), so not misspellings.
+OTHER_VARIABLES = frozenset({
+    "ROBOT_LAB_DEMO_DELAY_MS", "ROBOT_LAB_TASK_LEASE_MS", "ROBOT_LAB_TASK_MAX_ATTEMPTS",
+    "ROBOT_LAB_DASHBOARD_TOKEN", "ROBOT_LAB_SCRIPTS_DIR", "ROBOT_LAB_SCRIPTED_RECORD",
+    "ROBOT_LAB_WORKER_PREFIX",
+})
+# Test and benchmark knobs: never settings.
+OTHER_PREFIXES = ("ROBOT_LAB_TEST_", "ROBOT_LAB_PROPERTY_", "ROBOT_LAB_FUZZ_", "ROBOT_LAB_SCREENSHOTS", "ROBOT_LAB_BENCH_")
+
+
+def _setting_paths(model: type[BaseModel], prefix: str = "") -> tuple[set[str], set[str]]:
+    """The env names (upper case, without ``ROBOT_LAB_``) the fields of ``model`` answer to
+    (``BUS``, ``BUS__MAXLEN``, ...), and those of them that are dicts (any sub-key goes)."""
+    paths: set[str] = set()
+    dicts: set[str] = set()
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name.upper()}"
+        paths.add(path)
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            sub_paths, sub_dicts = _setting_paths(annotation, f"{path}__")
+            paths |= sub_paths
+            dicts |= sub_dicts
+        elif get_origin(annotation) is dict:
+            dicts.add(path)
+    return paths, dicts
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """``ROBOT_LAB_*`` variables that no setting reads (a misspelling is otherwise silently
+    ignored), each with the closest known name, or None. Values are never looked at."""
+    import difflib
+
+    env = os.environ if environ is None else environ
+    known, dicts = _setting_paths(Settings)
+    # compared without the common prefix, which would make every name look close
+    candidates = sorted(known | {v[len("ROBOT_LAB_"):] for v in OTHER_VARIABLES})
+    unknown: list[tuple[str, str | None]] = []
+    for name in sorted(env):
+        upper = name.upper()
+        if not upper.startswith("ROBOT_LAB_") or upper in OTHER_VARIABLES or upper.startswith(OTHER_PREFIXES):
+            continue
+        path = upper[len("ROBOT_LAB_"):]
+        if path in known or any(path.startswith(f"{d}__") for d in dicts):
+            continue
+        close = difflib.get_close_matches(path, candidates, n=1, cutoff=0.75)
+        unknown.append((name, f"ROBOT_LAB_{close[0]}" if close else None))
+    return unknown
 
 
 _settings: Settings | None = None
