@@ -58,6 +58,8 @@ _EXPORTS: dict[str, str] = {
     "Delivery": "robot_lab.bus",
     "DeadLetter": "robot_lab.bus",
     "OutboxEntry": "robot_lab.bus",
+    "Keyring": "robot_lab.bus",
+    "sign_message": "robot_lab.schemas.signing",
     "InboxStats": "robot_lab.bus",
     # skills
     "AgentSkill": "robot_lab.skills",

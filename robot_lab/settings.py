@@ -15,7 +15,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any, Literal, get_origin
 
-from pydantic import AliasChoices, BaseModel, Field, field_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -200,6 +200,34 @@ class BusSettings(BaseModel):
     reply_to_allowed: list[str] = []
 
 
+VerifyMode = Literal["off", "warn", "require"]
+
+
+class SigningSettings(BaseModel):
+    """Signed envelopes (docs/security.md): the keys of each sender and how robots check them.
+
+    ``keys`` maps a sender id (a robot or client name, the envelope's ``from``) to its keys by
+    key id; ``current`` names the key id a sender signs with (default: its last key listed).
+    ``keys_dir`` adds keys from files (a mounted Kubernetes Secret): ``<dir>/<sender>/<key_id>``
+    or ``<dir>/<sender>.<key_id>``, each file holding one secret. A verifier accepts any key of
+    the sender, which is what makes rotation possible."""
+
+    # off: nothing is checked; warn: a bad or missing signature is logged (bus.unauthenticated)
+    # and the message runs; require: it is dead-lettered as unauthenticated, no model call.
+    verify: VerifyMode = "off"
+    # per-robot override of ``verify`` (robot name -> mode). In settings, not in the robot's
+    # spec: specs live in Redis, where a writer could switch its own check off.
+    robots: dict[str, VerifyMode] = Field(default_factory=dict)
+    keys: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
+    current: dict[str, str] = Field(default_factory=dict)
+    keys_dir: str | None = None
+    # seconds between re-reads of keys_dir (a rotated Secret shows up without a restart)
+    reload_interval: float = 30.0
+
+    def mode_for(self, robot: str) -> VerifyMode:
+        return self.robots.get(robot, self.verify)
+
+
 class BudgetSettings(BaseModel):
     """Shared token/cost budgets (docs/safety.md)."""
 
@@ -267,6 +295,7 @@ class Settings(BaseSettings):
     skills: SkillsSettings = Field(default_factory=SkillsSettings)
     bus: BusSettings = Field(default_factory=BusSettings)
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    signing: SigningSettings = Field(default_factory=SigningSettings)
 
     @field_validator("max_iterations")
     @classmethod
