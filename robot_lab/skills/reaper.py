@@ -3,13 +3,13 @@
 Under bwrap the call's pid namespace does this: when the script exits or is killed, the
 kernel kills everything left in the namespace. Unconfined calls (``trust: core``, or
 ``sandbox.when_unavailable = unconfined``) have no namespace, and a child that calls
-``setsid`` leaves the script's process group and session, so ``killpg`` misses it. Each
-such call therefore carries a random token in its environment (``ROBOT_LAB_SCRIPT_CALL``),
-inherited by every descendant that does not scrub its environment, and at the end the
-reaper kills every process of this user whose environment holds the token (the caller
-kills the process group as well). A process that scrubs its environment *and* calls
-``setsid`` escapes this; only a pids cgroup catches it. A pids cgroup (``limits.CallCgroup``), where one
-can be made, is exact and is used as well.
+``setsid`` leaves the script's process group and session, so ``killpg`` misses it. Where
+the call has a pids cgroup (``limits.CallCgroup``) its member list is exact and is used
+instead. Otherwise the call carries a random token in its environment
+(``ROBOT_LAB_SCRIPT_CALL``), inherited by every descendant that does not scrub its
+environment, and at the end the reaper kills every process of this user started since the
+call whose environment holds the token (the caller kills the process group as well). A
+process that scrubs its environment *and* calls ``setsid`` escapes the token.
 """
 
 from __future__ import annotations
