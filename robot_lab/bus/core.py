@@ -39,7 +39,7 @@ log = get_logger("robot_lab.bus")
 # A robot name becomes part of Redis keys: ':' would let "x:dlq" alias robot x's DLQ,
 # braces would break cluster hash tags, whitespace breaks the CLI.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.@/+\-]{1,200}$")
-REPLY_PREFIX = REPLY_STREAM_PREFIX  # reply streams: "_reply.<id>" (replies.reply_allowed lets them through)
+REPLY_PREFIX = REPLY_STREAM_PREFIX  # reply streams: "_reply.<from>.<id>" (replies.reply_allowed lets them through)
 
 
 def check_robot_name(name: Any, field: str = "robot") -> str:
@@ -331,7 +331,7 @@ class Bus(DeadLetters):
     ) -> RobotMessage:
         """Publish to ``to`` and block until its reply arrives; returns the reply envelope.
 
-        Replies go to a private stream ``<prefix>:bus:_reply.<id>`` (created here with a
+        Replies go to a private stream ``<prefix>:bus:_reply.<from_>.<id>`` (created here with a
         TTL, deleted afterwards), so the caller needs no inbox or worker of its own.
         Raises AwaitTimeout naming the robot and the seconds waited.
         """
