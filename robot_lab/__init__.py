@@ -69,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "SkillTool": "robot_lab.skills",
     "ScriptTool": "robot_lab.skills",
     "Capabilities": "robot_lab.skills",
+    "TrustReview": "robot_lab.skills",
     # runtime
     "Robot": "robot_lab.runtime.robot",
     "build": "robot_lab.runtime.robot",

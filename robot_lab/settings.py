@@ -47,18 +47,42 @@ def project_config_file() -> Path:
     return Path.cwd() / "config" / "robot_lab.yml"
 
 
+# Environment variables any skill may ask for by name without an operator grant: locale and
+# time zone only (docs/security.md, "Skills").
+SAFE_SKILL_ENV = ["LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ"]
+
+
 class SandboxSettings(BaseModel):
-    """The capability ceiling every skill script is intersected with."""
+    """The operator's ceiling every skill script is intersected with (all skills).
+
+    A skill's ``SKILL.md`` only *asks*; it gets the intersection of what it asks for with
+    this ceiling widened by ``skills.grants[<name>]`` (docs/skills.md, "Capabilities").
+    """
 
     enabled: bool = True
-    fs_read: list[str] = Field(default_factory=lambda: ["."])
+    # Folders scripts may read (besides their own bundle and the conversation's workspace).
+    # Empty by default: the worker's cwd (its .env, config) is not visible to any skill.
+    fs_read: list[str] = Field(default_factory=list)
     fs_write: list[str] = Field(default_factory=list)
     network: bool = False
+    # Host variables a skill may ask for with ``env: [NAME]`` (the locale and time zone).
+    env: list[str] = Field(default_factory=lambda: list(SAFE_SKILL_ENV))
+    # Host variables a skill may ask for with ``secrets: [NAME]``: none by default.
+    secrets: list[str] = Field(default_factory=list)
     timeout: float = 60.0
     # What to do when bwrap is missing or cannot create namespaces: refuse to run the
     # script (an error text to the model) or run it unconfined with a warning.
     when_unavailable: Literal["refuse", "unconfined"] = "refuse"
     max_output_bytes: int = 64 * 1024
+    # Resource limits of one script call (every mode). Processes (threads count too): a
+    # cgroup pids limit where robot-lab may create one, and RLIMIT_NPROC inside bwrap's user
+    # namespace (0 = no limit). Memory: RLIMIT_DATA of each process, in MiB (0 = no limit).
+    max_processes: int = Field(default=256, ge=0)
+    max_memory_mb: int = Field(default=2048, ge=0)
+    # "auto": put each script call in a pids cgroup of its own when this process may create
+    # one (under ``cgroup_parent``, else beside its own cgroup); "off": never.
+    cgroup: Literal["auto", "off"] = "auto"
+    cgroup_parent: str | None = None
     # Each conversation's working directory is mounted read-write and is the scripts' cwd;
     # false keeps scripts to the fs_read/fs_write grants alone.
     workspace: bool = True
@@ -66,6 +90,17 @@ class SandboxSettings(BaseModel):
     # worker's); relative to the worker's cwd.
     attach_from: list[str] = Field(default_factory=lambda: ["."])
     max_attachment_bytes: int = 50 * 1024 * 1024
+
+
+class SkillGrant(BaseModel):
+    """What the operator lets one named skill have beyond ``sandbox`` (still only what the
+    skill asks for): ``ROBOT_LAB_SKILLS__GRANTS='{"weather": {"network": true}}'``."""
+
+    fs_read: list[str] = Field(default_factory=list)
+    fs_write: list[str] = Field(default_factory=list)
+    network: bool = False
+    env: list[str] = Field(default_factory=list)
+    secrets: list[str] = Field(default_factory=list)
 
 
 class MatchRule(BaseModel):
@@ -125,6 +160,11 @@ class SkillsSettings(BaseModel):
     workspace_root: str | None = None
     # The read_skill_file tool returns at most this many bytes of a bundle file.
     max_file_read_bytes: int = 64 * 1024
+    # Skills (front-matter names) whose ``trust: core`` is honoured: they run unconfined with
+    # the worker's environment. Empty by default: ``trust: core`` alone is only a request.
+    core_trusted: list[str] = Field(default_factory=list)
+    # Per-skill additions to the sandbox ceiling (network, env, secrets, fs paths).
+    grants: dict[str, SkillGrant] = Field(default_factory=dict)
 
     def threshold_for(self, model: str) -> float:
         return self.thresholds.get(model, self.default_threshold)
