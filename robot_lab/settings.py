@@ -359,8 +359,9 @@ OTHER_VARIABLES = frozenset({
     "ROBOT_LAB_DASHBOARD_TOKEN", "ROBOT_LAB_SCRIPTS_DIR", "ROBOT_LAB_SCRIPTED_RECORD",
     "ROBOT_LAB_WORKER_PREFIX",
 })
-# Test and benchmark knobs: never settings.
-OTHER_PREFIXES = ("ROBOT_LAB_TEST_", "ROBOT_LAB_PROPERTY_", "ROBOT_LAB_FUZZ_", "ROBOT_LAB_SCREENSHOTS", "ROBOT_LAB_BENCH_")
+# Test and benchmark knobs, and the Redis ACL passwords `robot-lab acl --apply` reads: never settings.
+OTHER_PREFIXES = ("ROBOT_LAB_TEST_", "ROBOT_LAB_PROPERTY_", "ROBOT_LAB_FUZZ_", "ROBOT_LAB_SCREENSHOTS", "ROBOT_LAB_BENCH_",
+                  "ROBOT_LAB_ACL_PASSWORD_")
 
 
 def _setting_paths(model: type[BaseModel], prefix: str = "") -> tuple[set[str], set[str]]:
