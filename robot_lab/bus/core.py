@@ -34,13 +34,14 @@ from robot_lab.text.strings import as_str as _s
 from robot_lab.bus import scripts
 from robot_lab.bus.dlq import DeadLetters
 from robot_lab.bus.records import InboxStats, OutboxEntry
+from robot_lab.bus.signing import Keyring, default_keyring
 
 log = get_logger("robot_lab.bus")
 
 # A robot name becomes part of Redis keys: ':' would let "x:dlq" alias robot x's DLQ,
 # braces would break cluster hash tags, whitespace breaks the CLI.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.@/+\-]{1,200}$")
-REPLY_PREFIX = REPLY_STREAM_PREFIX  # reply streams: "_reply.<id>" (replies.reply_allowed lets them through)
+REPLY_PREFIX = REPLY_STREAM_PREFIX  # reply streams: "_reply.<from>.<id>" (replies.reply_allowed lets them through)
 
 
 def check_robot_name(name: Any, field: str = "robot") -> str:
@@ -91,8 +92,8 @@ def build_message(
     headers: Mapping[str, str] | None = None,
     deadline: _dt.datetime | _dt.timedelta | float | None = None,
 ) -> RobotMessage:
-    """The envelope :meth:`Bus.publish` / :meth:`Bus.apublish` append (checked, with a
-    traceparent and an absolute deadline)."""
+    """The (unsigned) envelope :meth:`Bus.publish` / :meth:`Bus.apublish` append: checked,
+    with a traceparent and an absolute deadline."""
     check_robot_name(to, "recipient")
     if not isinstance(content, (str, Mapping)):
         raise BusError(f"content must be a string or a JSON object, not {type(content).__name__}")
@@ -110,6 +111,15 @@ def build_message(
     )
 
 
+def _trim_refused(exc: Exception, inbox: str) -> None:
+    """A TRIM of another robot's inbox this process may not run: a Redis ACL user limited to
+    appending (robot-lab acl) may not, and need not -- each robot's own poller trims its
+    inbox in its reclaim sweep. Any other error is raised."""
+    if not (isinstance(exc, _redis.exceptions.NoPermissionError) or "NOPERM" in str(exc)):
+        raise exc
+    log.debug("bus.trim_not_permitted", stream=inbox)
+
+
 class Bus(DeadLetters):
     """Inbox streams of robots on one Redis: register, publish, reply, request, inspect."""
 
@@ -119,6 +129,8 @@ class Bus(DeadLetters):
         *,
         keys: Keys | None = None,
         settings: BusSettings | None = None,
+        keyring: Keyring | None = None,
+        verify: str | None = None,
         aredis: Any = None,
     ) -> None:
         """``aredis`` is the asyncio client of :meth:`apublish` / :meth:`arequest`; by
@@ -132,6 +144,10 @@ class Bus(DeadLetters):
         self.redis = redis
         self.keys = keys or default_keys()
         self.settings = settings or get_settings().bus
+        # signs what a sender with a key publishes or replies; pollers check entries with it
+        self.keyring = keyring if keyring is not None else default_keyring()
+        # how ``request`` checks the replies it waits for (off | warn | require)
+        self.verify = verify or get_settings().signing.verify
         r = self.redis
         self._append_reply = r.register_script(scripts.APPEND_REPLY)
         self._trim = r.register_script(scripts.TRIM)
@@ -200,14 +216,16 @@ class Bus(DeadLetters):
         Raises BusError for a robot nobody registered (robot_lab: "Unknown channel"),
         unless ``create=True``, which registers it first.
         """
-        message = build_message(to, content, from_=from_, kind=kind, reply_to=reply_to,
-                                conversation_id=conversation_id, correlation_id=correlation_id,
-                                in_reply_to=in_reply_to, headers=headers, deadline=deadline)
+        message = self.keyring.sign(build_message(
+            to, content, from_=from_, kind=kind, reply_to=reply_to, conversation_id=conversation_id,
+            correlation_id=correlation_id, in_reply_to=in_reply_to, headers=headers, deadline=deadline))
         self.publish_message(message, create=create)
         return message
 
     def publish_message(self, message: RobotMessage, *, create: bool = False) -> str:
-        """Append an already-built envelope; returns the stream entry id."""
+        """Append an already-built envelope; returns the stream entry id. An unsigned
+        envelope is signed when a key for its ``from`` is configured; one that carries a
+        signature is sent as it is."""
         data = self._envelope(message)
         entry = self._append(message.to, data, mode="strict")
         if entry is None and create:
@@ -233,10 +251,10 @@ class Bus(DeadLetters):
         deadline: _dt.datetime | _dt.timedelta | float | None = None,
         create: bool = False,
     ) -> RobotMessage:
-        """:meth:`publish` on the asyncio client: the same envelope, checks and errors."""
-        message = build_message(to, content, from_=from_, kind=kind, reply_to=reply_to,
-                                conversation_id=conversation_id, correlation_id=correlation_id,
-                                in_reply_to=in_reply_to, headers=headers, deadline=deadline)
+        """:meth:`publish` on the asyncio client: the same envelope, signature, checks and errors."""
+        message = self.keyring.sign(build_message(
+            to, content, from_=from_, kind=kind, reply_to=reply_to, conversation_id=conversation_id,
+            correlation_id=correlation_id, in_reply_to=in_reply_to, headers=headers, deadline=deadline))
         await self.apublish_message(message, create=create)
         return message
 
@@ -261,8 +279,11 @@ class Bus(DeadLetters):
         return async_client_for(self.redis)
 
     def _envelope(self, message: RobotMessage) -> bytes:
-        """The envelope's JSON, checked (recipient name, schema, ``bus.max_envelope_bytes``)."""
+        """The envelope's JSON, signed when unsigned and a key for its sender is configured,
+        and checked (recipient name, schema, ``bus.max_envelope_bytes``)."""
         check_robot_name(message.to, "recipient")
+        if message.signature is None:
+            message = self.keyring.sign(message)
         try:
             data = encode_message(message)
         except SchemaError as exc:
@@ -294,7 +315,10 @@ class Bus(DeadLetters):
             return None
         maxlen = self._trim_due(robot)
         if maxlen:
-            self._trim(keys=[inbox], args=[maxlen])
+            try:
+                self._trim(keys=[inbox], args=[maxlen])
+            except _redis.ResponseError as exc:
+                _trim_refused(exc, inbox)
         return _s(entry)
 
     async def _aappend(self, robot: str, data: bytes) -> str | None:
@@ -306,7 +330,10 @@ class Bus(DeadLetters):
             return None
         maxlen = self._trim_due(robot)
         if maxlen:
-            await r.register_script(scripts.TRIM)(keys=[inbox], args=[maxlen])
+            try:
+                await r.register_script(scripts.TRIM)(keys=[inbox], args=[maxlen])
+            except _redis.ResponseError as exc:
+                _trim_refused(exc, inbox)
         return _s(entry)
 
     def _trim_due(self, robot: str) -> int:
@@ -386,6 +413,8 @@ class Bus(DeadLetters):
         except BusError as exc:
             log.warning("bus.reply_dropped", to=reply.to, in_reply_to=reply.in_reply_to, error=str(exc))
             return None
+        if reply.signature is None:
+            reply = self.keyring.sign(reply)
         return self._append(reply.to, encode_message(reply), mode="reply")
 
     # --- request / reply --------------------------------------------------------------
@@ -402,11 +431,11 @@ class Bus(DeadLetters):
     ) -> RobotMessage:
         """Publish to ``to`` and block until its reply arrives; returns the reply envelope.
 
-        Replies go to a private stream ``<prefix>:bus:_reply.<id>`` (created here with a
+        Replies go to a private stream ``<prefix>:bus:_reply.<from_>.<id>`` (created here with a
         TTL, deleted afterwards), so the caller needs no inbox or worker of its own.
         Raises AwaitTimeout naming the robot and the seconds waited.
         """
-        reply_name, reply_key, ttl = self._reply_stream(timeout)
+        reply_name, reply_key, ttl = self._reply_stream(from_, timeout)
         pipe = self.redis.pipeline(transaction=False)
         pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
         pipe.expire(reply_key, ttl)
@@ -438,7 +467,7 @@ class Bus(DeadLetters):
     ) -> RobotMessage:
         """:meth:`request` on the asyncio client: the wait for the reply is an awaited
         ``XREAD BLOCK``, so one event loop waits on many requests at once."""
-        reply_name, reply_key, ttl = self._reply_stream(timeout)
+        reply_name, reply_key, ttl = self._reply_stream(from_, timeout)
         r = self.aredis
         pipe = r.pipeline(transaction=False)
         pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
@@ -458,9 +487,11 @@ class Bus(DeadLetters):
         finally:
             await r.delete(reply_key)
 
-    def _reply_stream(self, timeout: float) -> tuple[str, str, int]:
-        """(name, key, TTL) of a new private reply stream for one request."""
-        reply_name = f"{REPLY_PREFIX}{new_id()}"
+    def _reply_stream(self, from_: str, timeout: float) -> tuple[str, str, int]:
+        """(name, key, TTL) of a new private reply stream for one request, named after the
+        sender, so a Redis ACL can give each sender its own reply streams (robot-lab acl:
+        ``~<prefix>:bus:_reply.<from>.*``); a name too long for that stays anonymous."""
+        reply_name = f"{REPLY_PREFIX}{from_}.{new_id()}" if len(from_) <= 150 else f"{REPLY_PREFIX}{new_id()}"
         return reply_name, self.keys.inbox(reply_name), max(60, int(timeout) + 60)
 
     def _await_reply(self, reply_key: str, message: RobotMessage, to: str, timeout: float) -> RobotMessage:
@@ -482,20 +513,20 @@ class Bus(DeadLetters):
         # short blocks: redis-py 8 clients default to a 5 s socket timeout
         return max(1, int(min(remaining, 1.0) * 1000))
 
-    @staticmethod
-    def _match_reply(reply_key: str, result: Any, cursor: str, message: RobotMessage, to: str
+    def _match_reply(self, reply_key: str, result: Any, cursor: str, message: RobotMessage, to: str
                      ) -> tuple[str, RobotMessage | None]:
-        """(new cursor, the reply to ``message`` among the XREAD ``result`` or None);
-        RemoteError when the reply is an error envelope."""
+        """(new cursor, the authentic reply to ``message`` among the XREAD ``result`` or
+        None); RemoteError when the reply is an error envelope."""
         for _stream, entries in result or []:
             for entry_id, fields in entries:
                 cursor = _s(entry_id)
+                raw = fields.get(b"envelope", b"")
                 try:
-                    reply = decode_message(fields.get(b"envelope", b""))
+                    reply = decode_message(raw)
                 except SchemaError as exc:
                     log.warning("bus.bad_reply", stream=reply_key, error=str(exc))
                     continue
-                if reply.in_reply_to == message.id:
+                if reply.in_reply_to == message.id and self._authentic_reply(raw, reply, to):
                     if reply.kind == "error":
                         raise RemoteError(
                             f"robot {to!r} could not handle message {message.id}: {reply.content}",
@@ -503,6 +534,19 @@ class Bus(DeadLetters):
                         )
                     return cursor, reply
         return cursor, None
+
+    def _authentic_reply(self, raw: bytes, reply: RobotMessage, to: str) -> bool:
+        """Under ``verify`` warn/require a reply must come from ``to`` and be signed with
+        one of its keys; require skips (and logs) any other, warn only logs it."""
+        if self.verify == "off":
+            return True
+        problem = (f"a reply from {reply.from_!r} to a request sent to {to!r}" if reply.from_ != to
+                   else self.keyring.problem(raw, reply))
+        if not problem:
+            return True
+        log.warning("bus.unauthenticated", robot=to, message_id=reply.id, sender=reply.from_, error=problem,
+                    mode=self.verify, where="request")
+        return self.verify != "require"
 
     def outbox(self, robot: str, message_id: str) -> OutboxEntry | None:
         """The outbox record of a message ``robot`` sent with ``send_message``."""

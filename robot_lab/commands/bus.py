@@ -71,7 +71,11 @@ def send(
     robot: str, text: str, wait: bool, timeout: float, conversation_id: str | None, from_: str,
     as_json: bool, create: bool,
 ) -> None:
-    """Publish TEXT to ROBOT's inbox; prints the message id, or the reply with --wait."""
+    """Publish TEXT to ROBOT's inbox; prints the message id, or the reply with --wait.
+
+    The envelope is signed when a key for the --from name is configured (signing.keys or
+    signing.keys_dir, docs/security.md); under signing.verify=require, --wait accepts only
+    a reply signed by ROBOT."""
     bus = _bus()
     content = _content(text, as_json)
     if wait and _embedded() and not bus.exists(robot):
