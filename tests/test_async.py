@@ -335,3 +335,22 @@ def test_arun_is_traced_like_run(memory_spans) -> None:  # type: ignore[no-untyp
     assert {"robot.run", "llm.call", "tool.call"} <= set(spans)
     assert spans["llm.call"].parent.span_id == spans["robot.run"].context.span_id
     assert spans["llm.call"].attributes["gen_ai.usage.output_tokens"] > 0
+
+
+def test_arequest_signs_and_checks_like_request(redis_client) -> None:  # type: ignore[no-untyped-def]
+    """Under verify=require the worker takes the signed apublish, and arequest takes only
+    the reply signed by the robot it asked (the same signing as the sync path)."""
+    from robot_lab.bus.signing import Keyring
+
+    keys = {"client": {"c1": "client-key-0001-0123456789abcdef"},
+            "billing": {"b1": "billing-key-0001-0123456789abcdef"}}
+    bus = Bus(redis_client, keyring=Keyring(keys), verify="require")
+    poller = BusPoller("billing", bus, block_ms=50, retry_delay=0, consumer="c1", verify="require").serve(
+        Robot("billing", model="scripted/echo"))
+
+    async def main() -> Any:
+        return await bus.arequest("billing", "signed question", from_="client", timeout=30)
+
+    with poller:
+        reply = asyncio.run(main())
+    assert reply.content == "echo: signed question" and reply.headers["key_id"] == "b1"
