@@ -354,3 +354,28 @@ def test_arequest_signs_and_checks_like_request(redis_client) -> None:  # type: 
     with poller:
         reply = asyncio.run(main())
     assert reply.content == "echo: signed question" and reply.headers["key_id"] == "b1"
+
+
+class HangingGateway:
+    """Streams one chunk, then never finishes."""
+
+    async def acomplete(self, model: str, messages: Any, *, on_chunk: Any = None, **kwargs: Any) -> Any:
+        from robot_lab.runtime.llm.gateway import Chunk
+
+        on_chunk(Chunk(content="first "))
+        await asyncio.Event().wait()
+
+
+def test_leaving_astream_early_cancels_the_run() -> None:
+    robot = Robot("chatty", model="scripted/echo", gateway=HangingGateway())  # type: ignore[arg-type]
+
+    async def main() -> tuple[str, bool]:
+        async with robot.astream("hi") as stream:
+            async for chunk in stream:
+                first = chunk.content
+                break
+        task = stream._task
+        assert task is not None
+        return first, task.cancelled()
+
+    assert asyncio.run(main()) == ("first ", True)

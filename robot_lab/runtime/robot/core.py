@@ -9,8 +9,10 @@ templates with template skills, and the ``RunConfig`` cascade. A robot holds liv
 
 The class is the public face; each concern lives in a collaborator beside it: the prompt
 (:mod:`.prompt`), tool selection (:mod:`.toolset`), MCP (:mod:`.mcp_attach`), one run
-(:mod:`.run`) and its tool loop (:mod:`.loop`), learning (:mod:`.learning`), history
-compaction (:mod:`.compaction`) and the spec (:mod:`.spec`).
+(:mod:`.run`) and its tool loop (:mod:`.loop`), written once as coroutines and driven
+blocking by ``run`` or on an event loop by ``arun`` (:mod:`.drive`; ``astream`` in
+:mod:`.streaming`), learning (:mod:`.learning`), history compaction (:mod:`.compaction`)
+and the spec (:mod:`.spec`).
 """
 
 from __future__ import annotations

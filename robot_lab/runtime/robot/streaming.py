@@ -23,8 +23,10 @@ class RunStream:
 
     The run starts at the first ``async for`` step (or at ``result()``); its stored
     ``on_content`` callbacks and one passed to ``astream`` still fire. A failed run raises
-    from the iteration (after the chunks that came before the failure). Leaving the loop
-    early cancels the run.
+    from the iteration (after the chunks that came before the failure). To stop a run
+    early, leave an ``async with robot.astream(...) as stream:`` block (or call
+    :meth:`aclose`): that cancels it at once (a bare ``break`` cancels it only when the
+    iterator is collected).
     """
 
     def __init__(self, robot: Any, message: str | None, kwargs: dict[str, Any]) -> None:
@@ -70,6 +72,22 @@ class RunStream:
         finally:
             if not task.done():
                 task.cancel()
+
+    async def aclose(self) -> None:
+        """Cancel the run if it is still going (what leaving ``async with`` does)."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def __aenter__(self) -> RunStream:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
 
     async def result(self) -> RobotResult:
         """The run's RobotResult (waits for the run; chunks not yet iterated are dropped)."""
