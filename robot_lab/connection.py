@@ -69,12 +69,22 @@ def embedded_client() -> redis.Redis:
     return fakeredis.FakeRedis(server=embedded_server())
 
 
+# Connections of one asyncio client: redis-py's asyncio pool raises "Too many connections"
+# past its limit (100), and every task in a blocking read (arequest's XREAD BLOCK, aget)
+# holds one. robot-lab's asyncio clients use a *blocking* pool this large instead: a task
+# past the limit waits for a free connection rather than failing.
+ASYNC_MAX_CONNECTIONS = 1000
+
+
 def embedded_async_client(server: Any = None) -> Any:
     """An asyncio fakeredis client on the embedded server (or ``server``): it sees exactly
     what the sync embedded clients see."""
     import fakeredis.aioredis
+    from redis.asyncio import BlockingConnectionPool
 
-    return fakeredis.aioredis.FakeRedis(server=server if server is not None else embedded_server())
+    return fakeredis.aioredis.FakeRedis(server=server if server is not None else embedded_server(),
+                                        connection_pool_class=BlockingConnectionPool,
+                                        max_connections=ASYNC_MAX_CONNECTIONS, timeout=None)
 
 
 def _defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -192,13 +202,22 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = 
         scheme, userinfo, rest = split_userinfo(url)
         if userinfo is not None:
             options.update(username=parsed.username, password=parsed.password)
+        if aio:
+            options.setdefault("max_connections", ASYNC_MAX_CONNECTIONS)
+            options.setdefault("timeout", None)  # wait for a free connection as long as it takes
+            pool = flavour.BlockingConnectionPool.from_url(f"{scheme}://{rest}", **options)
+            client = flavour.Redis(connection_pool=pool)
+            client.auto_close_connection_pool = True
+            return client
         return flavour.Redis.from_url(f"{scheme}://{rest}", **options)
     if parsed.kind == "sentinel":
         from redis.sentinel import Sentinel
 
         conn, sentinel = sentinel_kwargs(parsed, **kwargs)
-        sentinel_class = AsyncSentinel if aio else Sentinel
-        return sentinel_class(list(parsed.hosts), sentinel_kwargs=sentinel, **conn).master_for(parsed.service)
+        if aio:
+            conn.setdefault("max_connections", ASYNC_MAX_CONNECTIONS)
+            return AsyncSentinel(list(parsed.hosts), sentinel_kwargs=sentinel, **conn).master_for(parsed.service)
+        return Sentinel(list(parsed.hosts), sentinel_kwargs=sentinel, **conn).master_for(parsed.service)
     from redis.cluster import RedisCluster
 
     options = cluster_kwargs(parsed, **kwargs)
@@ -244,7 +263,8 @@ def async_twin(client: Any) -> Any:
         kwargs["connection_class"] = aredis.SSLConnection
     else:
         kwargs.pop("path", None)
-    return aredis.Redis(connection_pool=aredis.ConnectionPool(**kwargs))
+    kwargs.update(max_connections=ASYNC_MAX_CONNECTIONS, timeout=None)
+    return aredis.Redis(connection_pool=aredis.BlockingConnectionPool(**kwargs))
 
 
 # Loops that take no attributes (uvloop's): their twins live here instead.

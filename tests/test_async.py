@@ -379,3 +379,18 @@ def test_leaving_astream_early_cancels_the_run() -> None:
         return first, task.cancelled()
 
     assert asyncio.run(main()) == ("first ", True)
+
+
+def test_more_concurrent_arequests_than_redis_pys_pool_default(redis_client) -> None:  # type: ignore[no-untyped-def]
+    """Each waiting arequest holds a connection (XREAD BLOCK); redis-py's asyncio pool
+    refuses the 101st. robot-lab's asyncio clients use a blocking pool that is larger."""
+    bus = Bus(redis_client)
+    poller = BusPoller("echo", bus, block_ms=50, retry_delay=0, consumer="c1").respond_to_tasks(
+        lambda m: f"re: {m.content}")
+
+    async def main() -> list[Any]:
+        replies = await asyncio.gather(*(bus.arequest("echo", f"m{i}", timeout=60) for i in range(120)))
+        return [r.content for r in replies]
+
+    with poller:
+        assert asyncio.run(main()) == [f"re: m{i}" for i in range(120)]

@@ -43,6 +43,22 @@ class ConversationStore:
         kept = window(messages, self.max_messages)
         self.redis.set(self.keys.conversation(robot, conversation_id), msgspec.json.encode(kept), ex=self.ttl)
 
+    async def aload(self, robot: str, conversation_id: str) -> list[dict[str, Any]]:
+        """:meth:`load` on the asyncio twin of this store's client (``Robot.arun``)."""
+        raw = await self._aredis().get(self.keys.conversation(robot, conversation_id))
+        return list(msgspec.json.decode(raw)) if raw else []
+
+    async def asave(self, robot: str, conversation_id: str, messages: list[dict[str, Any]]) -> None:
+        """:meth:`save` on the asyncio twin of this store's client."""
+        kept = window(messages, self.max_messages)
+        await self._aredis().set(self.keys.conversation(robot, conversation_id), msgspec.json.encode(kept),
+                                 ex=self.ttl)
+
+    def _aredis(self) -> Any:
+        from robot_lab.connection import async_client_for
+
+        return async_client_for(self.redis)
+
     def delete(self, robot: str, conversation_id: str) -> None:
         self.redis.delete(self.keys.conversation(robot, conversation_id))
 

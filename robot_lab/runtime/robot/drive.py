@@ -56,6 +56,10 @@ class SyncIO:
     async def hooks(self, family: str, ctx: Any, core: Callable[[], Awaitable[T]]) -> T:
         return run_hooks(family, ctx, lambda: run_sync(core()))  # type: ignore[arg-type, no-any-return]
 
+    async def either(self, sync_fn: Callable[..., T], async_fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """An operation with both forms (``store.load`` / ``store.aload``): the sync one."""
+        return sync_fn(*args)
+
     async def run(self, robot: Any, message: str | None, **kwargs: Any) -> Any:
         return robot.run(message, **kwargs)
 
@@ -81,6 +85,10 @@ class AsyncIO:
 
     async def hooks(self, family: str, ctx: Any, core: Callable[[], Awaitable[T]]) -> T:
         return await arun_hooks(family, ctx, core)  # type: ignore[no-any-return]
+
+    async def either(self, sync_fn: Callable[..., T], async_fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """An operation with both forms: the awaited one (redis-py's asyncio client)."""
+        return await async_fn(*args)
 
     async def run(self, robot: Any, message: str | None, **kwargs: Any) -> Any:
         return await robot.arun(message, **kwargs)

@@ -114,10 +114,10 @@ async def run_in_conversation(robot: Any, conversation_id: str, message: str | N
 
     store = ConversationStore()
     system = robot.messages[:1] if robot.instructions is not None else []
-    loaded = await io.blocking(store.load, robot.name, conversation_id)
+    loaded = await io.either(store.load, store.aload, robot.name, conversation_id)
     history = [m for m in loaded if m.get("role") != "system"]
     with conversation_scope(robot, [*system, *history], conversation_id):
         result = await io.run(robot, message, **kwargs)
-        await io.blocking(store.save, robot.name, conversation_id,
-                          [m for m in robot.messages if m.get("role") != "system"])
+        await io.either(store.save, store.asave, robot.name, conversation_id,
+                        [m for m in robot.messages if m.get("role") != "system"])
         return result
