@@ -86,9 +86,11 @@ class SandboxSettings(BaseModel):
     # Each conversation's working directory is mounted read-write and is the scripts' cwd;
     # false keeps scripts to the fs_read/fs_write grants alone.
     workspace: bool = True
-    # Attachments given by path must lie under these roots (the user's files, never the
-    # worker's); relative to the worker's cwd.
-    attach_from: list[str] = Field(default_factory=lambda: ["."])
+    # Attachments given by path (a bus envelope's {"path": ...} included) must lie under
+    # these roots, relative to the worker's cwd: name a shared uploads folder. Empty by
+    # default, so no sender can copy the worker's own files (its cwd, .env) into a
+    # workspace; attachments sent as bytes always work.
+    attach_from: list[str] = Field(default_factory=list)
     max_attachment_bytes: int = 50 * 1024 * 1024
 
 

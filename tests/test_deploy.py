@@ -10,6 +10,8 @@ no Kubernetes API server here: the Dockerfile is parsed, the kustomization is bu
 
 from __future__ import annotations
 
+import json
+
 import re
 import shutil
 import subprocess
@@ -264,7 +266,9 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_healthcheck():
     user = [rest for instr, rest in final["lines"] if instr == "USER"][-1]
     assert user.split(":")[0] not in ("root", "0")
     assert "robot-lab" in instrs["HEALTHCHECK"] and "health" in instrs["HEALTHCHECK"]
-    assert instrs["ENTRYPOINT"].startswith("[")  # exec form: robot-lab is PID 1 and gets SIGTERM
+    entrypoint = json.loads(instrs["ENTRYPOINT"])  # exec form: SIGTERM reaches robot-lab
+    assert entrypoint[:3] == ["/usr/bin/tini", "--", "robot-lab"]  # an init that reaps orphans
+    assert "tini" in instrs["RUN"]
     final_text = " ".join(rest for _, rest in final["lines"])
     assert "build-essential" not in final_text and "gcc" not in final_text
     assert any(instr == "COPY" and rest.startswith(f"--from={stages[0]['name']}") for instr, rest in final["lines"])
