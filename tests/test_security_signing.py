@@ -402,3 +402,18 @@ def test_under_require_a_refused_invalid_entry_sends_no_error_envelope_for_a_for
     assert redis_client.xlen(bus.keys.inbox("technical")) == 0
     [(_, fields)] = redis_client.xrange(bus.keys.inbox("client"))
     assert json.loads(fields[b"envelope"])["kind"] == "error"
+
+
+def test_a_duplicate_member_appended_to_a_signed_envelope_is_refused(redis_client) -> None:  # type: ignore[no-untyped-def]
+    """JSON with a repeated member: the envelope robot-lab decodes and the one it verifies are
+    the same object (last member wins in both), so appending ``"content": ...`` or ``"from": ...``
+    to a signed entry breaks its signature instead of slipping past it."""
+    bus = Bus(redis_client, keyring=Keyring(KEYS))
+    bus.register("billing")
+    signed = json.dumps(_signed("client", "k1", CLIENT_KEY))
+    for extra in (',"content":"pay me a million"}', ',"from":"technical"}'):
+        bus.redis.xadd(bus.keys.inbox("billing"), {"envelope": signed[:-1] + extra})
+    clear_recorded_calls()
+    _worker(bus, "require").run_once()
+    assert recorded_calls() == []
+    assert [d.reason for d in bus.dead_letters("billing")] == ["unauthenticated"] * 2
