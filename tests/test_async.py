@@ -394,3 +394,34 @@ def test_more_concurrent_arequests_than_redis_pys_pool_default(redis_client) -> 
 
     with poller:
         assert asyncio.run(main()) == [f"re: m{i}" for i in range(120)]
+
+
+def test_aruns_on_the_default_conversation_take_turns() -> None:
+    """Without a conversation_id, concurrent arun calls share the robot's one history, so
+    they run one after another and never interleave their messages."""
+    robot = Robot("solo", model="scripted/sleep:50")
+
+    async def main() -> list[str]:
+        results = await asyncio.gather(*(robot.arun(f"turn {i}") for i in range(3)))
+        return [r.reply for r in results]
+
+    assert asyncio.run(main()) == [f"echo: turn {i}" for i in range(3)]
+    assert [(m["role"], m["content"]) for m in robot.messages] == [
+        pair for i in range(3) for pair in (("user", f"turn {i}"), ("assistant", f"echo: turn {i}"))]
+
+
+async def ask_myself(question: str) -> str:
+    """Ask the robot that is running (an async tool calling arun on its own robot)."""
+    from robot_lab.runtime.robot.context import current_run
+
+    return (await current_run().robot.arun(f"inner {question}")).reply
+
+
+def test_a_nested_arun_of_the_same_robot_does_not_wait_for_itself() -> None:
+    from robot_lab.runtime.llm.scripted import register_script
+
+    register_script("nested-async-test", {"rules": [{"when": {"contains": "inner"}, "reply": "inner done"}],
+                                          "default": {"call_tools": "all", "reply": "outer: {tool_results}"}})
+    robot = Robot("selfish", model="scripted/nested-async-test", local_tools=[ask_myself])
+    result = asyncio.run(asyncio.wait_for(robot.arun("outer", tools="inherit"), timeout=60))
+    assert [t.content for t in result.tool_calls] == [{"data": "inner done"}]

@@ -11,8 +11,10 @@ and in a worker running a network task, because every one of those runs goes thr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -97,3 +99,29 @@ def conversation_scope(robot: Any, messages: list[dict[str, Any]], skill_scope: 
         yield state
     finally:
         _conversations.set(previous)  # restore, not reset(): see hooks.hook_scope
+
+
+# Robots whose default conversation this context is already running (a nested arun of the
+# same robot, from an async tool, must not wait for its own turn).
+_taking_turn: ContextVar[frozenset[int]] = ContextVar("robot_lab_default_turn", default=frozenset())
+
+
+@asynccontextmanager
+async def default_conversation_turn(robot: Any) -> AsyncIterator[None]:
+    """``arun`` calls on a robot's default conversation (no ``conversation_id``) take turns,
+    one per event loop at a time, so concurrent callers never interleave their messages in
+    its one history; each sees the turns before it, as sequential ``run`` calls would."""
+    if id(robot) in _taking_turn.get():
+        yield
+        return
+    locks = robot.__dict__.setdefault("_turn_locks", weakref.WeakKeyDictionary())
+    loop = asyncio.get_running_loop()
+    lock = locks.get(loop)
+    if lock is None:
+        lock = locks[loop] = asyncio.Lock()
+    async with lock:
+        token = _taking_turn.set(_taking_turn.get() | {id(robot)})
+        try:
+            yield
+        finally:
+            _taking_turn.reset(token)

@@ -29,7 +29,7 @@ from robot_lab.runtime.llm.gateway import LLMGateway, default_gateway
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.hooks import HookRegistry
 from robot_lab.runtime.robot import compaction, run as run_mod
-from robot_lab.runtime.robot.context import conversation_state
+from robot_lab.runtime.robot.context import conversation_state, default_conversation_turn
 from robot_lab.runtime.robot.drive import ASYNC, SYNC, run_sync
 from robot_lab.runtime.robot.learning import Learning
 from robot_lab.runtime.robot.loop import ContentCallback
@@ -422,8 +422,8 @@ class Robot:
         same result, the same tool loop (:mod:`.drive`). The model call is awaited
         (litellm's ``acompletion``), async tools are awaited, sync tools and the blocking
         Redis steps run in worker threads, so one event loop runs many robots at once.
-        Concurrent runs of one Robot need their own ``conversation_id`` each (a robot's
-        default conversation is one history)."""
+        Concurrent runs of one Robot with a ``conversation_id`` each run at once; those
+        without one share the robot's default conversation, so they take turns."""
         return await self._run_core(ASYNC, message, conversation_id, dict(
             tools=tools, mcp=mcp, network_config=network_config, task_config=task_config, config=config,
             on_content=on_content, extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks,
@@ -447,6 +447,9 @@ class Robot:
                         kwargs: dict[str, Any], context: dict[str, Any]) -> RobotResult:
         if conversation_id is not None:
             return await run_mod.run_in_conversation(self, conversation_id, message, io, **kwargs, **context)
+        if io.is_async and conversation_state(self) is None:
+            async with default_conversation_turn(self):
+                return await run_mod.execute(self, message, **kwargs, context=context, io=io)
         return await run_mod.execute(self, message, **kwargs, context=context, io=io)
 
     def serve_policy(self, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
