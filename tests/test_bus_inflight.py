@@ -170,3 +170,41 @@ def test_serve_runs_a_plain_robot_object_one_message_at_a_time(bus: Bus) -> None
     with p:
         wait_for(lambda: bus.redis.xlen(bus.keys.inbox("client")) == 6, timeout=30)
     assert robot.most == 1
+
+
+class Gate:
+    """A robot-like object whose runs wait for each other: only concurrent runs pass."""
+
+    def __init__(self, barrier: threading.Barrier) -> None:
+        self.barrier = barrier
+        self.conversations: list[str | None] = []
+
+    def run(self, text: str, conversation_id: str | None = None, attachments: Any = None, **kw: Any) -> str:
+        self.conversations.append(conversation_id)
+        self.barrier.wait()
+        return f"re: {text}"
+
+    def serve_policy(self, headers: Any = None) -> dict[str, Any]:
+        return {}
+
+
+def test_serve_a_robot_pool_runs_each_message_on_a_robot_of_its_own(bus: Bus) -> None:
+    from robot_lab.workers import RobotPool
+
+    bus.register("billing")
+    bus.register("client")
+    barrier = threading.Barrier(3, timeout=20)
+    robots: list[Gate] = []
+
+    def build() -> Gate:
+        robots.append(Gate(barrier))
+        return robots[-1]
+
+    pool = RobotPool(spec=None, build=build)
+    p = poller(bus, "c1", 3).serve(pool)
+    for i in range(3):
+        bus.publish("billing", f"q{i}", from_="client", conversation_id=f"conv{i}")
+    with p:
+        wait_for(lambda: bus.redis.xlen(bus.keys.inbox("client")) == 3, timeout=30)
+    assert not barrier.broken and pool.built == 3  # three robots ran at once, one message each
+    assert sorted(c for r in robots for c in r.conversations) == ["conv0", "conv1", "conv2"]
