@@ -105,6 +105,18 @@ def rss(pid: int) -> int:
     return sum(_status(p, "VmRSS") for p in tree(pid))
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the worker's process tree so far."""
+    total = 0.0
+    for p in tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
+
+
 def threads(pid: int) -> int:
     return sum(_status(p, "Threads") // 1024 for p in tree(pid))
 
@@ -189,7 +201,7 @@ def network_phase(client, robot_obj, count: int) -> dict[str, float]:
 
 
 def report(title: str, figures: dict, count: int, sleep: float, sequential_per_item: float, peak: int,
-           n_threads: int) -> None:
+           n_threads: int, cpu: float) -> None:
     wall, lat = figures["wall"], figures["latencies"]
     ideal = sleep + figures["published"]
     sequential = sequential_per_item * count
@@ -202,6 +214,8 @@ def report(title: str, figures: dict, count: int, sleep: float, sequential_per_i
     print(f"  latency        p50 {percentile(lat, 0.5) * 1000:7.0f} ms   p99 {percentile(lat, 0.99) * 1000:7.0f} ms")
     print(f"  peak RSS       {peak / 2**20:8.0f} MB (worker process tree; target <= 400 MB), "
           f"{n_threads} threads at the end")
+    print(f"  worker CPU     {cpu:8.2f} s    ({cpu / count * 1000:.1f} ms per item; one interpreter lock: "
+          f"wall >= CPU)")
 
 
 def sequential_rate(client, url: str, prefix: str, bot, count: int, tmp: Path) -> tuple[float, float]:
@@ -262,13 +276,15 @@ def main() -> None:
             bus_phase(client, bus, bot.name, min(args.count, 20))  # warm: robots built, threads up
             print(f"worker idle RSS after warm-up: {rss(proc.pid) / 2**20:.0f} MB")
             reset_peak(proc.pid)
+            cpu = cpu_seconds(proc.pid)
             a = bus_phase(client, bus, bot.name, args.count)
             report(f"(a) bus: {args.count} messages on {args.count} conversations", a, args.count, sleep, seq_msg,
-                   peak_rss(proc.pid), threads(proc.pid))
+                   peak_rss(proc.pid), threads(proc.pid), cpu_seconds(proc.pid) - cpu)
             reset_peak(proc.pid)
+            cpu = cpu_seconds(proc.pid)
             b = network_phase(client, bot, args.count)
             report(f"(b) network: fan-out of {args.count} parallel tasks", b, args.count, sleep, seq_task,
-                   peak_rss(proc.pid), threads(proc.pid))
+                   peak_rss(proc.pid), threads(proc.pid), cpu_seconds(proc.pid) - cpu)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             try:

@@ -109,7 +109,7 @@ def in_flight_worker_class() -> type:
     docstring. Built on first use: rq is imported lazily."""
     from rq.timeouts import TimerDeathPenalty
     from rq.exceptions import StopRequested
-    from rq.worker import SimpleWorker
+    from rq.worker import SimpleWorker, WorkerStatus
 
     from robot_lab.workers.supervision import RidesOutages
 
@@ -130,6 +130,7 @@ def in_flight_worker_class() -> type:
             self._waiting = False  # the main thread waits for a job or a slot: nothing in hand
             self._cold = False
             self._suspension_checked = 0.0
+            self._state_written: str | None = None
             self.jobs_done = 0
 
         # --- taking jobs --------------------------------------------------------------
@@ -171,6 +172,16 @@ def in_flight_worker_class() -> type:
             if pipeline is None:
                 self.loop_beat = now
             return super().heartbeat(timeout, pipeline=pipeline)
+
+        def set_state(self, state: str, pipeline: Any = None) -> Any:
+            """rq flips busy/idle around every job; with several jobs at once the worker is
+            busy while any runs. Written to Redis only when that changes."""
+            effective = WorkerStatus.BUSY if getattr(self, "_jobs", None) else state
+            if effective == getattr(self, "_state_written", None):
+                self._state = effective
+                return None
+            self._state_written = effective
+            return super().set_state(effective, pipeline=pipeline)
 
         def check_for_suspension(self, burst: bool) -> Any:
             now = time.monotonic()
