@@ -61,6 +61,7 @@ _EXPORTS: dict[str, str] = {
     "OutboxEntry": "robot_lab.bus",
     "Keyring": "robot_lab.bus",
     "sign_message": "robot_lab.schemas.signing",
+    "acl_users": "robot_lab.workers.acl",
     "InboxStats": "robot_lab.bus",
     # skills
     "AgentSkill": "robot_lab.skills",

@@ -86,9 +86,11 @@ class SandboxSettings(BaseModel):
     # Each conversation's working directory is mounted read-write and is the scripts' cwd;
     # false keeps scripts to the fs_read/fs_write grants alone.
     workspace: bool = True
-    # Attachments given by path must lie under these roots (the user's files, never the
-    # worker's); relative to the worker's cwd.
-    attach_from: list[str] = Field(default_factory=lambda: ["."])
+    # Attachments given by path (a bus envelope's {"path": ...} included) must lie under
+    # these roots, relative to the worker's cwd: name a shared uploads folder. Empty by
+    # default, so no sender can copy the worker's own files (its cwd, .env) into a
+    # workspace; attachments sent as bytes always work.
+    attach_from: list[str] = Field(default_factory=list)
     max_attachment_bytes: int = 50 * 1024 * 1024
 
 
@@ -365,9 +367,12 @@ OTHER_VARIABLES = frozenset({
     "ROBOT_LAB_DEMO_DELAY_MS", "ROBOT_LAB_TASK_LEASE_MS", "ROBOT_LAB_TASK_MAX_ATTEMPTS",
     "ROBOT_LAB_DASHBOARD_TOKEN", "ROBOT_LAB_SCRIPTS_DIR", "ROBOT_LAB_SCRIPTED_RECORD",
     "ROBOT_LAB_WORKER_PREFIX",
+    # read by examples/node/publish.mjs (a signing Node publisher), not by Python
+    "ROBOT_LAB_FROM", "ROBOT_LAB_KEY", "ROBOT_LAB_KEY_ID",
 })
-# Test and benchmark knobs: never settings.
-OTHER_PREFIXES = ("ROBOT_LAB_TEST_", "ROBOT_LAB_PROPERTY_", "ROBOT_LAB_FUZZ_", "ROBOT_LAB_SCREENSHOTS", "ROBOT_LAB_BENCH_")
+# Test and benchmark knobs, and the Redis ACL passwords `robot-lab acl --apply` reads: never settings.
+OTHER_PREFIXES = ("ROBOT_LAB_TEST_", "ROBOT_LAB_PROPERTY_", "ROBOT_LAB_FUZZ_", "ROBOT_LAB_SCREENSHOTS", "ROBOT_LAB_BENCH_",
+                  "ROBOT_LAB_ACL_PASSWORD_")
 
 
 def _setting_paths(model: type[BaseModel], prefix: str = "") -> tuple[set[str], set[str]]:

@@ -388,3 +388,20 @@ def test_skills_show_limits_line_names_the_mechanism() -> None:
     assert ("RLIMIT_DATA" if shutil.which("prlimit") else "prlimit (util-linux) is not installed") in status["memory"]
     assert limit_status(SandboxSettings(cgroup_parent="/nonexistent"), bwrap=True)["processes"].endswith(
         "/nonexistent does not exist)") or os.geteuid() != 0
+
+
+def test_path_attachments_cannot_copy_the_workers_files_by_default(host: dict[str, Any], tmp_path: Path) -> None:
+    """A sender's ``{"path": ".env"}`` (or a plain ``".env"``) would land the worker's
+    ``.env`` in the workspace, readable by every script: refused unless the operator names
+    a folder in ``sandbox.attach_from``; bytes still work."""
+    from robot_lab.errors import ConfigurationError
+    from robot_lab.skills import Workspace
+
+    ws = Workspace(tmp_path / "ws")
+    for item in ({"path": ".env"}, ".env", {"path": host["dotenv"]}):
+        with pytest.raises(ConfigurationError, match="sandbox.attach_from"):
+            ws.attach(item)
+    assert not (ws.path / ".env").exists()
+    assert ws.attach({"name": "note.txt", "content_base64": "aGk="}).read_text() == "hi"
+    named = Workspace(tmp_path / "ws2", sandbox=SandboxSettings(attach_from=["."]))
+    assert named.attach({"path": ".env"}).read_text() == DOTENV

@@ -39,7 +39,7 @@ log = get_logger("robot_lab.bus")
 # A robot name becomes part of Redis keys: ':' would let "x:dlq" alias robot x's DLQ,
 # braces would break cluster hash tags, whitespace breaks the CLI.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.@/+\-]{1,200}$")
-REPLY_PREFIX = REPLY_STREAM_PREFIX  # reply streams: "_reply.<id>" (replies.reply_allowed lets them through)
+REPLY_PREFIX = REPLY_STREAM_PREFIX  # reply streams: "_reply.<from>.<id>" (replies.reply_allowed lets them through)
 
 
 def check_robot_name(name: Any, field: str = "robot") -> str:
@@ -230,10 +230,21 @@ class Bus(DeadLetters):
         if maxlen > 0:
             n = self._since_trim.get(robot, 0) + 1
             if n >= max(1, maxlen // 10):
-                self._trim(keys=[inbox], args=[maxlen])
+                self._trim_inbox(inbox, maxlen)
                 n = 0
             self._since_trim[robot] = n
         return _s(entry)
+
+    def _trim_inbox(self, inbox: str, maxlen: int) -> None:
+        """Trim another robot's inbox, where this process may: a Redis ACL user limited to
+        appending (robot-lab acl) may not, and need not -- each robot's own poller trims its
+        inbox in its reclaim sweep."""
+        try:
+            self._trim(keys=[inbox], args=[maxlen])
+        except _redis.ResponseError as exc:
+            if not (isinstance(exc, _redis.exceptions.NoPermissionError) or "NOPERM" in str(exc)):
+                raise
+            log.debug("bus.trim_not_permitted", stream=inbox)
 
     def send_message(
         self, to: str, content: str | Mapping[str, Any], *, from_: str, **kwargs: Any
@@ -320,11 +331,13 @@ class Bus(DeadLetters):
     ) -> RobotMessage:
         """Publish to ``to`` and block until its reply arrives; returns the reply envelope.
 
-        Replies go to a private stream ``<prefix>:bus:_reply.<id>`` (created here with a
+        Replies go to a private stream ``<prefix>:bus:_reply.<from_>.<id>`` (created here with a
         TTL, deleted afterwards), so the caller needs no inbox or worker of its own.
         Raises AwaitTimeout naming the robot and the seconds waited.
         """
-        reply_name = f"{REPLY_PREFIX}{new_id()}"
+        # named after the sender, so a Redis ACL can give each sender its own reply streams
+        # (robot-lab acl: ~<prefix>:bus:_reply.<from>.*); a name too long for that stays anonymous
+        reply_name = f"{REPLY_PREFIX}{from_}.{new_id()}" if len(from_) <= 150 else f"{REPLY_PREFIX}{new_id()}"
         reply_key = self.keys.inbox(reply_name)
         ttl = max(60, int(timeout) + 60)
         pipe = self.redis.pipeline(transaction=False)

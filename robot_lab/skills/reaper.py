@@ -3,13 +3,13 @@
 Under bwrap the call's pid namespace does this: when the script exits or is killed, the
 kernel kills everything left in the namespace. Unconfined calls (``trust: core``, or
 ``sandbox.when_unavailable = unconfined``) have no namespace, and a child that calls
-``setsid`` leaves the script's process group and session, so ``killpg`` misses it. Each
-such call therefore carries a random token in its environment (``ROBOT_LAB_SCRIPT_CALL``),
-inherited by every descendant that does not scrub its environment, and at the end the
-reaper kills every process of this user whose environment holds the token (the caller
-kills the process group as well). A process that scrubs its environment *and* calls
-``setsid`` escapes this; only a pids cgroup catches it. A pids cgroup (``limits.CallCgroup``), where one
-can be made, is exact and is used as well.
+``setsid`` leaves the script's process group and session, so ``killpg`` misses it. Where
+the call has a pids cgroup (``limits.CallCgroup``) its member list is exact and is used
+instead. Otherwise the call carries a random token in its environment
+(``ROBOT_LAB_SCRIPT_CALL``), inherited by every descendant that does not scrub its
+environment, and at the end the reaper kills every process of this user started since the
+call whose environment holds the token (the caller kills the process group as well). A
+process that scrubs its environment *and* calls ``setsid`` escapes the token.
 """
 
 from __future__ import annotations
@@ -27,15 +27,26 @@ def new_token() -> str:
     return secrets.token_hex(12)
 
 
-def _state(pid: str) -> str | None:
-    """The state letter of ``pid`` from /proc/<pid>/stat (the name may hold spaces and ``)``)."""
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def now_ticks() -> int:
+    """Clock ticks since boot, the unit of a process's start time in /proc/<pid>/stat."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS)
+
+
+def _stat(pid: str) -> tuple[str, int] | None:
+    """(state letter, start time in ticks) of ``pid`` (the name may hold spaces and ``)``)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             data = handle.read()
     except OSError:
         return None
     fields = data[data.rfind(b")") + 2:].split()
-    return fields[0].decode("ascii", "replace") if fields else None
+    try:
+        return fields[0].decode("ascii", "replace"), int(fields[19])
+    except (IndexError, ValueError):
+        return None
 
 
 def _environ(pid: str) -> list[bytes]:
@@ -46,10 +57,11 @@ def _environ(pid: str) -> list[bytes]:
         return []
 
 
-def members(token: str) -> list[int]:
-    """Live processes carrying the call's token in their environment (zombies are skipped:
-    they are dead already). Matching by token, not by process group, cannot hit another
-    call whose leader reused a pid."""
+def members(token: str, since: int = 0) -> list[int]:
+    """Live processes carrying the call's token in their environment, among those started
+    at or after ``since`` (ticks, :func:`now_ticks` when the call began, so the environment
+    of older processes is never read). Zombies are skipped: they are dead already. Matching
+    by token, not by process group, cannot hit another call whose leader reused a pid."""
     marker = f"{TOKEN_NAME}={token}".encode()
     own = os.getpid()
     found = []
@@ -60,8 +72,8 @@ def members(token: str) -> list[int]:
     for entry in entries:
         if not entry.isdigit() or int(entry) == own:
             continue
-        state = _state(entry)
-        if state is None or state in ("Z", "X"):
+        stat = _stat(entry)
+        if stat is None or stat[0] in ("Z", "X") or stat[1] < since:
             continue
         if marker in _environ(entry):
             found.append(int(entry))
@@ -86,6 +98,7 @@ def kill_until_gone(members: Callable[[], list[int]], rounds: int = 50) -> int:
     return killed
 
 
-def kill_call(token: str) -> int:
-    """SIGKILL every process carrying the call's token, until none is left."""
-    return kill_until_gone(lambda: members(token))
+def kill_call(token: str, since: int = 0) -> int:
+    """SIGKILL every process carrying the call's token (started since ``since``), until none
+    is left."""
+    return kill_until_gone(lambda: members(token, since))
