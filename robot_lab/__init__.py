@@ -52,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "redact_url": "robot_lab.connection",
     "collect_status": "robot_lab.workers.status",
     "recent_runs": "robot_lab.workers.status",
+    "RobotPool": "robot_lab.workers.inflight",
     "Keys": "robot_lab.keys",
     "configure_logging": "robot_lab.logging",
     # bus

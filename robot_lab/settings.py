@@ -238,6 +238,14 @@ class BudgetSettings(BaseModel):
     wait_timeout: float = Field(default=120.0, ge=0)
 
 
+class WorkerSettings(BaseModel):
+    """``robot-lab worker`` (docs/operations.md, "In flight per worker")."""
+
+    # Bus messages per served robot, and network tasks, that one worker process runs at once
+    # (each on a thread of its own; model calls wait on the network, not the CPU).
+    in_flight: int = Field(default=16, ge=1)
+
+
 class Settings(BaseSettings):
     """All of robot-lab's settings; see the module docstring for the layering."""
 
@@ -295,6 +303,7 @@ class Settings(BaseSettings):
     skills: SkillsSettings = Field(default_factory=SkillsSettings)
     bus: BusSettings = Field(default_factory=BusSettings)
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
     signing: SigningSettings = Field(default_factory=SigningSettings)
 
     @field_validator("max_iterations")

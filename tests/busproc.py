@@ -4,7 +4,7 @@
     python -m tests.busproc publish ROBOT COUNT [CONVERSATIONS]
 
 Configuration comes from the environment the test sets: REDIS_URL, ROBOT_LAB_KEY_PREFIX,
-ROBOT_LAB_BUS__* (visibility timeout, batch size). Every side effect a handler has is
+ROBOT_LAB_BUS__* (visibility timeout, batch size), BUSPROC_IN_FLIGHT (handlers at once, 1). Every side effect a handler has is
 recorded in Redis under ``<prefix>:test:*`` so the test can check it from outside.
 
 Worker modes:
@@ -15,10 +15,13 @@ Worker modes:
   echo    respond_to_tasks: reply "echo: <content>"
   convecho  respond_to_tasks: append the message's sequence number to its conversation's
           list, then reply "re: <seq>"
+  spans   like order, and record each handler's start and end time (``conv|start|end`` in
+          ``spans:<consumer>``) so a test can see handlers of one process overlap
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -37,7 +40,7 @@ def worker(mode: str, robot: str, consumer: str) -> None:
 
     r = get_redis()
     test = f"{_prefix()}:test"
-    poller = BusPoller(robot, consumer=consumer, block_ms=200)
+    poller = BusPoller(robot, consumer=consumer, block_ms=200, in_flight=int(os.environ.get("BUSPROC_IN_FLIGHT", "1")))
 
     if mode == "record":
         def handle(msg):  # type: ignore[no-untyped-def]
@@ -64,6 +67,18 @@ def worker(mode: str, robot: str, consumer: str) -> None:
             r.delete(f"{test}:busy:{conv}")
 
         poller.on_message(ordered)
+    elif mode == "spans":
+        def spans(msg):  # type: ignore[no-untyped-def]
+            conv = msg.conversation_id
+            if not r.set(f"{test}:busy:{conv}", consumer, nx=True, px=10_000):
+                r.rpush(f"{test}:overlap", f"{conv}:{msg.content['seq']}")
+            start = time.time()
+            time.sleep(0.05)
+            r.rpush(f"{test}:order:{conv}", msg.content["seq"])
+            r.delete(f"{test}:busy:{conv}")
+            r.rpush(f"{test}:spans:{consumer}", f"{conv}|{start}|{time.time()}")
+
+        poller.on_message(spans)
     elif mode == "echo":
         poller.respond_to_tasks(lambda msg: f"echo: {msg.content}")
     elif mode == "convecho":

@@ -121,9 +121,11 @@ def test_killed_consumer_entries_are_reclaimed_and_it_ends_with_nothing_pending(
              timeout=10)
 
 
-def test_conversation_order_holds_across_two_worker_processes(env, procs, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    bus = start_workers(procs, env, tmp_path, "order", "chat", "o1", "o2")
-    n_conv, per_conv = 6, 30
+def publish_conversations_and_check_order(bus: Bus, procs: list, env: dict[str, str], tmp_path: Path,  # type: ignore[type-arg]
+                                          n_conv: int, per_conv: int) -> str:
+    """Publish ``per_conv`` messages on each of ``n_conv`` conversations (interleaved) to
+    ``chat``; wait until all are handled; check each conversation was handled in order and
+    never two of its messages at once. Returns the test's key prefix."""
     publisher = spawn(procs, env, tmp_path, "publish", "chat", str(n_conv * per_conv), str(n_conv))
     assert publisher.wait(60) == 0
     test = f"{bus.keys.prefix}:test"
@@ -132,6 +134,12 @@ def test_conversation_order_holds_across_two_worker_processes(env, procs, tmp_pa
     for c in range(n_conv):
         assert [int(x) for x in bus.redis.lrange(f"{test}:order:c{c}", 0, -1)] == list(range(per_conv))
     assert bus.redis.lrange(f"{test}:overlap", 0, -1) == []
+    return test
+
+
+def test_conversation_order_holds_across_two_worker_processes(env, procs, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    bus = start_workers(procs, env, tmp_path, "order", "chat", "o1", "o2")
+    test = publish_conversations_and_check_order(bus, procs, env, tmp_path, 6, 30)
     by = {k.decode(): int(v) for k, v in bus.redis.hgetall(f"{test}:by").items()}
     assert set(by) == {"o1", "o2"}  # both processes took part
 

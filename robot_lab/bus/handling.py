@@ -6,6 +6,14 @@ later ones wait, still pending and heart-beaten. A handler's success acks the en
 (COMPLETE releases the conversation), a failure nacks it for a retry with backoff, and an
 entry past ``max_deliveries``, past its deadline or rejected goes to the DLQ, with an
 ``error`` envelope to its ``reply_to``.
+
+In flight (``in_flight > 1``): ready entries start on a thread pool of that many threads,
+so entries of *different* conversations (and free entries) run at once. A conversation with
+an entry running here is skipped locally -- ACQUIRE would grant its running head to us a
+second time -- so one conversation still runs one entry at a time across every consumer.
+Handler threads resolve their own entries (ack, nack, dead letter) under ``_lock``; a Redis
+error in a handler thread is handed to the polling thread, which raises it from ``poll()``
+so the loop rides out the outage as it does inline.
 """
 
 from __future__ import annotations
@@ -42,6 +50,9 @@ class Handling(PollerState):
         # a conversation is refused, the rest of that conversation waits for the next round.
         if limit == 0:
             return 0
+        if self._pool_mode:
+            self._start_ready()
+            return 0
         done = 0
         now = time.monotonic()
         blocked: set[str] = set()
@@ -64,9 +75,114 @@ class Handling(PollerState):
                 continue
             if d.needs_claim and not self._redeliver(d):
                 continue
-            self._handle(d)
+            self._running[d.entry_id] = d
+            try:
+                self._handle(d)
+            finally:
+                self._running.pop(d.entry_id, None)
             done += 1
         return done
+
+    # --- in flight (in_flight > 1) -----------------------------------------------------
+    def _start_ready(self) -> None:
+        """Start what may run now on free slots: the oldest held entry of each conversation
+        with nothing running here (if ACQUIRE grants it) and free entries. The ACQUIREs of
+        one round go in one pipeline (they concern different conversations, so their order
+        does not matter). Entries that could start but for a free slot are counted in
+        ``_waiting_ready`` (reads are capped by the free slots left)."""
+        now = time.monotonic()
+        free = self.in_flight - len(self._running)
+        with self._lock:
+            held = list(self._held.values())
+        blocked: set[str] = set()
+        candidates: list[Delivery] = []
+        waiting = 0
+        for d in held:
+            if d.state != PENDING:
+                continue
+            conv = d.conversation
+            if conv is not None:
+                if conv in blocked:
+                    continue
+                blocked.add(conv)  # only its oldest entry held here may be its head
+            if d.entry_id in self._running or d.retry_at > now:
+                continue
+            if len(candidates) >= free:
+                waiting += 1
+                continue
+            candidates.append(d)
+        self._waiting_ready = waiting
+        asked = [d for d in candidates if d.conversation is not None]
+        refused: set[str] = set()
+        if asked:
+            pipe = self.redis.pipeline(transaction=False)
+            for d in asked:
+                self.bus._acquire(keys=[self.inbox], args=[self.robot, d.conversation, d.entry_id, self.consumer],
+                                  client=pipe)
+            refused = {d.entry_id for d, granted in zip(asked, pipe.execute()) if not granted}
+        for d in candidates:
+            if d.entry_id in refused or (d.needs_claim and not self._redeliver(d)):
+                continue
+            with self._lock:
+                self._running[d.entry_id] = d
+            self._start(d)
+
+    @property
+    def _pool_mode(self) -> bool:
+        return self.in_flight > 1
+
+    def _start(self, d: Delivery) -> None:
+        """Run ``d``'s handler on a pool thread (created on first use)."""
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=self.in_flight, thread_name_prefix=f"bus-{self.robot}")
+        self._pool.submit(self._handle_in_thread, d)
+
+    def _handle_in_thread(self, d: Delivery) -> None:
+        try:
+            self._handle(d)
+        except _redis.RedisError as exc:  # the entry stays held and pending: it runs again
+            with self._lock:
+                self._handler_errors.append(exc)
+        except BaseException as exc:  # noqa: BLE001 - a pool thread must never die silently
+            log.error("bus.handler_thread_failed", robot=self.robot, entry=d.entry_id, error=repr(exc)[:500])
+        finally:
+            with self._lock:
+                self._running.pop(d.entry_id, None)
+                self._finished += 1
+            self._wake.set()
+
+    def _collect_finished(self) -> int:
+        """Entries the pool finished since the last call; raises a handler thread's Redis
+        error here, in the polling thread (the loop rides out outages)."""
+        with self._lock:
+            done, self._finished = self._finished, 0
+            errors, self._handler_errors = self._handler_errors, []
+        if errors:
+            raise errors[0]
+        return done
+
+    def free_slots(self) -> int:
+        """How many more entries this consumer could start now (reads are capped by it)."""
+        return max(0, self.in_flight - len(self._running) - self._waiting_ready)
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until no handler runs (a graceful stop: everything in hand finishes, nothing
+        new starts). Returns False when ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._running:
+            self._wake.clear()
+            if not self._running:
+                break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._wake.wait(0.2 if left is None else min(0.2, left))
+        with self._lock:
+            self._finished = 0
+            self._handler_errors = []
+        return True
 
     def _redeliver(self, d: Delivery) -> bool:
         """Claim a nacked entry back to ourselves (a counted delivery) before retrying."""
@@ -118,7 +234,6 @@ class Handling(PollerState):
             return
         if msg.in_reply_to:
             self.bus.correlate_reply(self.robot, msg)
-        self._current = d
         try:
             self._handler(d)
         except Exception as exc:  # noqa: BLE001 - any handler failure is a nack, never a crash
@@ -127,8 +242,6 @@ class Handling(PollerState):
             else:
                 log.warning("bus.handler_raised_after_resolving", entry=d.entry_id, error=repr(exc)[:500])
             return
-        finally:
-            self._current = None
         if d.pending:
             if self._auto_ack:
                 self._ack(d)
@@ -147,14 +260,19 @@ class Handling(PollerState):
         # entry of its conversation may be waiting on another consumer); other acks are
         # queued and sent with the next round trip (READ or the blocking wait), which saves
         # one round trip per message. A crash before that round trip redelivers the entry,
-        # exactly like a crash between handler and XACK would.
+        # exactly like a crash between handler and XACK would. A handler thread (in flight)
+        # acks at once: the polling thread may be blocked in a wait for new entries.
         if d.conversation:
             self.bus._complete(keys=[self.inbox], args=[self.robot, d.entry_id, d.conversation])
+        elif self._pool_mode:
+            self.redis.xack(self.inbox, self.robot, d.entry_id)
         else:
-            self._ack_queue.append(d.entry_id)
-        d.state = ACKED
-        self._held.pop(d.entry_id, None)
-        self.counts["acked"] += 1
+            with self._lock:
+                self._ack_queue.append(d.entry_id)
+        with self._lock:
+            d.state = ACKED
+            self._held.pop(d.entry_id, None)
+            self.counts["acked"] += 1
 
     def _nack(self, d: Delivery, error: BaseException | str | None, *, requeue: bool, delay: float | None) -> None:
         text = _error_text(error) or "nacked"
@@ -164,13 +282,15 @@ class Handling(PollerState):
         if d.deliveries >= self.max_deliveries:
             self._dead_letter(d, "failed", text)
             return
-        d.state = NACKED
         retry = Delivery(self, d.entry_id, d.fields, d.deliveries, d.message, None, d.conversation)
         retry.last_error = text
         retry.needs_claim = True
         backoff = self.retry_delay * (2 ** max(0, d.deliveries - 1))
         retry.retry_at = time.monotonic() + (min(backoff, 30.0) if delay is None else delay)
-        self._held[d.entry_id] = retry  # same position: order within a conversation is kept
+        with self._lock:
+            d.state = NACKED
+            if d.entry_id in self._held:
+                self._held[d.entry_id] = retry  # same position: order within a conversation is kept
 
     def _dead_letter(
         self, d: Delivery, reason: str, error: BaseException | str, *,
@@ -197,9 +317,10 @@ class Handling(PollerState):
         except _redis.ResponseError as exc:  # the record itself was refused (too big, OOM)
             minimal = self._letter_fields(d, reason, f"{text} (full record refused: {exc})", extra, minimal=True)
             self.bus._dead(keys=[self.inbox, self.dlq], args=[*args, *minimal])
-        d.state = DEAD
-        self._held.pop(d.entry_id, None)
-        self.counts["dead"] += 1
+        with self._lock:
+            d.state = DEAD
+            self._held.pop(d.entry_id, None)
+            self.counts["dead"] += 1
         log.warning("bus.dead_lettered", robot=self.robot, entry=d.entry_id, reason=reason, error=text,
                     deliveries=d.deliveries)
         if report:

@@ -33,8 +33,11 @@ class Intake(PollerState):
     # --- reading ----------------------------------------------------------------------
     def _read(self) -> int:
         """READ a batch (non-blocking); returns how many were dead-lettered at intake.
-        Sets ``_drained`` when the inbox had fewer new entries than asked for."""
+        Sets ``_drained`` when the inbox had fewer new entries than asked for. In flight,
+        a consumer reads no more than it has free slots for (others may take the rest)."""
         count = min(self.batch_size, self.max_held - len(self._held))
+        if self.in_flight > 1:
+            count = min(self.max_held - len(self._held), self.free_slots())
         if count <= 0:
             return 0
         self._drained = False
@@ -78,14 +81,18 @@ class Intake(PollerState):
         return bool(result and result[0][1])
 
     def _queue_acks_on(self, pipe: Any) -> None:
-        ids, self._ack_queue = self._ack_queue, []
-        pipe.xack(self.inbox, self.robot, *ids)
+        with self._lock:
+            ids, self._ack_queue = self._ack_queue, []
+        if ids:
+            pipe.xack(self.inbox, self.robot, *ids)
 
     def flush_acks(self) -> None:
         """Send acknowledgements still queued (they normally ride on the next round trip)."""
         if self._ack_queue:
-            ids, self._ack_queue = self._ack_queue, []
-            self.redis.xack(self.inbox, self.robot, *ids)
+            with self._lock:
+                ids, self._ack_queue = self._ack_queue, []
+            if ids:
+                self.redis.xack(self.inbox, self.robot, *ids)
 
     def _replay_own(self) -> int:
         """On start: entries this consumer name still has pending from an earlier life."""
@@ -122,10 +129,11 @@ class Intake(PollerState):
         entry reclaimed from a dead consumer is older than entries read before it; were it
         queued behind them, the conversation it heads would wait forever on itself (issue
         20: the handling loop stops at the first entry of a conversation that may not run)."""
-        newest = next(reversed(self._held), None)
-        self._held[d.entry_id] = d
-        if newest is not None and stream_id_key(newest) > stream_id_key(d.entry_id):
-            self._held = OrderedDict(sorted(self._held.items(), key=lambda kv: stream_id_key(kv[0])))
+        with self._lock:
+            newest = next(reversed(self._held), None)
+            self._held[d.entry_id] = d
+            if newest is not None and stream_id_key(newest) > stream_id_key(d.entry_id):
+                self._held = OrderedDict(sorted(self._held.items(), key=lambda kv: stream_id_key(kv[0])))
 
     def _intake(
         self, entry: str, fields: Mapping[bytes, bytes], deliveries: int, cid: str | bytes | None, *,

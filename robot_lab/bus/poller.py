@@ -16,7 +16,13 @@ the robot's consumer group, so Redis spreads the entries between them. The polle
 This module holds the settings, the handler styles and the loop. Usable embedded
 (``poll()`` / ``run_once()`` for deterministic tests, ``start()``/``stop()`` for a
 background thread) and as the long-running loop of ``robot-lab worker``
-(``run_forever(stop_event)``; a graceful stop hands back entries it never started).
+(``run_forever(stop_event)``; a graceful stop lets the handlers in hand finish and hands
+back entries it never started).
+
+``in_flight`` (default 1) is how many handlers run at once. With 1 the handler runs in the
+polling thread, as in robot_lab. With N > 1 handlers run on N pool threads (see
+:mod:`.handling`): the handler must then be safe to call from several threads at once --
+``serve()`` makes sure of that for a robot (see there).
 """
 
 from __future__ import annotations
@@ -89,6 +95,7 @@ class BusPoller(Intake, Handling, Reclaim):
         claim_interval: float | None = None,
         register: bool = True,
         verify: str | None = None,
+        in_flight: int | None = None,
     ) -> None:
         self.robot = check_robot_name(robot)
         self.bus = bus or Bus(redis)
@@ -102,7 +109,8 @@ class BusPoller(Intake, Handling, Reclaim):
         self.retry_delay = float(cfg.retry_delay if retry_delay is None else retry_delay)
         self.claim_interval = float(claim_interval or sweep_interval(self.visibility_timeout))
         self.heartbeat_interval = max(0.02, self.visibility_timeout / 3)
-        self.max_held = self.batch_size * 4
+        self.in_flight = max(1, int(in_flight or 1))
+        self.max_held = max(self.batch_size * 4, self.in_flight * 2)
         self._register = register
         self.verify = verify or verify_mode(robot)
         if self.verify not in VERIFY_MODES:
@@ -115,7 +123,13 @@ class BusPoller(Intake, Handling, Reclaim):
         self._auto_ack = True
         self._held: OrderedDict[str, Delivery] = OrderedDict()
         self._lost: set[str] = set()
-        self._current: Delivery | None = None
+        self._running: dict[str, Delivery] = {}
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._pool = None
+        self._handler_errors: list[BaseException] = []
+        self._finished = 0
+        self._waiting_ready = 0
         self._cursor = "0-0"
         self._drained = False
         self._ack_queue: list[str] = []
@@ -160,6 +174,14 @@ class BusPoller(Intake, Handling, Reclaim):
         takes_conversation = "conversation_id" in inspect.signature(robot.run).parameters
         policy = getattr(robot, "serve_policy", None)
         takes_attachments = "attachments" in inspect.signature(robot.run).parameters
+        # A Robot keeps the conversation of the run in hand on itself, so one object runs one
+        # message at a time. In flight, serve an object that says it takes concurrent runs
+        # (``concurrent_runs = True``: robot_lab.workers.inflight.RobotPool, a robot per
+        # slot); any other robot object is run under a lock, one message at a time.
+        guard = threading.Lock() if self.in_flight > 1 and not getattr(robot, "concurrent_runs", False) else None
+        if guard is not None:
+            log.warning("bus.serve_serialized", robot=self.robot, in_flight=self.in_flight,
+                        hint="serve a RobotPool to run messages concurrently")
 
         def run(message: RobotMessage) -> Any:
             kwargs = {**(policy(message.headers) if callable(policy) else {}), **run_kwargs}
@@ -167,7 +189,11 @@ class BusPoller(Intake, Handling, Reclaim):
                 kwargs["conversation_id"] = message.conversation_id  # any worker continues the chat
             if takes_attachments and message.extensions.get("attachments") and "attachments" not in kwargs:
                 kwargs["attachments"] = message.extensions["attachments"]  # files for the skills' workspace
-            result = robot.run(flatten_content(message.content), **kwargs)
+            if guard is None:
+                result = robot.run(flatten_content(message.content), **kwargs)
+            else:
+                with guard:
+                    result = robot.run(flatten_content(message.content), **kwargs)
             return getattr(result, "reply", result)
 
         return self.respond_to_tasks(run, auto_reply=auto_reply)
@@ -276,6 +302,10 @@ class BusPoller(Intake, Handling, Reclaim):
                     stop.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
         finally:
+            self.drain()  # handlers in hand finish (heart-beaten meanwhile); nothing new starts
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
             beat_stop.set()
             beater.join(5)
             try:
@@ -302,9 +332,11 @@ class BusPoller(Intake, Handling, Reclaim):
     def poll(self, max_messages: int | None = None, block_ms: int | None = None) -> int:
         """Handle up to ``max_messages`` entries: replay/reclaim when due, run what is ready,
         read a batch (waiting up to ``block_ms`` when there is nothing to do). Returns the
-        number of entries resolved (acked or dead-lettered)."""
+        number of entries resolved (acked or dead-lettered). In flight, handlers started
+        here finish on pool threads and are counted by a later round."""
         block = self.block_ms if block_ms is None else block_ms
-        done = self._start_if_needed()
+        self._wake.clear()
+        done = self._start_if_needed() + self._collect_finished()
         now = time.monotonic()
         if now - self._last_beat >= self.heartbeat_interval:
             self._heartbeat()
@@ -314,7 +346,8 @@ class BusPoller(Intake, Handling, Reclaim):
         done += self._process_ready(self._left(max_messages, done))
         if self._left(max_messages, done) == 0:
             return done
-        if len(self._held) < self.max_held:
+        slots = self.in_flight == 1 or self.free_slots() > 0
+        if len(self._held) < self.max_held and slots:
             if self._drained and block > 0 and not self._has_ready():
                 # the last read emptied the inbox: wait for news first (one round trip
                 # less per message when idle), then read
@@ -322,6 +355,8 @@ class BusPoller(Intake, Handling, Reclaim):
                     return done + self._process_ready(self._left(max_messages, done))
             done += self._read()
             done += self._process_ready(self._left(max_messages, done))
+        elif block > 0 and not slots:
+            self._wake.wait(self._recheck_ms(block) / 1000)  # every slot taken: until one frees
         elif block > 0 and not self._has_ready():
             time.sleep(self._recheck_ms(block) / 1000)
         if block == 0:  # a non-blocking round leaves nothing unsent (deterministic tests)
@@ -340,17 +375,23 @@ class BusPoller(Intake, Handling, Reclaim):
         self._started = True
         return self._replay_own()
 
+    def _waiting(self) -> list[Delivery]:
+        """Held entries not running now."""
+        with self._lock:
+            return [d for k, d in self._held.items() if k not in self._running]
+
     def _has_ready(self) -> bool:
         now = time.monotonic()
-        return any(d.retry_at <= now and d.conversation is None for d in self._held.values())
+        return any(d.retry_at <= now and d.conversation is None for d in self._waiting())
 
     def _recheck_ms(self, block: int) -> int:
         """How long to wait for new entries: ``block``, or less when held entries wait for a
-        retry time or for a conversation another consumer is still working on."""
-        if not self._held:
+        retry time or for a conversation (another consumer's, or a handler running here)."""
+        waiting = self._waiting()
+        if not waiting:
             return block
         now = time.monotonic()
-        retry = min((d.retry_at for d in self._held.values()), default=now)
+        retry = min((d.retry_at for d in waiting), default=now)
         if retry > now:
             return max(1, min(block, int((retry - now) * 1000)))
         return min(block, 20)

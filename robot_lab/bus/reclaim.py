@@ -9,6 +9,7 @@ entries never started so other consumers reclaim them at once.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import Any
 
 import redis as _redis
@@ -82,7 +83,8 @@ class Reclaim(PollerState):
     def _heartbeat(self) -> None:
         """Reset the idle time of every entry we hold so nobody reclaims live work."""
         self._last_beat = time.monotonic()
-        ids = list(self._held)
+        with self._lock:
+            ids = list(self._held)
         if not ids:
             return
         lost = self.bus._heartbeat(keys=[self.inbox], args=[self.robot, self.consumer, *ids])
@@ -92,10 +94,12 @@ class Reclaim(PollerState):
     def _drop_lost(self) -> None:
         while self._lost:
             entry = self._lost.pop()
-            d = self._held.get(entry)
-            if d is not None and d is not self._current:
+            with self._lock:
+                d = self._held.get(entry)
+                if d is None or entry in self._running:
+                    continue
                 self._held.pop(entry, None)
-                log.warning("bus.entry_lost", robot=self.robot, entry=entry)
+            log.warning("bus.entry_lost", robot=self.robot, entry=entry)
 
     def hand_back(self) -> int:
         """Give up entries we hold but have not started: they look idle past the visibility
@@ -103,11 +107,12 @@ class Reclaim(PollerState):
         next claim round. Returns how many were handed back."""
         self.flush_acks()
         pairs: list[Any] = []
-        for d in list(self._held.values()):
-            if d is self._current:
-                continue
-            pairs += [d.entry_id, max(0, d.deliveries - (0 if d.needs_claim else 1))]
-        self._held.clear()
+        with self._lock:
+            for d in list(self._held.values()):
+                if d.entry_id in self._running:
+                    continue
+                pairs += [d.entry_id, max(0, d.deliveries - (0 if d.needs_claim else 1))]
+            self._held = OrderedDict((k, d) for k, d in self._held.items() if k in self._running)
         if not pairs:
             return 0
         n = int(self.bus._hand_back(keys=[self.inbox], args=[self.robot, self.consumer, self._vis_ms + 1000, *pairs]))

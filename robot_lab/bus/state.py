@@ -10,8 +10,10 @@ sets them in ``__init__``.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import redis as _redis
@@ -41,6 +43,7 @@ class PollerState:
     claim_interval: float  # seconds between reclaim sweeps
     heartbeat_interval: float
     max_held: int  # entries held at most (read, retrying or waiting for their conversation)
+    in_flight: int  # handlers running at once (1: inline, in the polling thread)
     _vis_ms: int
     _register: bool  # create the inbox and group when missing
     verify: str  # signature check of each entry: off | warn | require (bus/signing.py)
@@ -50,7 +53,13 @@ class PollerState:
     _auto_ack: bool
     _held: OrderedDict[str, Delivery]  # entry id -> delivery, unresolved
     _lost: set[str]  # held entries another consumer has reclaimed (from the heartbeat)
-    _current: Delivery | None  # the entry whose handler runs now
+    _running: dict[str, Delivery]  # entry id -> delivery whose handler runs now
+    _lock: threading.RLock  # guards _held, _running, _ack_queue, counts (handler threads resolve)
+    _wake: threading.Event  # set when a handler thread finishes (a slot is free)
+    _pool: ThreadPoolExecutor | None  # the handler threads (in_flight > 1)
+    _handler_errors: list[BaseException]  # Redis errors of handler threads, raised by poll()
+    _finished: int  # entries the pool finished since poll() last counted them
+    _waiting_ready: int  # entries the last round could have started but for a free slot
     _cursor: str  # newest entry id seen (the blocking wait starts after it)
     _drained: bool  # the last read got fewer entries than asked for
     _ack_queue: list[str]  # acks to send with the next round trip
@@ -69,3 +78,5 @@ class PollerState:
                          report: bool = True) -> None: ...
 
         def flush_acks(self) -> None: ...
+
+        def free_slots(self) -> int: ...

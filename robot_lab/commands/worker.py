@@ -1,4 +1,4 @@
-"""``robot-lab worker billing [more robots] [--concurrency N]``."""
+"""``robot-lab worker billing [more robots] [--in-flight N] [--concurrency N]``."""
 
 from __future__ import annotations
 
@@ -7,19 +7,24 @@ import click
 
 @click.command("worker")
 @click.argument("robots", nargs=-1)
+@click.option("--in-flight", "in_flight", type=int, default=None,
+              help="Tasks, and messages per robot, each process runs at once (default: setting "
+                   "worker.in_flight, 16; 1 = one at a time)")
 @click.option("--concurrency", "-c", type=int, default=1, show_default=True,
-              help="rq worker processes (each runs one task at a time)")
+              help="rq worker processes (each runs --in-flight tasks at once)")
 @click.option("--app", "app_path", default=None, help="App import path (default: ROBOT_LAB_APP)")
 @click.option("--url", default=None, help="Redis URL (default: REDIS_URL)")
 @click.option("--burst", is_flag=True, help="Quit when the queues are empty")
 @click.option("--no-bus", is_flag=True, help="Do not poll the robots' bus inboxes")
 @click.option("--spawned", is_flag=True, help="Also serve robots spawned at run time (Robot.spawn)")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port (robot-lab[metrics])")
-def worker(robots: tuple[str, ...], concurrency: int, app_path: str | None, url: str | None, burst: bool,
-           no_bus: bool, spawned: bool, metrics_port: int | None) -> None:
+def worker(robots: tuple[str, ...], in_flight: int | None, concurrency: int, app_path: str | None,
+           url: str | None, burst: bool, no_bus: bool, spawned: bool, metrics_port: int | None) -> None:
     """Run ROBOTS' tasks (rq queues robot:<name>) and serve their bus inboxes.
 
-    SIGTERM finishes the task and message in hand, then exits.
+    Each process runs up to --in-flight tasks, and as many messages per robot, at once
+    (messages of one conversation stay in order). SIGTERM takes nothing new, lets every task
+    and message in hand finish, then exits.
     """
     from robot_lab.errors import ConfigurationError
     from robot_lab.workers.process import run_worker
@@ -30,7 +35,7 @@ def worker(robots: tuple[str, ...], concurrency: int, app_path: str | None, url:
 
             start_worker_metrics(metrics_port, list(robots), concurrency=concurrency, url=url)
         run_worker(list(robots), concurrency=concurrency, app_path=app_path, url=url, burst=burst, bus=not no_bus,
-                   spawned=spawned)
+                   spawned=spawned, in_flight=in_flight)
     except ConfigurationError as exc:
         raise click.ClickException(str(exc)) from exc
     # The interpreter's final garbage collection walks litellm's whole heap: seconds on a busy

@@ -89,7 +89,11 @@ class LoopProgress:
 
 
 def rq_loop_problem(worker: Any) -> str | None:
-    """Why ``worker`` (a LoopProgress rq worker) looks wedged, or None."""
+    """Why ``worker`` (a LoopProgress rq worker) looks wedged, or None. A worker with jobs
+    on threads (workers/inflight.py) answers for itself."""
+    own = getattr(worker, "loop_problem", None)
+    if callable(own):
+        return own()
     now = time.monotonic()
     if worker.busy:
         job_id, since, timeout = worker.busy

@@ -1,17 +1,20 @@
 """``robot-lab worker``: rq workers on ``robot:<name>`` queues, each robot's bus poller and
 the lost-work sweeper, in one command.
 
-Layout of one ``robot-lab worker billing technical --concurrency 2`` process tree:
+Layout of one ``robot-lab worker billing technical --in-flight 16 --concurrency 2`` process tree:
 
-* the main process: one BusPoller thread per robot (inbox ``robot_lab:bus:<robot>``), the
-  sweeper thread, and -- with ``--concurrency 1`` -- the rq worker itself;
-* with ``--concurrency N > 1``: N child processes, each one rq ``SimpleWorker`` on all the
-  queues (forked after litellm and the app are imported, so a job pays no import time).
+* the main process: one BusPoller thread per robot (inbox ``robot_lab:bus:<robot>``, up to
+  ``--in-flight`` messages at once on its handler threads), the sweeper thread, and -- with
+  ``--concurrency 1`` -- the rq worker itself (up to ``--in-flight`` tasks at once on its job
+  threads, :mod:`.inflight`; ``--in-flight 1`` is a plain rq SimpleWorker);
+* with ``--concurrency N > 1``: N child processes, each one such rq worker on all the queues
+  (forked after litellm and the app are imported, so a job pays no import time).
 
-SIGTERM / SIGINT: rq's warm shutdown (the job in hand finishes, nothing new is taken), the
-bus pollers finish the message in hand and hand back what they hold, then the process exits.
-A second signal is rq's cold shutdown. A job killed anyway (kill -9) is requeued by a sweeper
-when its lease expires.
+SIGTERM / SIGINT: rq's warm shutdown -- nothing new is taken (tasks or messages), every task
+and message in hand finishes, the bus pollers hand back what they hold but never started,
+then the process exits. A second signal is rq's cold shutdown. Work killed anyway (kill -9)
+is re-run: a task when its lease expires (a sweeper requeues it), a message when its
+visibility timeout passes (another consumer reclaims it).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from robot_lab.workers.health import LOOP_SLACK
 log = get_logger("robot_lab.worker")
 
 SWEEP_INTERVAL = 0.5
+# How long a stopping worker waits for each bus poller's messages in hand (a model call that
+# long is past any sane timeout; the supervisor's kill and the visibility timeout cover more).
+DRAIN_LIMIT = 600.0
 
 
 def robot_worker_class() -> type:
@@ -81,10 +87,12 @@ def resolve_worker_robots(names: list[str], *, connection: Any, keys: Keys, app:
     return specs
 
 
-def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool, loops: Any = None) -> None:
+def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool, loops: Any = None,
+             in_flight: int = 1, on_stop: Any = None) -> None:
     """One rq worker (main thread of its process: rq installs its signal handlers). Its
     progress joins ``loops`` (the main process's registry), or -- in an rq child process --
-    a heartbeat of its own."""
+    a heartbeat of its own. ``in_flight`` > 1 runs that many jobs at once (workers/inflight.py);
+    ``on_stop`` is called when a warm shutdown starts."""
     from rq import Queue
     from robot_lab.workers.health import RQ_WORKER_TTL, WorkerHeartbeat, rq_loop_problem
     from robot_lab.runtime.network.serializer import JobSerializer
@@ -93,9 +101,15 @@ def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool, loops: 
     from robot_lab.connection import connect
 
     connection = connect(url)
-    worker_cls = robot_worker_class()
     qs = [Queue(q, connection=connection, serializer=JobSerializer) for q in queues]
-    worker = worker_cls(qs, connection=connection, serializer=JobSerializer, name=name, worker_ttl=RQ_WORKER_TTL)
+    if in_flight > 1:
+        from robot_lab.workers.inflight import in_flight_worker_class
+
+        worker = in_flight_worker_class()(qs, connection=connection, serializer=JobSerializer, name=name,
+                                          worker_ttl=RQ_WORKER_TTL, in_flight=in_flight, on_stop=on_stop)
+    else:
+        worker = robot_worker_class()(qs, connection=connection, serializer=JobSerializer, name=name,
+                                      worker_ttl=RQ_WORKER_TTL)
     heartbeat = None
     if loops is None:
         loops = Loops()
@@ -130,10 +144,10 @@ def _work(worker: Any, burst: bool) -> None:
         worker._ride_out(worker.connection.ping)
 
 
-def _child_main(url: str | None, queues: list[str], name: str, burst: bool) -> None:
+def _child_main(url: str | None, queues: list[str], name: str, burst: bool, in_flight: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards SIGTERM instead
     warm_up()
-    _rq_loop(url, queues, name, burst)
+    _rq_loop(url, queues, name, burst, in_flight=in_flight)
 
 
 def _sweeper(connection: Any, keys: Keys, stop: threading.Event, loop: Any) -> None:
@@ -158,14 +172,12 @@ def _sweeper(connection: Any, keys: Keys, stop: threading.Event, loop: Any) -> N
 
 
 def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: set[str], loops: Any,
-                   interval: float = 1.0) -> None:
+                   in_flight: int = 1, interval: float = 1.0) -> None:
     """Serve every robot spawned at run time (``<prefix>:robots:spawned``): a bus poller per
     new name, built from its published spec. A spec that cannot be built is logged and
     retried on the next pass."""
     from robot_lab.app import published_spec
-    from robot_lab.bus import BusPoller
     from robot_lab.outage import is_outage
-    from robot_lab.runtime.robot import Robot
 
     loop = loops.loops["spawn-watcher"]
     while not stop.is_set():
@@ -178,7 +190,7 @@ def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: 
                 spec = published_spec(name, connection=connection, keys=keys)
                 if spec is None:
                     continue
-                poller = BusPoller(name, redis=connection).serve(Robot.from_spec(spec))
+                poller = serving_poller(name, spec, connection, in_flight)
                 bus_thread(loops, name, poller, stop).start()
                 serving.add(name)
                 log.info("worker.serving_spawned", robot=name)
@@ -193,6 +205,21 @@ def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: 
         stop.wait(interval)
 
 
+def serving_poller(name: str, spec: Any, connection: Any, in_flight: int) -> Any:
+    """The bus poller serving robot ``name``: ``in_flight`` messages at once, each run on a
+    robot of its own (workers/inflight.py RobotPool) when more than one."""
+    from robot_lab.bus import BusPoller
+    from robot_lab.runtime.robot import Robot
+
+    if in_flight > 1:
+        from robot_lab.workers.inflight import RobotPool
+
+        robot: Any = RobotPool(spec)
+    else:
+        robot = Robot.from_spec(spec)
+    return BusPoller(name, redis=connection, in_flight=in_flight).serve(robot)
+
+
 def bus_thread(loops: Any, robot: str, poller: Any, stop: threading.Event) -> threading.Thread:
     """The supervised thread of one robot's bus poller (workers/supervision.py): its rounds
     count as progress, a Redis outage is ridden out, its death fails the health probe."""
@@ -205,8 +232,10 @@ def bus_thread(loops: Any, robot: str, poller: Any, stop: threading.Event) -> th
 
 
 def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None = None,
-               url: str | None = None, burst: bool = False, bus: bool = True, spawned: bool = False) -> None:
-    """The body of ``robot-lab worker``."""
+               url: str | None = None, burst: bool = False, bus: bool = True, spawned: bool = False,
+               in_flight: int | None = None) -> None:
+    """The body of ``robot-lab worker``. ``in_flight``: tasks, and messages per robot, run at
+    once by each process (default: setting ``worker.in_flight``)."""
     from robot_lab.app import load_app
     from robot_lab.connection import connect
     from robot_lab.settings import get_settings
@@ -224,6 +253,9 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
         )
     if concurrency < 1:
         raise ConfigurationError(f"--concurrency must be >= 1, got {concurrency}")
+    in_flight = settings.worker.in_flight if in_flight is None else in_flight
+    if in_flight < 1:
+        raise ConfigurationError(f"--in-flight must be >= 1, got {in_flight}")
     app_path = app_path or settings.app
     app = load_app(app_path) if app_path else None
     connection = connect(url)
@@ -233,11 +265,12 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
         _publish_app(app, connection, keys)
     queues = [queue_name(r) for r in robots]
     base = f"robot-lab.{socket.gethostname()}.{os.getpid()}"
-    log.info("worker.starting", robots=robots, queues=queues, concurrency=concurrency, app=app_path)
+    log.info("worker.starting", robots=robots, queues=queues, concurrency=concurrency, in_flight=in_flight,
+             app=app_path)
     # Fork the rq worker children before this process runs any other thread (litellm's
     # warm-up starts some): a fork taken while another thread holds a lock (logging, a
     # connection pool, litellm's executor) can deadlock the child. Each child warms up itself.
-    children = _start_children(url, queues, base, burst, concurrency) if concurrency > 1 else []
+    children = _start_children(url, queues, base, burst, concurrency, in_flight) if concurrency > 1 else []
     stop = threading.Event()
     # Every loop is registered before it starts and the heartbeat runs from here on, so a
     # loop that dies at start-up fails `robot-lab health` naming it (workers/supervision.py).
@@ -246,16 +279,12 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
     threads = [loops.thread(loops.add("sweeper", idle_limit=SWEEP_INTERVAL + LOOP_SLACK, busy_limit=300.0),
                             _sweeper, connection, keys, stop, loops.loops["sweeper"], stop=stop)]
     if bus:
-        from robot_lab.bus import BusPoller
-        from robot_lab.runtime.robot import Robot
-
         for name, spec in specs.items():
-            poller = BusPoller(name, redis=connection).serve(Robot.from_spec(spec))
-            threads.append(bus_thread(loops, name, poller, stop))
+            threads.append(bus_thread(loops, name, serving_poller(name, spec, connection, in_flight), stop))
     if spawned:
         loops.add("spawn-watcher", idle_limit=LOOP_SLACK + 1.0, busy_limit=300.0)
         threads.append(loops.thread(loops.loops["spawn-watcher"], _spawn_watcher, connection, keys, stop,
-                                    set(robots), loops, stop=stop))
+                                    set(robots), loops, in_flight, stop=stop))
     for thread in threads:
         thread.start()
     if not queues or concurrency > 1:
@@ -266,14 +295,15 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
                 signal.signal(sig, lambda *_: stop.set())
             stop.wait()
         elif concurrency == 1:
-            _rq_loop(url, queues, base, burst, loops)
+            # a warm shutdown stops the bus pollers at once too: nothing new is taken anywhere
+            _rq_loop(url, queues, base, burst, loops, in_flight=in_flight, on_stop=stop.set)
         else:
-            _wait_children(children)
+            _wait_children(children, on_stop=stop.set)
     finally:
         loops.stopping()
         stop.set()
-        for thread in threads:
-            thread.join(15)
+        for thread in threads:  # each bus poller lets the messages in hand finish
+            thread.join(DRAIN_LIMIT)
         heartbeat.stop()
         log.info("worker.stopped", robots=robots)
 
@@ -308,10 +338,11 @@ def _supervision(connection: Any, keys: Keys, base: str, robots: list[str], queu
     return loops, heartbeat.start()
 
 
-def _start_children(url: str | None, queues: list[str], base: str, burst: bool, concurrency: int) -> list[Any]:
+def _start_children(url: str | None, queues: list[str], base: str, burst: bool, concurrency: int,
+                    in_flight: int = 1) -> list[Any]:
     ctx = multiprocessing.get_context("fork")
     children = [
-        ctx.Process(target=_child_main, args=(url, queues, f"{base}.{i}", burst), name=f"rq-worker-{i}")
+        ctx.Process(target=_child_main, args=(url, queues, f"{base}.{i}", burst, in_flight), name=f"rq-worker-{i}")
         for i in range(concurrency)
     ]
     for child in children:
@@ -319,9 +350,11 @@ def _start_children(url: str | None, queues: list[str], base: str, burst: bool, 
     return children
 
 
-def _wait_children(children: list[Any]) -> None:
+def _wait_children(children: list[Any], on_stop: Any = None) -> None:
 
     def forward(signum: int, frame: Any) -> None:
+        if on_stop is not None:
+            on_stop()
         for child in children:
             if child.is_alive() and child.pid:
                 try:

@@ -242,7 +242,7 @@ class RidesOutages:
         def retrying() -> None:
             self.loop_beat = time.monotonic()  # reconnecting is progress, not a wedged loop
             if getattr(self, "_stop_requested", False):
-                from rq.worker import StopRequested
+                from rq.exceptions import StopRequested
 
                 raise StopRequested()
 

@@ -1,0 +1,305 @@
+"""Benchmark: many runs in flight in ONE worker process (issue 15).
+
+Run: ``.venv/bin/python bench/concurrency.py [--count 200] [--sleep-ms 400] [--in-flight 200]
+[--sequential-count 10]`` (uses ``--url`` / REDIS_URL, else starts a private redis-server on a
+free port; a unique key prefix; cleans up after).
+
+One ``robot-lab worker BOT --in-flight N`` process serves a robot whose scripted model sleeps
+``--sleep-ms`` per call (``scripted/sleep:400``), then:
+
+(a) bus: ``--count`` messages on as many conversations are published at once; each reply
+    goes back to the sender's inbox. Latency = reply read - message published.
+(b) network: a fan-out network of ``--count`` parallel tasks on that robot. Latency =
+    ``task.completed`` event - submit.
+
+For each: wall time (first publish / submit to last reply / result), msgs/s, p50/p99 latency
+and the peak RSS of the worker's process tree (VmHWM of each process, reset before the
+phase), beside the ideal (one model latency plus the time it took to publish / submit) and
+the sequential figure: the same work with ``--in-flight 1`` on ``--sequential-count`` items,
+scaled to ``--count``. Targets: wall <= 2x ideal, peak RSS <= 400 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("ROBOT_LAB_LOG_LEVEL", "WARNING")
+os.environ.setdefault("ROBOT_LAB_ALLOW_MODEL_REQUESTS", "0")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def private_redis() -> tuple[str, subprocess.Popen[bytes], str]:
+    binary = shutil.which("redis-server")
+    if not binary:
+        raise SystemExit("no --url, no REDIS_URL and no redis-server on PATH")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    folder = tempfile.mkdtemp(prefix="bench-redis-")
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                             "no", "--dir", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return f"redis://127.0.0.1:{port}/0", proc, folder
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit("redis-server did not start")
+
+
+# --- the worker's process tree ---------------------------------------------------------------
+def tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+    return out
+
+
+def _status(pid: int, field: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def reset_peak(pid: int) -> None:
+    for p in tree(pid):
+        try:
+            Path(f"/proc/{p}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+        except OSError:
+            pass
+
+
+def peak_rss(pid: int) -> int:
+    return sum(_status(p, "VmHWM") for p in tree(pid))
+
+
+def rss(pid: int) -> int:
+    return sum(_status(p, "VmRSS") for p in tree(pid))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the worker's process tree so far."""
+    total = 0.0
+    for p in tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
+
+
+def threads(pid: int) -> int:
+    return sum(_status(p, "Threads") // 1024 for p in tree(pid))
+
+
+# --- the run ---------------------------------------------------------------------------------
+def start_worker(url: str, prefix: str, robot: str, in_flight: int, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, REDIS_URL=url, ROBOT_LAB_KEY_PREFIX=prefix, PYTHONPATH=str(ROOT),
+               ROBOT_LAB_LOG_FORMAT="json")
+    robot_lab = Path(sys.executable).parent / "robot-lab"
+    return subprocess.Popen([str(robot_lab), "worker", robot, "--in-flight", str(in_flight)], env=env,
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_ready(client, robot: str, prefix: str, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
+    """Ready = rq registered the worker and the robot's consumer group has a consumer."""
+    from rq import Queue, Worker
+
+    from robot_lab.keys import Keys
+
+    inbox = Keys(prefix=prefix).inbox(robot)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"worker exited with {proc.returncode}")
+        try:
+            consumers = client.xinfo_consumers(inbox, robot)
+        except Exception:
+            consumers = []
+        if consumers and Worker.all(queue=Queue(f"robot:{robot}", connection=client)):
+            return
+        time.sleep(0.2)
+    raise SystemExit("worker did not get ready")
+
+
+def bus_phase(client, bus, robot: str, count: int) -> dict[str, float]:
+    sender = f"bench-client-{uuid.uuid4().hex[:6]}"
+    bus.register(sender)
+    inbox = bus.keys.inbox(sender)
+    start = time.perf_counter()
+    sent: dict[str, float] = {}
+    for i in range(count):
+        message = bus.publish(robot, f"hello {i}", from_=sender, conversation_id=f"conv-{i}")
+        sent[message.id] = time.perf_counter()
+    published = time.perf_counter() - start
+    got: dict[str, float] = {}
+    cursor = "0-0"
+    from robot_lab.schemas import decode_message
+
+    while len(got) < count and time.perf_counter() - start < 600:
+        res = client.xread({inbox: cursor}, count=500, block=1000)
+        now = time.perf_counter()
+        for _, entries in res or []:
+            for entry_id, fields in entries:
+                cursor = entry_id
+                reply = decode_message(fields[b"envelope"])
+                if reply.in_reply_to in sent:
+                    got[reply.in_reply_to] = now
+    wall = time.perf_counter() - start
+    client.delete(inbox)
+    latencies = [got[m] - sent[m] for m in got]
+    return {"wall": wall, "published": published, "done": len(got), "latencies": latencies}
+
+
+def network_phase(client, robot_obj, count: int) -> dict[str, float]:
+    from robot_lab.runtime.network.coordinator import Coordinator
+    from robot_lab.runtime.network.dsl import create_network
+
+    net = create_network(f"fan{count}")
+    with net.parallel("fan"):
+        for i in range(count):
+            net.task(f"t{i}", robot_obj)
+    start = time.perf_counter()
+    started_wall = time.time()
+    handle = Coordinator(connection=client).submit(net, "go")
+    submitted = time.perf_counter() - start
+    result = handle.wait(timeout=600)
+    wall = time.perf_counter() - start
+    done = [e.ts for _, e in handle.store.events() if e.event == "task.completed"]
+    latencies = [ts - started_wall for ts in done]
+    ok = sum(1 for r in result.context.values() if not r.error)
+    return {"wall": wall, "published": submitted, "done": ok, "latencies": latencies}
+
+
+def report(title: str, figures: dict, count: int, sleep: float, sequential_per_item: float, peak: int,
+           n_threads: int, cpu: float) -> None:
+    wall, lat = figures["wall"], figures["latencies"]
+    ideal = sleep + figures["published"]
+    sequential = sequential_per_item * count
+    print(f"\n{title}: {figures['done']}/{count} done")
+    print(f"  wall           {wall:8.2f} s    ideal {ideal:6.2f} s (model {sleep:.2f} s + publish "
+          f"{figures['published']:.2f} s)   ratio {wall / ideal:5.2f}x (target <= 2x)")
+    print(f"  sequential     {sequential:8.2f} s    (--in-flight 1: {sequential_per_item * 1000:.0f} ms/item x {count})"
+          f"   speed-up {sequential / wall:5.1f}x")
+    print(f"  throughput     {figures['done'] / wall:8.1f} msgs/s")
+    print(f"  latency        p50 {percentile(lat, 0.5) * 1000:7.0f} ms   p99 {percentile(lat, 0.99) * 1000:7.0f} ms")
+    print(f"  peak RSS       {peak / 2**20:8.0f} MB (worker process tree; target <= 400 MB), "
+          f"{n_threads} threads at the end")
+    print(f"  worker CPU     {cpu:8.2f} s    ({cpu / count * 1000:.1f} ms per item; one interpreter lock: "
+          f"wall >= CPU)")
+
+
+def sequential_rate(client, url: str, prefix: str, bot, count: int, tmp: Path) -> tuple[float, float]:
+    """Seconds per message and per task of the same worker with --in-flight 1."""
+    from robot_lab.bus import Bus
+    from robot_lab.keys import Keys
+
+    proc = start_worker(url, prefix, bot.name, 1, tmp / "worker-seq.log")
+    try:
+        wait_ready(client, bot.name, prefix, proc)
+        bus = Bus(client, keys=Keys(prefix=prefix))
+        a = bus_phase(client, bus, bot.name, count)
+        b = network_phase(client, bot, count)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+    return a["wall"] / count, b["wall"] / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default=os.environ.get("REDIS_URL"))
+    parser.add_argument("--count", type=int, default=200)
+    parser.add_argument("--in-flight", type=int, default=200)
+    parser.add_argument("--sleep-ms", type=int, default=400)
+    parser.add_argument("--sequential-count", type=int, default=10)
+    args = parser.parse_args()
+
+    redis_proc = folder = None
+    url = args.url
+    if not url:
+        url, redis_proc, folder = private_redis()
+    prefix = f"bench-conc-{uuid.uuid4().hex[:8]}"
+    os.environ["ROBOT_LAB_KEY_PREFIX"] = prefix
+    os.environ["REDIS_URL"] = url
+    from robot_lab.app import publish_specs
+    from robot_lab.bus import Bus
+    from robot_lab.connection import connect
+    from robot_lab.keys import Keys
+    from robot_lab.runtime.robot import build
+    from robot_lab.settings import reload_settings
+
+    reload_settings()
+    client = connect(url)
+    keys = Keys(prefix=prefix)
+    bot = build(f"conc-{uuid.uuid4().hex[:6]}", model=f"scripted/sleep:{args.sleep_ms}")
+    publish_specs([bot.to_spec()], connection=client, keys=keys)
+    sleep = args.sleep_ms / 1000
+    tmp = Path(tempfile.mkdtemp(prefix="bench-conc-"))
+    print(f"robot-lab worker --in-flight {args.in_flight}: {args.count} items, model sleeps {args.sleep_ms} ms "
+          f"(cpus: {os.cpu_count()})")
+    try:
+        seq_msg, seq_task = sequential_rate(client, url, prefix, bot, args.sequential_count, tmp)
+        proc = start_worker(url, prefix, bot.name, args.in_flight, tmp / "worker.log")
+        try:
+            wait_ready(client, bot.name, prefix, proc)
+            bus = Bus(client, keys=keys)
+            bus_phase(client, bus, bot.name, min(args.count, 20))  # warm: robots built, threads up
+            print(f"worker idle RSS after warm-up: {rss(proc.pid) / 2**20:.0f} MB")
+            reset_peak(proc.pid)
+            cpu = cpu_seconds(proc.pid)
+            a = bus_phase(client, bus, bot.name, args.count)
+            report(f"(a) bus: {args.count} messages on {args.count} conversations", a, args.count, sleep, seq_msg,
+                   peak_rss(proc.pid), threads(proc.pid), cpu_seconds(proc.pid) - cpu)
+            reset_peak(proc.pid)
+            cpu = cpu_seconds(proc.pid)
+            b = network_phase(client, bot, args.count)
+            report(f"(b) network: fan-out of {args.count} parallel tasks", b, args.count, sleep, seq_task,
+                   peak_rss(proc.pid), threads(proc.pid), cpu_seconds(proc.pid) - cpu)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            client.delete(key)
+        if redis_proc is not None:
+            redis_proc.terminate()
+            redis_proc.wait(10)
+            shutil.rmtree(folder, ignore_errors=True)
+        print(f"\nworker logs: {tmp}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""In flight: one ``robot-lab worker`` process runs many tasks and messages at once.
+
+A robot spends almost all of a run waiting for its model (seconds per call, on the network),
+so a process that runs one thing at a time is mostly idle. ``robot-lab worker --in-flight N``
+(setting ``worker.in_flight``, default 16) runs up to N network tasks, and up to N bus
+messages per served robot, at once, each on a thread of its own. Threads are the simplest
+honest design here: model calls and Redis round trips release the GIL, the robot runtime is
+synchronous code, and Dramatiq makes the same choice (8 threads per process by default).
+
+**Network tasks** -- :class:`InFlightWorker` (built by :func:`in_flight_worker_class`): one rq
+``SimpleWorker`` whose work loop takes a job only when one of its N slots is free and runs
+it on a pool thread. rq 3 models a worker with several executions (``Execution`` objects in
+the worker's executions set), so every job still goes through rq's own ``perform_job``:
+started registry, result, retries, failure handling -- none of rq's job lifecycle is rewritten
+here. Each job claims its task and keeps its own lease with its own heartbeat
+(:mod:`.jobs`, :mod:`.task_io`), so after a kill -9 every task in hand is re-run when its
+lease expires, and budgets (Redis ledgers, holds per job attempt and thread) and a network's
+``max_concurrent_robots`` (enforced when tasks are enqueued) hold as with N processes. Job
+timeouts use rq's ``TimerDeathPenalty``: SIGALRM works only in the main thread.
+
+SIGTERM (rq's warm shutdown): the loop takes nothing new, the jobs in hand finish, then rq
+tears the worker down. A second signal is rq's cold shutdown (the jobs in hand are left to
+their leases). The unmodified ``rq worker robot:<name>`` still runs one job at a time.
+
+**Bus messages** -- ``BusPoller(in_flight=N)`` (:mod:`robot_lab.bus.handling`) reads only as
+many entries as it has free slots, runs handlers of different conversations at once, keeps
+one conversation in order across every consumer (conversation heads, ACQUIRE) and heart-beats
+every entry in hand. A Robot object holds the conversation of the run in hand, so
+:class:`RobotPool` gives each concurrent run a robot of its own, built from the same spec.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from robot_lab.logging import get_logger
+from robot_lab.workers.health import JOB_SLACK, LOOP_SLACK
+
+log = get_logger("robot_lab.worker")
+
+SLOT_WAIT = 1.0  # seconds between worker heartbeats while every slot is taken
+# rq beats its worker key (3 commands) several times per job from the loop that takes jobs;
+# with jobs running on other threads each round trip of that loop also waits for the GIL, so
+# the loop beats at most this often (the key lives worker_ttl + 60 s) and checks rq's
+# suspension flag as often.
+LOOP_BEAT_INTERVAL = 1.0
+
+
+class RobotPool:
+    """Robots of one spec for concurrent runs: a run takes a free robot (or builds one) and
+    gives it back after. A Robot keeps the conversation of its run on itself, so one object
+    must not run two messages at once; at most ``in_flight`` robots are ever built.
+
+    Messages without a ``conversation_id`` continue the in-process default conversation of
+    whichever robot of the pool runs them (a conversation id is what makes a conversation
+    continue on any slot of any worker)."""
+
+    concurrent_runs = True  # BusPoller.serve: safe to call from several threads at once
+
+    def __init__(self, spec: Any, build: Callable[[], Any] | None = None) -> None:
+        if build is None:
+            from robot_lab.runtime.robot import Robot
+
+            def build() -> Any:
+                return Robot.from_spec(spec)
+
+        self.spec = spec
+        self._build = build
+        self._prototype = build()
+        self._free: list[Any] = [self._prototype]
+        self._lock = threading.Lock()
+        self.built = 1
+
+    @property
+    def name(self) -> str:
+        return str(self._prototype.name)
+
+    def _take(self) -> Any:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+            self.built += 1
+        return self._build()
+
+    def _give(self, robot: Any) -> None:
+        with self._lock:
+            self._free.append(robot)
+
+    def run(self, message: str | None = None, *, conversation_id: str | None = None,
+            attachments: Iterable[Any] | None = None, **kwargs: Any) -> Any:
+        """``Robot.run`` on a robot of the pool nobody else is using now."""
+        robot = self._take()
+        try:
+            return robot.run(message, conversation_id=conversation_id, attachments=attachments, **kwargs)
+        finally:
+            self._give(robot)
+
+    def serve_policy(self, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """What a served run offers (the spec's tools and MCP servers, narrowed by headers)."""
+        return dict(self._prototype.serve_policy(headers))
+
+
+def in_flight_worker_class() -> type:
+    """The rq worker class of ``robot-lab worker --in-flight N`` (N > 1); see the module
+    docstring. Built on first use: rq is imported lazily."""
+    from rq.timeouts import TimerDeathPenalty
+    from rq.exceptions import StopRequested
+    from rq.worker import SimpleWorker, WorkerStatus
+
+    from robot_lab.workers.supervision import RidesOutages
+
+    class InFlightWorker(RidesOutages, SimpleWorker):
+        """rq SimpleWorker running up to ``in_flight`` jobs at once on pool threads."""
+
+        death_penalty_class = TimerDeathPenalty
+
+        def __init__(self, *args: Any, in_flight: int = 16, on_stop: Callable[[], None] | None = None,
+                     **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.in_flight = max(1, int(in_flight))
+            self.on_stop = on_stop
+            self.loop_beat = 0.0
+            self._jobs: dict[str, tuple[float, float | None]] = {}  # job id -> (started, timeout)
+            self._slots = threading.Condition()
+            self._pool = ThreadPoolExecutor(max_workers=self.in_flight, thread_name_prefix="rq-job")
+            self._waiting = False  # the main thread waits for a job or a slot: nothing in hand
+            self._cold = False
+            self._suspension_checked = 0.0
+            self._state_written: str | None = None
+            self.jobs_done = 0
+
+        # --- taking jobs --------------------------------------------------------------
+        def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+            while True:
+                self._wait_for_slot()
+                self._waiting = True
+                try:
+                    result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+                finally:
+                    self._waiting = False
+                if result is not None or timeout is not None or not self._jobs:
+                    return result
+                # burst and the queues are empty, but jobs in hand may enqueue more (the
+                # DAG's next tasks): wait for one to finish, then look again
+                with self._slots:
+                    if self._jobs:
+                        self._slots.wait(SLOT_WAIT)
+
+        def _wait_for_slot(self) -> None:
+            """Block while every slot is taken; beat rq's worker key meanwhile."""
+            while True:
+                with self._slots:
+                    if len(self._jobs) < self.in_flight:
+                        return
+                    self._waiting = True
+                    try:
+                        self._slots.wait(SLOT_WAIT)
+                    finally:
+                        self._waiting = False
+                if self._stop_requested:
+                    raise StopRequested()
+                self.heartbeat()
+
+        def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> Any:
+            now = time.monotonic()
+            if timeout is None and pipeline is None and now - self.loop_beat < LOOP_BEAT_INTERVAL:
+                return None
+            if pipeline is None:
+                self.loop_beat = now
+            return super().heartbeat(timeout, pipeline=pipeline)
+
+        def set_state(self, state: str, pipeline: Any = None) -> Any:
+            """rq flips busy/idle around every job; with several jobs at once the worker is
+            busy while any runs. Written to Redis only when that changes."""
+            effective = WorkerStatus.BUSY if getattr(self, "_jobs", None) else state
+            if effective == getattr(self, "_state_written", None):
+                self._state = effective
+                return None
+            self._state_written = effective
+            return super().set_state(effective, pipeline=pipeline)
+
+        def check_for_suspension(self, burst: bool) -> Any:
+            now = time.monotonic()
+            if now - self._suspension_checked < LOOP_BEAT_INTERVAL:
+                return None
+            self._suspension_checked = now
+            return super().check_for_suspension(burst)
+
+        # --- running them ----------------------------------------------------------------
+        def execute_job(self, job: Any, queue: Any) -> None:
+            timeout = job.timeout if isinstance(job.timeout, (int, float)) and job.timeout > 0 else None
+            with self._slots:
+                self._jobs[job.id] = (time.monotonic(), timeout)
+            self._pool.submit(self._run_job, job, queue)
+
+        def _run_job(self, job: Any, queue: Any) -> None:
+            try:
+                # RidesOutages.execute_job around SimpleWorker.execute_job: rq's perform_job
+                # (prepare the execution, run, record the result or failure)
+                super(InFlightWorker, self).execute_job(job, queue)
+            except BaseException as exc:  # noqa: BLE001 - a pool thread never dies silently
+                log.error("worker.job_thread_failed", job_id=job.id, error=f"{type(exc).__name__}: {exc}")
+            finally:
+                with self._slots:
+                    self._jobs.pop(job.id, None)
+                    self.jobs_done += 1
+                    self._slots.notify_all()
+
+        # --- stopping ----------------------------------------------------------------------
+        def _shutdown(self) -> None:
+            """Warm shutdown (first SIGTERM/SIGINT): take nothing new; the jobs in hand finish
+            in ``teardown``. Interrupts the main thread only while it holds no job."""
+            self._stop_requested = True
+            if self.on_stop is not None:
+                self.on_stop()
+            try:
+                self.set_shutdown_requested_date()
+            except Exception as exc:  # noqa: BLE001 - cosmetic in Redis; stopping matters
+                log.warning("worker.shutdown_date_failed", error=f"{type(exc).__name__}: {exc}")
+            if self._waiting:
+                raise StopRequested()
+
+        def request_force_stop(self, signum: int, frame: Any) -> None:
+            self._cold = True
+            super().request_force_stop(signum, frame)
+
+        def drain(self) -> None:
+            """Wait for every job in hand, beating rq's worker key meanwhile."""
+            while True:
+                with self._slots:
+                    if not self._jobs:
+                        return
+                    self._slots.wait(SLOT_WAIT)
+                try:
+                    self.heartbeat()
+                except Exception:  # noqa: BLE001 - draining goes on while Redis is away
+                    pass
+
+        def teardown(self) -> Any:
+            if not self._cold:
+                if self._jobs:
+                    log.info("worker.draining", jobs=len(self._jobs))
+                self.drain()
+            self._pool.shutdown(wait=not self._cold)
+            return super().teardown()
+
+        # --- health (workers/health.py) -------------------------------------------------
+        def progress(self) -> dict[str, Any]:
+            with self._slots:
+                jobs = dict(self._jobs)
+            if not jobs:
+                return {"state": "idle", "in_flight": 0}
+            oldest = min(since for since, _ in jobs.values())
+            return {"state": "busy", "in_flight": len(jobs), "busy_for": round(time.monotonic() - oldest, 1)}
+
+        def loop_problem(self) -> str | None:
+            """A job past its rq timeout (the death penalty should have stopped it), or a
+            work loop that stopped coming around."""
+            now = time.monotonic()
+            with self._slots:
+                jobs = dict(self._jobs)
+            for job_id, (since, timeout) in jobs.items():
+                if timeout is not None and now - since > timeout + JOB_SLACK:
+                    return f"job {job_id} running {now - since:.0f}s, past its {timeout:.0f}s timeout"
+            if not self.loop_beat:
+                return None
+            limit = self.dequeue_timeout + LOOP_SLACK
+            if now - self.loop_beat > limit:
+                return f"rq loop silent for {now - self.loop_beat:.0f}s (limit {limit:.0f}s)"
+            return None
+
+    return InFlightWorker

@@ -1,0 +1,75 @@
+"""The in-flight rq worker (robot_lab/workers/inflight.py) on a real Redis, in this process:
+it runs several jobs at once through rq's own job lifecycle (results, failures), never more
+than its slots, and a burst run waits for the jobs in hand before it quits."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from robot_lab.workers.inflight import in_flight_worker_class
+
+_barrier = threading.Barrier(3, timeout=20)
+_active = {"now": 0, "most": 0}
+_lock = threading.Lock()
+
+
+def meet(n: int) -> str:
+    """A job that returns only once three jobs run at the same time."""
+    _barrier.wait()
+    return f"met {n}"
+
+
+def count(n: int) -> int:
+    """A job that records how many jobs run at once."""
+    with _lock:
+        _active["now"] += 1
+        _active["most"] = max(_active["most"], _active["now"])
+    threading.Event().wait(0.05)
+    with _lock:
+        _active["now"] -= 1
+    return n
+
+
+def boom() -> None:
+    raise ValueError("boom")
+
+
+@pytest.fixture
+def queue(real_client):  # type: ignore[no-untyped-def]
+    from rq import Queue
+
+    from robot_lab.runtime.network.serializer import JobSerializer
+
+    q = Queue(f"inflight-{uuid.uuid4().hex[:8]}", connection=real_client, serializer=JobSerializer)
+    yield q
+    q.delete(delete_jobs=True)
+
+
+def _worker(queue, in_flight: int):  # type: ignore[no-untyped-def]
+    from robot_lab.runtime.network.serializer import JobSerializer
+
+    cls = in_flight_worker_class()
+    return cls([queue], connection=queue.connection, serializer=JobSerializer, in_flight=in_flight)
+
+
+def test_jobs_run_at_once_through_rqs_lifecycle(queue) -> None:  # type: ignore[no-untyped-def]
+    jobs = [queue.enqueue_call(func=f"{__name__}.meet", args=(i,), result_ttl=60) for i in range(3)]
+    failing = queue.enqueue_call(func=f"{__name__}.boom", result_ttl=60)
+    worker = _worker(queue, 3)
+    worker.work(burst=True, logging_level="WARNING")
+    assert not _barrier.broken  # the three ran at the same time
+    assert [j.latest_result().return_value for j in jobs] == ["met 0", "met 1", "met 2"]
+    assert failing.get_status(refresh=True) == "failed"
+    assert failing.id in queue.failed_job_registry.get_job_ids()
+    assert len(queue.finished_job_registry) == 3
+    assert worker.jobs_done == 4 and worker.progress() == {"state": "idle", "in_flight": 0}
+
+
+def test_never_more_jobs_than_slots(queue) -> None:  # type: ignore[no-untyped-def]
+    jobs = [queue.enqueue_call(func=f"{__name__}.count", args=(i,), result_ttl=60) for i in range(8)]
+    _worker(queue, 2).work(burst=True, logging_level="WARNING")
+    assert [j.latest_result().return_value for j in jobs] == list(range(8))
+    assert 1 <= _active["most"] <= 2  # at most its two slots

@@ -1,0 +1,147 @@
+"""Many runs in flight per worker process (issue 15), with real processes on a real Redis:
+
+* bus consumers with ``in_flight`` 4 in two processes: each conversation in order and never
+  two of its messages at once, while one process runs messages of different conversations at
+  the same time (seen in the start/end times the handlers record);
+* ``robot-lab worker --in-flight 4``: tasks and messages of different conversations overlap
+  in one process; SIGTERM lets every task and message in hand finish and takes nothing new;
+  after kill -9 every task and message in hand is run again by another worker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from typing import Any
+
+import pytest
+
+from robot_lab.app import publish_specs
+from robot_lab.bus import Bus
+from robot_lab.keys import Keys
+from robot_lab.runtime.network.coordinator import Coordinator
+from robot_lab.runtime.network.dsl import create_network
+from robot_lab.runtime.robot import build
+from robot_lab.schemas import decode_message
+from tests.redis_server import wait_for
+from tests.test_bus_procs import env, procs, publish_conversations_and_check_order, start_workers  # noqa: F401
+from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+IN_FLIGHT = 4
+
+
+# --- bus consumers (tests/busproc.py) ------------------------------------------------------
+def test_conversations_stay_in_order_across_consumers_with_many_in_flight(env, procs, tmp_path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    env = {**env, "BUSPROC_IN_FLIGHT": str(IN_FLIGHT)}
+    bus = start_workers(procs, env, tmp_path, "spans", "chat", "s1", "s2")
+    test = publish_conversations_and_check_order(bus, procs, env, tmp_path, 8, 6)
+    overlapping = 0
+    for consumer in ("s1", "s2"):
+        spans = [s.decode().split("|") for s in bus.redis.lrange(f"{test}:spans:{consumer}", 0, -1)]
+        spans = [(conv, float(a), float(b)) for conv, a, b in spans]
+        overlapping += sum(1 for i, (ca, sa, ea) in enumerate(spans) for cb, sb, eb in spans[i + 1:]
+                           if ca != cb and sa < eb and sb < ea)
+    assert overlapping > 0  # one process ran handlers of different conversations at once
+
+
+# --- robot-lab worker --------------------------------------------------------------------
+@pytest.fixture
+def client(real_client):  # type: ignore[no-untyped-def]
+    return real_client
+
+
+def _worker(processes, env: dict[str, str], robot: str, name: str) -> subprocess.Popen[bytes]:  # noqa: F811
+    return processes.start([str(VENV_BIN / "robot-lab"), "worker", robot, "--in-flight", str(IN_FLIGHT)], env, name)
+
+
+def _events(store: Any, name: str) -> list[Any]:
+    return [e for _, e in store.events() if e.event == name]
+
+
+def _runners(client: Any, keys: Keys, robot: str) -> list[str]:
+    """The consumer each conversation head was granted to (ACQUIRE: its handler started)."""
+    runners = [v.decode().rsplit("|", 1)[1] for v in client.hvals(keys.conversation_heads(robot))]
+    return [r for r in runners if r]
+
+
+def _replies(client: Any, keys: Keys, inbox: str) -> dict[str, Any]:
+    return {m.in_reply_to: m for m in (decode_message(f[b"envelope"])
+                                       for _, f in client.xrange(keys.inbox(inbox)))}
+
+
+def _ask(bus: Bus, robot: str, sender: str, n: int) -> list[str]:
+    return [bus.publish(robot, f"question {i}", from_=sender, conversation_id=f"conv-{sender}-{i}").id
+            for i in range(n)]
+
+
+def _fan(robot: Any, n: int, name: str) -> Any:
+    net = create_network(name)
+    with net.parallel("all"):
+        for i in range(n):
+            net.task(f"t{i}", robot)
+    return net
+
+
+def _in_hand(client: Any, real_redis_url: str, key_prefix: str, processes: Any, *, model: str, visibility: str,  # noqa: F811
+             extra: int) -> tuple[Any, Keys, list[str], Any, dict[str, str], str]:
+    """A ``robot-lab worker --in-flight 4`` with IN_FLIGHT + ``extra`` messages (on as many
+    conversations) and as many parallel tasks sent to it; returns once it has IN_FLIGHT of
+    each in hand: (process, keys, message ids, run handle, environment, robot name)."""
+    bot = build(f"inflight-{uid()}", model=model)
+    publish_specs([bot.to_spec()], connection=client)
+    env = child_env(real_redis_url, key_prefix, ROBOT_LAB_BUS__VISIBILITY_TIMEOUT=visibility)
+    proc = _worker(processes, env, bot.name, "worker")
+    wait_for_workers(client, [f"robot:{bot.name}"], timeout=90)
+    keys = Keys(prefix=key_prefix)
+    bus = Bus(client, keys=keys)
+    bus.register("asker")
+    wait_for(lambda: client.exists(keys.inbox(bot.name)), timeout=30)
+    asked = _ask(bus, bot.name, "asker", IN_FLIGHT + extra)
+    handle = Coordinator(connection=client).submit(_fan(bot, IN_FLIGHT + extra, "inflight"), "x")
+    wait_for(lambda: len(_events(handle.store, "task.started")) == IN_FLIGHT
+             and len(_runners(client, keys, bot.name)) == IN_FLIGHT, timeout=60, interval=0.05)
+    return proc, keys, asked, handle, env, bot.name
+
+
+def test_sigterm_drains_every_task_and_message_in_hand(client, real_redis_url, key_prefix, processes) -> None:  # noqa: F811
+    # one more message and one more task than there are slots: those two must not be taken
+    proc, keys, asked, handle, _, robot = _in_hand(client, real_redis_url, key_prefix, processes,
+                                            model="scripted/sleep:1500", visibility="5", extra=1)
+    store = handle.store
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    completed = _events(store, "task.completed")
+    assert len(completed) == IN_FLIGHT  # every task in hand finished, once, on its first attempt
+    started = _events(store, "task.started")
+    assert {e.task for e in started} == {e.task for e in completed}
+    assert all(store.attempts()[e.task] == 1 for e in completed)
+    assert max(e.ts for e in started) < min(e.ts for e in completed)  # they ran at the same time
+    assert list(store.states().values()).count("queued") == 1  # the one nobody took waits
+    replies = _replies(client, keys, "asker")
+    assert len(replies) == IN_FLIGHT and set(replies) < set(asked)  # every message in hand answered
+    group = {g["name"].decode(): g for g in client.xinfo_groups(keys.inbox(robot))}[robot]
+    assert group["pending"] == 0  # all acked; the extra message was never read
+    assert group["lag"] == 1
+
+
+def test_kill_9_with_many_in_flight_reruns_every_task_and_message(client, real_redis_url, key_prefix,
+                                                                   processes) -> None:  # noqa: F811
+    victim, keys, asked, handle, env, robot = _in_hand(client, real_redis_url, key_prefix, processes,
+                                                model="scripted/sleep:4000", visibility="1", extra=0)
+    store = handle.store
+    first = {e.task: e.data["worker"] for e in _events(store, "task.started")}
+    victim_consumer = set(_runners(client, keys, robot))
+    assert len(set(w.split(":")[0] for w in first.values())) == 1 and len(victim_consumer) == 1  # one process
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait(10)
+    _worker(processes, env, robot, "rescuer")
+    result = handle.wait(timeout=120)
+    assert set(result.states.values()) == {"done"}
+    assert all(n == 2 for n in store.attempts().values())  # every task in hand ran again
+    again = [e for e in _events(store, "task.started") if e.data["worker"] not in first.values()]
+    assert {e.task for e in again} == set(first)
+    wait_for(lambda: len(_replies(client, keys, "asker")) == IN_FLIGHT, timeout=60)
+    assert set(_replies(client, keys, "asker")) == set(asked)  # every message in hand answered
