@@ -169,7 +169,18 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any]) -> redis.Redis:
         return Sentinel(list(parsed.hosts), sentinel_kwargs=sentinel, **conn).master_for(parsed.service)
     from redis.cluster import RedisCluster
 
-    return RedisCluster(**cluster_kwargs(parsed, **kwargs))  # type: ignore[return-value]
+    options = cluster_kwargs(parsed, **kwargs)
+    client = RedisCluster(**options)
+    # what robot_lab.rq_connection needs to open a plain connection to one node
+    client._robot_lab_node_kwargs = {k: v for k, v in options.items() if k != "startup_nodes"}
+    return client  # type: ignore[return-value]
+
+
+def mget(client: Any, keys: list[str]) -> list[Any]:
+    """MGET that also works on Redis Cluster, where ``keys`` may sit in different slots
+    (redis-py's ``mget_nonatomic`` splits them by slot; no atomicity is needed by callers)."""
+    many = getattr(client, "mget_nonatomic", None)
+    return many(keys) if many is not None else client.mget(keys)
 
 
 def get_redis(url: str | None = None) -> redis.Redis:

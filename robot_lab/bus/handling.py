@@ -58,7 +58,7 @@ class Handling(PollerState):
                     blocked.add(conv)
                 continue
             if conv is not None and not self.bus._acquire(
-                keys=[self.inbox], args=[self.robot, conv, d.entry_id, self.consumer]
+                keys=self.conv_keys, args=[self.robot, conv, d.entry_id, self.consumer]
             ):
                 blocked.add(conv)
                 continue
@@ -149,7 +149,7 @@ class Handling(PollerState):
         # one round trip per message. A crash before that round trip redelivers the entry,
         # exactly like a crash between handler and XACK would.
         if d.conversation:
-            self.bus._complete(keys=[self.inbox], args=[self.robot, d.entry_id, d.conversation])
+            self.bus._complete(keys=self.conv_keys, args=[self.robot, d.entry_id, d.conversation])
         else:
             self._ack_queue.append(d.entry_id)
         d.state = ACKED
@@ -191,10 +191,10 @@ class Handling(PollerState):
                                          minimal=True)
         args = [self.robot, d.entry_id, d.conversation or "", int(self.bus.settings.dlq_maxlen)]
         try:
-            self.bus._dead(keys=[self.inbox, self.dlq], args=[*args, *fields])
+            self.bus._dead(keys=[*self.conv_keys, self.dlq], args=[*args, *fields])
         except _redis.ResponseError as exc:  # the record itself was refused (too big, OOM)
             minimal = self._letter_fields(d, reason, f"{text} (full record refused: {exc})", extra, minimal=True)
-            self.bus._dead(keys=[self.inbox, self.dlq], args=[*args, *minimal])
+            self.bus._dead(keys=[*self.conv_keys, self.dlq], args=[*args, *minimal])
         d.state = DEAD
         self._held.pop(d.entry_id, None)
         self.counts["dead"] += 1

@@ -103,6 +103,8 @@ class BusPoller(Intake, Handling, Reclaim):
         self._register = register
         self.inbox = self.bus.keys.inbox(robot)
         self.dlq = self.bus.keys.dlq(robot)
+        # the keys the conversation scripts take after the inbox (READ/ACQUIRE/COMPLETE/DEAD_LETTER)
+        self.conv_keys = [self.inbox, self.bus.keys.conversation_queue(robot), self.bus.keys.conversation_heads(robot)]
         self._vis_ms = max(1, int(self.visibility_timeout * 1000))
 
         self._handler: Handler = lambda d: None  # robot_lab: an incoming message never runs the LLM by default

@@ -31,6 +31,7 @@ class PollerState:
     redis: _redis.Redis
     inbox: str  # the robot's inbox stream key
     dlq: str  # its dead-letter stream key
+    conv_keys: list[str]  # inbox, conversation queue, conversation heads (the scripts' KEYS)
 
     # settings
     batch_size: int
