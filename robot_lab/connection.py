@@ -183,6 +183,36 @@ def mget(client: Any, keys: list[str]) -> list[Any]:
     return many(keys) if many is not None else client.mget(keys)
 
 
+def durable(client: Any, write: Any) -> Any:
+    """``write(target)`` -- one write queued on ``target`` -- made durable per the
+    ``redis_wait_replicas`` setting: the write and a ``WAIT <replicas> <timeout>`` go in one
+    pipeline, so they share a connection (WAIT counts the replicas that acknowledged *this
+    connection's* writes). Returns the write's result. When fewer replicas acknowledged in
+    time, the write stands and ``redis.replication_lag`` is logged: WAIT narrows the window
+    in which a failover loses an acknowledged write, it does not make replication
+    synchronous.
+
+    Off (a plain call) when the setting is 0, on the embedded fakeredis, and on Redis
+    Cluster clients: redis-py's cluster pipeline sends a keyless WAIT to a node of its
+    choosing, not over the connection that wrote."""
+    from robot_lab.settings import get_settings
+
+    settings = get_settings()
+    replicas = int(settings.redis_wait_replicas)
+    if replicas <= 0 or type(client).__module__.startswith(("fakeredis", "redis.cluster")):
+        return write(client)
+    pipe = client.pipeline(transaction=False)
+    write(pipe)
+    pipe.execute_command("WAIT", replicas, int(settings.redis_wait_timeout_ms))
+    result, acked = pipe.execute()
+    if int(acked) < replicas:
+        from robot_lab.logging import get_logger
+
+        get_logger("robot_lab.redis").warning("redis.replication_lag", wanted=replicas, acked=int(acked),
+                                              timeout_ms=int(settings.redis_wait_timeout_ms))
+    return result
+
+
 def get_redis(url: str | None = None) -> redis.Redis:
     """A shared client per URL (clients are thread-safe connection pools)."""
     if url is None:

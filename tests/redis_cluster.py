@@ -237,3 +237,25 @@ class SentinelSet(_Servers):
         host, port = redis.Redis(port=self.sentinel_ports[0]).execute_command(
             "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
         return int(port)
+
+
+class SingleRedis(_Servers):
+    """One plain redis-server (the other side of bench/cluster.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.url: str | None = None
+
+    def start(self) -> str | None:
+        if not shutil.which("redis-server"):
+            self.reason = "redis-server not on PATH"
+            return None
+        self.dir = Path(tempfile.mkdtemp(prefix="robot-lab-single-"))
+        port = free_port()
+        self._spawn(port, _common(port))
+        if not _wait_ping(port):
+            self.reason = "redis-server did not start"
+            self.stop()
+            return None
+        self.url = f"redis://127.0.0.1:{port}/0"
+        return self.url

@@ -40,6 +40,7 @@ from typing import Any
 
 import msgspec
 
+from robot_lab.connection import durable
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
 from robot_lab.rq_connection import rq_connection
@@ -82,11 +83,13 @@ class RunStore:
         self._order_cache: list[str] | None = None
 
     # --- scripts ---------------------------------------------------------------------
-    def _eval(self, script: str, *argv: Any, leases: tuple[str, ...] = ()) -> Any:
+    def _eval(self, script: str, *argv: Any, leases: tuple[str, ...] = (), critical: bool = False) -> Any:
         """Run a transition with every key it touches declared (the run's keys, then the
-        leases of ``leases``)."""
+        leases of ``leases``); ``critical`` ones wait for replicas (``redis_wait_replicas``)."""
         keys = [self.key + suffix for suffix in transitions.RUN_KEY_SUFFIXES]
         keys.extend(self.lease_key(task) for task in leases)
+        if critical:
+            return durable(self.r, lambda target: transitions.run_script(target, script, keys, self.run_id, *argv))
         return transitions.run_script(self.r, script, keys, self.run_id, *argv)
 
     def lease_key(self, task: str) -> str:
@@ -176,6 +179,7 @@ class RunStore:
             json.dumps(data or {}),
             json.dumps(usage) if usage else "",
             leases=(task,),
+            critical=True,  # a recorded result must survive a failover: it is paid for
         )
         status = _decode(raw[0])
         if status != "ok":

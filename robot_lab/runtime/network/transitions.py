@@ -257,6 +257,8 @@ return 1
 def run_script(connection: Any, script: str, keys: list[str], run_id: str, *argv: Any) -> Any:
     """EVALSHA ``script`` on the run's ``keys`` (see the module docstring), falling back to
     EVAL (which caches it) on NOSCRIPT."""
+    if hasattr(connection, "command_stack"):  # a pipeline (connection.durable): no NOSCRIPT round trip
+        return connection.eval(script, len(keys), *keys, run_id, *argv)
     sha = _SCRIPT_SHAS.get(script)
     if sha is None:
         sha = _SCRIPT_SHAS[script] = hashlib.sha1(script.encode()).hexdigest()
