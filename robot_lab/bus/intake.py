@@ -146,12 +146,33 @@ class Intake(PollerState):
                      verdict.error or None, cid or None)
         self._hold(d)
         if verdict.reason:
-            self._dead_letter(d, verdict.reason, verdict.error, notify=message or self._stand_in(entry, verdict))
+            # under require only an authentic sender is told (an error envelope is a write
+            # into the inbox the entry names: a forger must not aim it)
+            report = self.verify != "require" or (
+                message is not None and not self.bus.keyring.problem(fields.get(b"envelope", b""), message))
+            self._dead_letter(d, verdict.reason, verdict.error, notify=message or self._stand_in(entry, verdict),
+                              report=report)
             return 1
         assert message is not None
+        if self.verify != "off" and self._unauthenticated(d, message):
+            return 1
         if message.to != self.robot:
             log.warning("bus.misaddressed", robot=self.robot, to=message.to, message_id=message.id)
         return 0
+
+    def _unauthenticated(self, d: Delivery, message: RobotMessage) -> bool:
+        """Check the entry's signature (signing.verify / signing.robots); under ``require`` a
+        failure is dead-lettered as ``unauthenticated`` -- no handler, no model call, no
+        error envelope to a sender who may be forged. Returns True when it was."""
+        problem = self.bus.keyring.problem(d.fields.get(b"envelope", b""), message)
+        if not problem:
+            return False
+        log.warning("bus.unauthenticated", robot=self.robot, entry=d.entry_id, message_id=message.id,
+                    sender=message.from_, error=problem, mode=self.verify)
+        if self.verify != "require":
+            return False
+        self._dead_letter(d, "unauthenticated", problem, report=False)
+        return True
 
     def _stand_in(self, entry: str, verdict: Verdict) -> RobotMessage | None:
         """A refused entry's sender, as far as it can be read: who gets the error envelope."""
