@@ -176,6 +176,12 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any]) -> redis.Redis:
     return client  # type: ignore[return-value]
 
 
+def is_cluster_client(client: Any) -> bool:
+    """Whether ``client`` is redis-py's ``RedisCluster`` (its pipelines refuse scripts and
+    keyless commands go to a node of its choosing)."""
+    return type(client).__module__.startswith("redis.cluster")
+
+
 def mget(client: Any, keys: list[str]) -> list[Any]:
     """MGET that also works on Redis Cluster, where ``keys`` may sit in different slots
     (redis-py's ``mget_nonatomic`` splits them by slot; no atomicity is needed by callers)."""
@@ -199,7 +205,7 @@ def durable(client: Any, write: Any) -> Any:
 
     settings = get_settings()
     replicas = int(settings.redis_wait_replicas)
-    if replicas <= 0 or type(client).__module__.startswith(("fakeredis", "redis.cluster")):
+    if replicas <= 0 or is_cluster_client(client) or type(client).__module__.startswith("fakeredis"):
         return write(client)
     pipe = client.pipeline(transaction=False)
     write(pipe)

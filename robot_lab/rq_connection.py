@@ -23,6 +23,7 @@ from typing import Any
 import redis
 from redis.connection import Connection, SSLConnection
 
+from robot_lab.connection import is_cluster_client
 from robot_lab.errors import ConfigurationError
 
 _TAG = re.compile(r"\{([^}]+)\}")
@@ -32,12 +33,6 @@ def rq_prefix() -> str:
     from rq.defaults import RQ_KEY_PREFIX
 
     return RQ_KEY_PREFIX
-
-
-def is_cluster(connection: Any) -> bool:
-    from redis.cluster import RedisCluster
-
-    return isinstance(connection, RedisCluster)
 
 
 class _SlotOwnerMixin:
@@ -78,7 +73,7 @@ def rq_connection(connection: Any) -> Any:
 
     Raises ConfigurationError when ``RQ_KEY_PREFIX`` has no hash tag: rq's keys would then
     spread over slots and its transactions fail with CROSSSLOT."""
-    if not is_cluster(connection):
+    if not is_cluster_client(connection):
         return connection
     cached = getattr(connection, "_robot_lab_rq", None)
     if cached is not None:

@@ -224,3 +224,17 @@ def test_kill_9_worker_mid_task_is_rerun_by_the_other(fleet: ClusterFleet, redis
     assert store.attempts()["slow"] == 2
     assert [e.data["reason"] for _, e in store.events() if e.event == "task.retrying"] == \
         ["worker lost (lease expired)"]
+
+
+def test_rq_needs_a_hash_tagged_prefix_on_a_cluster(cluster) -> None:  # type: ignore[no-untyped-def]
+    """This process imported rq with the default ``RQ_KEY_PREFIX`` (``rq``): on a cluster
+    that is refused with the fix named, instead of CROSSSLOT errors deep inside rq."""
+    import fakeredis
+
+    from robot_lab.errors import ConfigurationError
+    from robot_lab.rq_connection import data_connection, rq_connection
+
+    with pytest.raises(ConfigurationError, match=r"RQ_KEY_PREFIX='\{rq\}'"):
+        rq_connection(cluster)
+    plain = fakeredis.FakeRedis()
+    assert rq_connection(plain) is plain and data_connection(plain) is plain

@@ -39,6 +39,8 @@ class Intake(PollerState):
             return 0
         self._drained = False
         try:
+            if self._ack_queue and self._cluster:  # redis-py's cluster pipeline refuses scripts
+                self.flush_acks()
             if self._ack_queue:  # acks of the last batch ride along: one round trip
                 pipe = self.redis.pipeline(transaction=False)
                 self._queue_acks_on(pipe)
