@@ -224,7 +224,10 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = 
     if aio:
         options["startup_nodes"] = [AsyncClusterNode(n.host, n.port) for n in options["startup_nodes"]]
         return AsyncRedisCluster(**options)
-    return RedisCluster(**options)  # type: ignore[return-value]
+    client = RedisCluster(**options)
+    # what robot_lab.rq_connection needs to open a plain connection to one node
+    client._robot_lab_node_kwargs = {k: v for k, v in options.items() if k != "startup_nodes"}
+    return client  # type: ignore[return-value]
 
 
 # Connection options an asyncio twin of a hand-made sync client copies (the rest -- retry
@@ -287,6 +290,49 @@ def async_client_for(client: Any) -> Any:
     if entry is None or entry[0] is not client:
         entry = per_loop[id(client)] = (client, async_twin(client))
     return entry[1]
+
+
+def is_cluster_client(client: Any) -> bool:
+    """Whether ``client`` is redis-py's ``RedisCluster`` (its pipelines refuse scripts and
+    keyless commands go to a node of its choosing)."""
+    return type(client).__module__.startswith("redis.cluster")
+
+
+def mget(client: Any, keys: list[str]) -> list[Any]:
+    """MGET that also works on Redis Cluster, where ``keys`` may sit in different slots
+    (redis-py's ``mget_nonatomic`` splits them by slot; no atomicity is needed by callers)."""
+    many = getattr(client, "mget_nonatomic", None)
+    return many(keys) if many is not None else client.mget(keys)
+
+
+def durable(client: Any, write: Any) -> Any:
+    """``write(target)`` -- one write queued on ``target`` -- made durable per the
+    ``redis_wait_replicas`` setting: the write and a ``WAIT <replicas> <timeout>`` go in one
+    pipeline, so they share a connection (WAIT counts the replicas that acknowledged *this
+    connection's* writes). Returns the write's result. When fewer replicas acknowledged in
+    time, the write stands and ``redis.replication_lag`` is logged: WAIT narrows the window
+    in which a failover loses an acknowledged write, it does not make replication
+    synchronous.
+
+    Off (a plain call) when the setting is 0, on the embedded fakeredis, and on Redis
+    Cluster clients: redis-py's cluster pipeline sends a keyless WAIT to a node of its
+    choosing, not over the connection that wrote."""
+    from robot_lab.settings import get_settings
+
+    settings = get_settings()
+    replicas = int(settings.redis_wait_replicas)
+    if replicas <= 0 or is_cluster_client(client) or type(client).__module__.startswith("fakeredis"):
+        return write(client)
+    pipe = client.pipeline(transaction=False)
+    write(pipe)
+    pipe.execute_command("WAIT", replicas, int(settings.redis_wait_timeout_ms))
+    result, acked = pipe.execute()
+    if int(acked) < replicas:
+        from robot_lab.logging import get_logger
+
+        get_logger("robot_lab.redis").warning("redis.replication_lag", wanted=replicas, acked=int(acked),
+                                              timeout_ms=int(settings.redis_wait_timeout_ms))
+    return result
 
 
 def get_redis(url: str | None = None) -> redis.Redis:

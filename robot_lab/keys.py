@@ -44,9 +44,12 @@ class Keys:
         ``bus.record_ttl``."""
         return f"{self.replied(robot)}:{message_id}"
 
-    def conversation_lock(self, robot: str, conversation_id: str) -> str:
-        """List: un-acked entry ids of one conversation in stream order; the head may run."""
-        return f"{self.inbox(robot)}:conv:{conversation_id}"
+    def conversation_queue(self, robot: str) -> str:
+        """Sorted set (all scores 0): one member per un-acked conversation entry,
+        ``<len>:<conversation id>:<padded entry id>``, so each conversation's entries are
+        contiguous and in stream order; the head may run (see robot_lab/bus/scripts.py).
+        One key for every conversation, so the bus scripts can declare it in KEYS."""
+        return f"{self.inbox(robot)}:conv-queue"
 
     def conversation_heads(self, robot: str) -> str:
         """Hash: conversation id -> ``head|since_ms|runner`` of each conversation with

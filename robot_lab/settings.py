@@ -282,6 +282,12 @@ class Settings(BaseSettings):
     # exponential backoff with jitter, first delay ~redis_retry_initial, at most redis_retry_max.
     redis_retry_initial: float = 0.2
     redis_retry_max: float = 5.0
+    # Critical writes (a task's recorded result, memory compare-and-set) wait until this many
+    # replicas acknowledged them (Redis WAIT, at most redis_wait_timeout_ms), so a failover
+    # right after cannot lose them. 0 = off (Redis replication is asynchronous). Not applied
+    # on Redis Cluster clients (connection.durable explains why).
+    redis_wait_replicas: int = 0
+    redis_wait_timeout_ms: int = 500
 
     template_path: list[str] = Field(default_factory=lambda: ["prompts"])
     # robot_lab's max_iterations bounded its network's router loop; networks here are DAGs

@@ -18,6 +18,7 @@ for _key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "ROBOT_LAB
              "ROBOT_LAB_REDIS_URL", "ROBOT_LAB_APP"):
     os.environ.pop(_key, None)
 
+from tests.redis_cluster import RedisCluster, SentinelSet  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
 _server = RedisServer()
@@ -43,6 +44,31 @@ def real_redis_url() -> str:
     if not _server.url:
         pytest.skip(f"real Redis unavailable: {_server.reason}")
     return _server.url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A real 3-primary / 3-replica Redis Cluster on loopback for the session (started on
+    first use, ~2 s; skips when redis-server / redis-cli are missing)."""
+    cluster = RedisCluster()
+    if not cluster.start():
+        pytest.skip(f"Redis Cluster unavailable: {cluster.reason}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def sentinel_set() -> Iterator[SentinelSet]:
+    """A fresh primary + replica + three sentinels (the failover test kills the primary)."""
+    servers = SentinelSet()
+    if not servers.start():
+        pytest.skip(f"Sentinel set unavailable: {servers.reason}")
+    try:
+        yield servers
+    finally:
+        servers.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ import pytest
 import redis as redis_lib
 
 from robot_lab.bus import Bus, BusPoller, Delivery
+from robot_lab.bus.conversations import queue_entry
 from robot_lab.errors import AwaitTimeout, BusError
 from robot_lab.schemas import RobotMessage, RobotResult, TextMessage, decode_message, encode_message
 from tests.redis_server import wait_for
@@ -433,8 +434,10 @@ def test_conversation_key_is_the_keys_layout(bus: Bus) -> None:
     poller.poll()
     msg = bus.publish("billing", "x", conversation_id="conv-9")
     poller._read()  # queue it without handling
-    key = bus.keys.conversation_lock("billing", "conv-9")
-    assert bus.redis.lrange(key, 0, -1) == [bus.redis.xrange(bus.keys.inbox("billing"))[0][0]]
+    key = bus.keys.conversation_queue("billing")
+    [member] = bus.redis.zrange(key, 0, -1)
+    assert queue_entry(member, "conv-9").encode() == bus.redis.xrange(bus.keys.inbox("billing"))[0][0]
+    assert member.startswith(b"6:conv-9:0000")  # length-prefixed id, zero-padded entry id
     gate.set()
     drain(poller)
     assert not bus.redis.exists(key) and msg.conversation_id == "conv-9"
@@ -505,7 +508,7 @@ def test_conversations_stay_ordered_with_two_threaded_consumers(bus: Bus) -> Non
     assert overlaps == []
     assert order == {f"conv{c}": list(range(per_conv)) for c in range(n_conv)}
     assert pending(bus, "billing") == 0
-    assert not list(r.scan_iter(match=f"{bus.keys.inbox('billing')}:conv:*"))
+    assert not r.exists(bus.keys.conversation_queue("billing"))
 
 
 def test_failed_head_blocks_its_conversation_until_dead_lettered(bus: Bus) -> None:

@@ -277,7 +277,7 @@ def test_per_message_state_expires(bus: Bus) -> None:
     record = bus.keys.replied_for(ROBOT, "fuzzer:m-ttl")
     assert 0 < bus.redis.ttl(record) <= bus.settings.record_ttl
     # the conversation's ordering state is gone with its last entry
-    assert not bus.redis.exists(bus.keys.conversation_lock(ROBOT, "conv-ttl"))
+    assert not bus.redis.exists(bus.keys.conversation_queue(ROBOT))
     assert not bus.redis.exists(bus.keys.conversation_heads(ROBOT))
 
 

@@ -101,7 +101,7 @@ def test_reclaimed_head_runs_first_and_the_conversation_follows_in_order(bus: Bu
     assert handled == ["free", "0", "1", "2", "3", "4", "5"]
     assert survivor.counts["reclaimed"] == 1 and survivor.held == 0
     assert bus.redis.xpending(bus.keys.inbox("talk"), "talk")["pending"] == 0
-    assert not bus.redis.exists(bus.keys.conversation_lock("talk", "c-1"))
+    assert not bus.redis.exists(bus.keys.conversation_queue("talk"))
     assert not bus.redis.exists(bus.keys.conversation_heads("talk"))
 
 

@@ -36,7 +36,7 @@ from robot_lab.keys import Keys
 from robot_lab.runtime.robot import build
 from robot_lab.schemas import decode_message
 from tests.redis_server import REPO_ROOT, wait_for
-from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
+from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers, write_fan_network  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -106,18 +106,6 @@ def aof_redis(tmp_path):
         server.stop()
 
 
-NETWORK_MODULE = '''
-from robot_lab.runtime.network.dsl import create_network
-from robot_lab.runtime.robot import build
-
-slow = build({robot!r}, model="scripted/sleep:1500")
-network = create_network("restart")
-for i in range({tasks}):
-    network.task(f"t{{i}}", slow)
-network.task("total", slow, depends_on=[f"t{{i}}" for i in range({tasks})])
-'''
-
-
 def _log_lines(path: Path) -> list[dict]:
     out = []
     for line in path.read_text(errors="replace").splitlines():
@@ -136,8 +124,7 @@ def test_fleet_rides_out_a_redis_restart(aof_redis, tmp_path, processes, sig):  
     robot = f"steady-{uid()}"
     publish_specs([build(robot, model="scripted/sleep:1500").to_spec()], connection=client, keys=keys)
     module_dir = tmp_path / "mods"
-    module_dir.mkdir()
-    (module_dir / "restartnet.py").write_text(NETWORK_MODULE.format(robot=robot, tasks=TASKS))
+    write_fan_network(module_dir, "restartnet", robot, tasks=TASKS, sleep_ms=1500, name="restart")
     env = child_env(aof_redis.url, prefix, ROBOT_LAB_WORKER_HEARTBEAT="0.5",
                     ROBOT_LAB_HEALTH_DIR=str(tmp_path / "health"), ROBOT_LAB_REDIS_RETRY_MAX="1.0",
                     PYTHONPATH=f"{module_dir}:{REPO_ROOT}")

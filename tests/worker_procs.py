@@ -38,6 +38,27 @@ def child_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
     return env
 
 
+FAN_NETWORK_MODULE = '''
+from robot_lab.runtime.network.dsl import create_network
+from robot_lab.runtime.robot import build
+
+slow = build({robot!r}, model="scripted/sleep:{sleep_ms}")
+network = create_network({name!r})
+for i in range({tasks}):
+    network.task(f"t{{i}}", slow)
+network.task("total", slow, depends_on=[f"t{{i}}" for i in range({tasks})])
+'''
+
+
+def write_fan_network(directory: Path, module: str, robot: str, *, tasks: int, sleep_ms: int, name: str) -> None:
+    """A module ``<module>.py`` in ``directory`` defining ``network``: ``tasks`` parallel
+    ``scripted/sleep`` tasks of ``robot`` and a ``total`` task after all of them (for
+    ``robot-lab run <module>:network``)."""
+    directory.mkdir(exist_ok=True)
+    (directory / f"{module}.py").write_text(
+        FAN_NETWORK_MODULE.format(robot=robot, sleep_ms=sleep_ms, tasks=tasks, name=name))
+
+
 class Processes:
     """Start processes in their own session; kill every one of them at the end."""
 

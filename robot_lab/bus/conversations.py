@@ -21,6 +21,20 @@ from robot_lab.bus.core import Bus
 from robot_lab.text.strings import as_str as _s
 
 
+def queue_range(conversation_id: str) -> tuple[bytes, bytes]:
+    """``ZRANGEBYLEX`` bounds of one conversation's members in the conversation queue
+    (the member layout of robot_lab/bus/scripts.py)."""
+    prefix = f"{len(conversation_id.encode())}:{conversation_id}:".encode()
+    return b"[" + prefix, b"(" + prefix + b"\xff"
+
+
+def queue_entry(member: bytes | str, conversation_id: str) -> str:
+    """The stream entry id of a conversation queue member (padding removed)."""
+    raw = member.decode() if isinstance(member, bytes) else member
+    ms, _, seq = raw[len(f"{len(conversation_id.encode())}:{conversation_id}:"):].partition("-")
+    return f"{int(ms)}-{int(seq)}"
+
+
 def sweep_interval(visibility_timeout: float) -> float:
     """Seconds between a consumer's reclaim sweeps (``XAUTOCLAIM``) by default."""
     return max(0.05, visibility_timeout / 2)
@@ -71,15 +85,17 @@ def stalled_conversations(
     pipe = r.pipeline(transaction=False)
     pipe.time()
     for cid, head, _since, _runner in heads:
-        pipe.lindex(keys.conversation_lock(robot, cid), 0)
+        low, high = queue_range(cid)
+        pipe.zrangebylex(keys.conversation_queue(robot), low, high, start=0, num=1)
         pipe.xpending_range(inbox, robot, min=head, max=head, count=1)
     replies = pipe.execute()
     sec, usec = replies[0]
     now_ms = int(sec) * 1000 + int(usec) // 1000
     found: list[StalledConversation] = []
     for i, (cid, head, since, runner) in enumerate(heads):
-        current, pending = replies[1 + 2 * i], replies[2 + 2 * i]
-        if _s(current) != head or now_ms - since <= threshold_ms or not pending:
+        first, pending = replies[1 + 2 * i], replies[2 + 2 * i]
+        current = queue_entry(first[0], cid) if first else None
+        if current != head or now_ms - since <= threshold_ms or not pending:
             # moved on meanwhile, not waiting long enough, or a head acked by hand (pending
             # nowhere: the next ACQUIRE of whoever waits behind it drops it)
             continue

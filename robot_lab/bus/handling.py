@@ -69,7 +69,7 @@ class Handling(PollerState):
                     blocked.add(conv)
                 continue
             if conv is not None and not self.bus._acquire(
-                keys=[self.inbox], args=[self.robot, conv, d.entry_id, self.consumer]
+                keys=self.conv_keys, args=[self.robot, conv, d.entry_id, self.consumer]
             ):
                 blocked.add(conv)
                 continue
@@ -114,10 +114,13 @@ class Handling(PollerState):
         self._waiting_ready = waiting
         asked = [d for d in candidates if d.conversation is not None]
         refused: set[str] = set()
-        if asked:
+        if asked and self._cluster:  # redis-py's cluster pipeline refuses scripts
+            refused = {d.entry_id for d in asked if not self.bus._acquire(
+                keys=self.conv_keys, args=[self.robot, d.conversation, d.entry_id, self.consumer])}
+        elif asked:
             pipe = self.redis.pipeline(transaction=False)
             for d in asked:
-                self.bus._acquire(keys=[self.inbox], args=[self.robot, d.conversation, d.entry_id, self.consumer],
+                self.bus._acquire(keys=self.conv_keys, args=[self.robot, d.conversation, d.entry_id, self.consumer],
                                   client=pipe)
             refused = {d.entry_id for d, granted in zip(asked, pipe.execute()) if not granted}
         for d in candidates:
@@ -263,7 +266,7 @@ class Handling(PollerState):
         # exactly like a crash between handler and XACK would. A handler thread (in flight)
         # acks at once: the polling thread may be blocked in a wait for new entries.
         if d.conversation:
-            self.bus._complete(keys=[self.inbox], args=[self.robot, d.entry_id, d.conversation])
+            self.bus._complete(keys=self.conv_keys, args=[self.robot, d.entry_id, d.conversation])
         elif self._pool_mode:
             self.redis.xack(self.inbox, self.robot, d.entry_id)
         else:
@@ -313,10 +316,10 @@ class Handling(PollerState):
                                          minimal=True)
         args = [self.robot, d.entry_id, d.conversation or "", int(self.bus.settings.dlq_maxlen)]
         try:
-            self.bus._dead(keys=[self.inbox, self.dlq], args=[*args, *fields])
+            self.bus._dead(keys=[*self.conv_keys, self.dlq], args=[*args, *fields])
         except _redis.ResponseError as exc:  # the record itself was refused (too big, OOM)
             minimal = self._letter_fields(d, reason, f"{text} (full record refused: {exc})", extra, minimal=True)
-            self.bus._dead(keys=[self.inbox, self.dlq], args=[*args, *minimal])
+            self.bus._dead(keys=[*self.conv_keys, self.dlq], args=[*args, *minimal])
         with self._lock:
             d.state = DEAD
             self._held.pop(d.entry_id, None)

@@ -42,13 +42,15 @@ class Intake(PollerState):
             return 0
         self._drained = False
         try:
+            if self._ack_queue and self._cluster:  # redis-py's cluster pipeline refuses scripts
+                self.flush_acks()
             if self._ack_queue:  # acks of the last batch ride along: one round trip
                 pipe = self.redis.pipeline(transaction=False)
                 self._queue_acks_on(pipe)
-                self.bus._read(keys=[self.inbox], args=[self.robot, self.consumer, count], client=pipe)
+                self.bus._read(keys=self.conv_keys, args=[self.robot, self.consumer, count], client=pipe)
                 entries, last = pipe.execute()[-1]
             else:
-                entries, last = self.bus._read(keys=[self.inbox], args=[self.robot, self.consumer, count])
+                entries, last = self.bus._read(keys=self.conv_keys, args=[self.robot, self.consumer, count])
         except _redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise

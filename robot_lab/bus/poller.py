@@ -38,6 +38,7 @@ from typing import Any
 
 import redis as _redis
 
+from robot_lab.connection import is_cluster_client
 from robot_lab.errors import BusError
 from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
@@ -117,7 +118,10 @@ class BusPoller(Intake, Handling, Reclaim):
             raise BusError(f"verify must be one of {', '.join(VERIFY_MODES)}, not {self.verify!r}")
         self.inbox = self.bus.keys.inbox(robot)
         self.dlq = self.bus.keys.dlq(robot)
+        # the keys the conversation scripts take after the inbox (READ/ACQUIRE/COMPLETE/DEAD_LETTER)
+        self.conv_keys = [self.inbox, self.bus.keys.conversation_queue(robot), self.bus.keys.conversation_heads(robot)]
         self._vis_ms = max(1, int(self.visibility_timeout * 1000))
+        self._cluster = is_cluster_client(self.redis)
 
         self._handler: Handler = lambda d: None  # robot_lab: an incoming message never runs the LLM by default
         self._auto_ack = True

@@ -1,10 +1,19 @@
 """Lua scripts of the bus: each one makes a multi-step change atomic on ONE robot's keys.
 
-Every script touches only keys that start with the robot's inbox key (``KEYS[1]``), so in
-cluster mode (``Keys(cluster=True)`` wraps the robot name in a hash tag) they all live in
-one slot. Conversation keys are derived inside the scripts as ``KEYS[1] .. ':conv:' .. id``,
-which is exactly :meth:`robot_lab.keys.Keys.conversation_lock` (a test pins that), and the
-conversation heads hash as ``KEYS[1] .. ':conv-heads'`` (:meth:`Keys.conversation_heads`).
+Every script declares every key it touches in ``KEYS`` and builds no key name of its own,
+so it is correct under Redis Cluster's rules (not only by luck of slot placement): all the
+keys of one robot share the robot's hash tag in cluster mode (``Keys(cluster=True)``), so
+they sit in one slot. ``tests/test_cluster_scripts.py`` checks this statically and against a
+real cluster (every command a script runs names only declared keys).
+
+Why one sorted set for all conversations of an inbox rather than one list per
+conversation: READ learns the conversation ids only after XREADGROUP, inside the script,
+so a per-conversation key could not be declared in advance. The queue
+(:meth:`robot_lab.keys.Keys.conversation_queue`) holds one member per queued entry,
+``<len(cid)>:<cid>:<ms padded to 20>-<seq padded to 20>``, all with score 0: lexicographic
+order then groups each conversation's entries together in stream order, the head is one
+``ZRANGEBYLEX ... LIMIT 0 1`` and every step is O(log n). The length prefix keeps a
+conversation id that is a prefix of another (``a`` and ``a:b``) apart.
 
 Conversation order: READ appends each conversation entry to its list in stream order; an
 entry runs only while it is the list's head (ACQUIRE); COMPLETE / DEAD_LETTER remove it.
@@ -18,6 +27,10 @@ to, so ``robot-lab status`` can tell a head that runs from one nobody runs.
 Reply shapes differ a little between Redis and fakeredis inside Lua (an empty XREADGROUP is
 ``false`` on Redis and ``{}`` on fakeredis; fakeredis flattens the stream level), so the
 scripts accept both.
+
+Key arguments: ``KEYS[1]`` inbox; READ, ACQUIRE, COMPLETE and DEAD_LETTER also take
+``KEYS[2]`` the conversation queue and ``KEYS[3]`` the conversation heads hash
+(``conv-heads``); DEAD_LETTER takes the DLQ as ``KEYS[4]``.
 """
 
 from __future__ import annotations
@@ -37,25 +50,46 @@ local function id_lt(a, b)
 end
 """
 
-# Conversation heads bookkeeping (see the module docstring). Times are the server's clock.
+# Conversation queue and heads bookkeeping (see the module docstring); Q = the queue
+# (KEYS[2]), H = the heads hash (KEYS[3]). Times are the server's clock.
 _CONV_HELPERS = """
+local Q, H = KEYS[2], KEYS[3]
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function note_head(inbox, cid)
-  local head = redis.call('LINDEX', inbox .. ':conv:' .. cid, 0)
+local function pad(s) return string.rep('0', 20 - #s) .. s end
+local function unpad(s)
+  local t = string.gsub(s, '^0+', '')
+  if t == '' then return '0' end
+  return t
+end
+local function conv_prefix(cid) return #cid .. ':' .. cid .. ':' end
+local function conv_member(cid, id)
+  local dash = string.find(id, '-', 1, true)
+  return conv_prefix(cid) .. pad(string.sub(id, 1, dash - 1)) .. '-' .. pad(string.sub(id, dash + 1))
+end
+-- the entry id at the head of conversation cid, or nil
+local function conv_head(cid)
+  local p = conv_prefix(cid)
+  local r = redis.call('ZRANGEBYLEX', Q, '[' .. p, '(' .. p .. '\\255', 'LIMIT', 0, 1)
+  if not r or #r == 0 then return nil end
+  local rest = string.sub(r[1], #p + 1)
+  local dash = string.find(rest, '-', 1, true)
+  return unpad(string.sub(rest, 1, dash - 1)) .. '-' .. unpad(string.sub(rest, dash + 1))
+end
+local function note_head(cid)
+  local head = conv_head(cid)
   if head then
-    redis.call('HSET', inbox .. ':conv-heads', cid, head .. '|' .. now_ms() .. '|')
+    redis.call('HSET', H, cid, head .. '|' .. now_ms() .. '|')
   else
-    redis.call('HDEL', inbox .. ':conv-heads', cid)
+    redis.call('HDEL', H, cid)
   end
 end
-local function leave(inbox, cid, entry)
-  local ck = inbox .. ':conv:' .. cid
-  local was_head = redis.call('LINDEX', ck, 0) == entry
-  redis.call('LREM', ck, 1, entry)
-  if was_head then note_head(inbox, cid) end
+local function leave(cid, entry)
+  local was_head = conv_head(cid) == entry
+  redis.call('ZREM', Q, conv_member(cid, entry))
+  if was_head then note_head(cid) end
 end
 """
 
@@ -109,11 +143,11 @@ end
 return redis.call('XTRIM', KEYS[1], 'MINID', threshold)
 """
 
-# KEYS[1] inbox. ARGV: group, consumer, count.
-# XREADGROUP new entries and, in the same atomic step, append each entry that carries a
-# conversation_id to that conversation's ordering list. Because XREADGROUP hands entries
-# out in stream order and this runs atomically, every conversation list is in stream
-# order no matter how many consumers read concurrently.
+# KEYS inbox, queue, heads. ARGV: group, consumer, count.
+# XREADGROUP new entries and, in the same atomic step, queue each entry that carries a
+# conversation_id in the conversation queue. Because XREADGROUP hands entries out in
+# stream order and this runs atomically, no entry of a conversation can become its head
+# while an older one is delivered but not yet queued, however many consumers read.
 # Returns {entries, last_delivered_id}; each entry is {id, fields, conversation_id|false}.
 READ = _CONV_HELPERS + """
 local res = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3],
@@ -134,9 +168,8 @@ if res and #res > 0 then
         if ok and type(doc) == 'table' and type(doc['conversation_id']) == 'string'
            and doc['conversation_id'] ~= '' then
           cid = doc['conversation_id']
-          if redis.call('RPUSH', KEYS[1] .. ':conv:' .. cid, e[1]) == 1 then
-            note_head(KEYS[1], cid)
-          end
+          redis.call('ZADD', Q, 0, conv_member(cid, e[1]))
+          if conv_head(cid) == e[1] then note_head(cid) end
         end
       end
     else
@@ -160,69 +193,68 @@ end
 return {out, last}
 """
 
-# KEYS[1] inbox. ARGV: group, conversation_id, entry_id, consumer.
+# KEYS inbox, queue, heads. ARGV: group, conversation_id, entry_id, consumer.
 # 1 when entry_id may be handled now by this consumer: it is the oldest unacknowledged entry
-# of its conversation and this consumer owns it (or the conversation has no list). An entry
-# another consumer has reclaimed meanwhile is refused: the head runs only on its owner. A
-# head that is no longer pending anywhere (acked by hand, purged, trimmed) is dropped so
-# that a conversation can never stall on a ghost. Granting records the runner in the heads
-# hash (keeping ``since`` when the same consumer retries the same head).
+# of its conversation and this consumer owns it (or the conversation has no entry queued).
+# An entry another consumer has reclaimed meanwhile is refused: the head runs only on its
+# owner. A head that is no longer pending anywhere (acked by hand, purged, trimmed) is
+# dropped so that a conversation can never stall on a ghost. Granting records the runner
+# in the heads hash (keeping ``since`` when the same consumer retries the same head).
 ACQUIRE = _CONV_HELPERS + """
-local ck = KEYS[1] .. ':conv:' .. ARGV[2]
+local cid = ARGV[2]
 local popped = false
 for _ = 1, 1000 do
-  local head = redis.call('LINDEX', ck, 0)
+  local head = conv_head(cid)
   if not head then
-    if popped then note_head(KEYS[1], ARGV[2]) end
+    if popped then note_head(cid) end
     return 1
   end
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], head, head, 1)
   local owner = (p and #p > 0) and p[1][2] or nil
   if head == ARGV[3] and owner then
     if owner ~= ARGV[4] then
-      if popped then note_head(KEYS[1], ARGV[2]) end
+      if popped then note_head(cid) end
       return 0
     end
-    local hk = KEYS[1] .. ':conv-heads'
-    local cur = redis.call('HGET', hk, ARGV[2])
+    local cur = redis.call('HGET', H, cid)
     local cur_head, cur_runner = nil, nil
     if cur then cur_head, cur_runner = string.match(cur, '^([^|]*)|[^|]*|(.*)$') end
     if cur_head ~= head or cur_runner ~= ARGV[4] then
-      redis.call('HSET', hk, ARGV[2], head .. '|' .. now_ms() .. '|' .. ARGV[4])
+      redis.call('HSET', H, cid, head .. '|' .. now_ms() .. '|' .. ARGV[4])
     end
     return 1
   end
   if owner then
-    if popped then note_head(KEYS[1], ARGV[2]) end
+    if popped then note_head(cid) end
     return 0
   end
-  redis.call('LPOP', ck)
+  redis.call('ZREM', Q, conv_member(cid, head))
   popped = true
   if head == ARGV[3] then  -- ours, but acked meanwhile: nothing to run
-    note_head(KEYS[1], ARGV[2])
+    note_head(cid)
     return 0
   end
 end
 return 0
 """
 
-# KEYS[1] inbox. ARGV: group, entry_id, conversation_id ('' for none). XACK + leave the
+# KEYS inbox, queue, heads. ARGV: group, entry_id, conversation_id ('' for none). XACK + leave the
 # conversation in one step, so the next entry of the conversation becomes the head only
 # once this one is really acknowledged.
 COMPLETE = _CONV_HELPERS + """
 local n = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-if ARGV[3] ~= '' then leave(KEYS[1], ARGV[3], ARGV[2]) end
+if ARGV[3] ~= '' then leave(ARGV[3], ARGV[2]) end
 return n
 """
 
-# KEYS[1] inbox, KEYS[2] dlq. ARGV: group, entry_id, conversation_id, dlq_maxlen, then
+# KEYS inbox, queue, heads, dlq. ARGV: group, entry_id, conversation_id, dlq_maxlen, then
 # field/value pairs of the dead letter. Record first, then ack: never acked-and-lost.
 DEAD_LETTER = _CONV_HELPERS + """
 local fields = {}
 for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
-local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(fields))
+local id = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', unpack(fields))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-if ARGV[3] ~= '' then leave(KEYS[1], ARGV[3], ARGV[2]) end
+if ARGV[3] ~= '' then leave(ARGV[3], ARGV[2]) end
 return id
 """
 

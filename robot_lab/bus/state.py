@@ -33,6 +33,8 @@ class PollerState:
     redis: _redis.Redis
     inbox: str  # the robot's inbox stream key
     dlq: str  # its dead-letter stream key
+    conv_keys: list[str]  # inbox, conversation queue, conversation heads (the scripts' KEYS)
+    _cluster: bool  # a RedisCluster client: no scripts in pipelines
 
     # settings
     batch_size: int

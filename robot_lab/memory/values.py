@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import redis as redis_lib
 
+from robot_lab.connection import durable
 from robot_lab.errors import RobotLabError
 from robot_lab.memory import lua as memory_lua
 from robot_lab.memory.reserved import (
@@ -87,11 +88,11 @@ class Values:
         return decode(raw)
 
     # --- writes ---------------------------------------------------------------------------
-    def _run_write(self, groups: list[bytes | str], count: int) -> list[Any]:
-        return self._write(
-            keys=self.keys.script,
-            args=[self.keys.channel, self.changes_maxlen, self._meta(), self._scope_json, count, *groups],
-        )
+    def _run_write(self, groups: list[bytes | str], count: int, *, critical: bool = False) -> list[Any]:
+        args = [self.keys.channel, self.changes_maxlen, self._meta(), self._scope_json, count, *groups]
+        if critical:  # compare-and-set: replicated before the caller sees it succeed (setting)
+            return durable(self.redis, lambda target: self._write(keys=self.keys.script, args=args, client=target))
+        return self._write(keys=self.keys.script, args=args)
 
     def set(self, key: str, value: Any) -> None:
         key = self.check_key(key)
@@ -121,7 +122,7 @@ class Values:
             new = fn(current)
             data = self.encode(key, new)
             mode, expected = ("1", b"") if raw is None else ("2", raw)
-            result = self._run_write([key, key_json, data, mode, expected], 1)
+            result = self._run_write([key, key_json, data, mode, expected], 1, critical=True)
             if result[0] == 1:
                 return new if key not in RESERVED_KEYS else decode(data)
             raw = result[2] if len(result) > 2 else None

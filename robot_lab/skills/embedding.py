@@ -28,6 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from robot_lab.connection import mget
 from robot_lab.logging import get_logger
 from robot_lab.text.analysis import TfidfModel, tokenize
 
@@ -305,7 +306,7 @@ class EmbeddingCache:
         missing = [i for i, v in enumerate(found) if v is None]
         if missing and self.redis is not None:
             try:
-                raws = self.redis.mget([self.keys.skill_embedding(model, digests[i]) for i in missing])
+                raws = mget(self.redis, [self.keys.skill_embedding(model, digests[i]) for i in missing])
             except Exception as exc:
                 self._redis_failed(exc)
                 raws = [None] * len(missing)

@@ -59,7 +59,9 @@ def _connection() -> Any:
 
     job = get_current_job()
     if job is not None:
-        return job.connection
+        from robot_lab.rq_connection import data_connection
+
+        return data_connection(job.connection)  # the cluster client behind rq's node connection
     from robot_lab.connection import get_redis
 
     return get_redis()

@@ -93,9 +93,12 @@ class RedisCollector:
     def _rq_depths(self, robots: list[str]) -> dict[str, int]:
         from rq import Queue
 
-        pipe = self.connection.pipeline(transaction=False)
+        from robot_lab.rq_connection import rq_connection
+
+        rq = rq_connection(self.connection)
+        pipe = rq.pipeline(transaction=False)
         for robot in robots:
-            pipe.llen(Queue(queue_name(robot), connection=self.connection).key)
+            pipe.llen(Queue(queue_name(robot), connection=rq).key)
         return {robot: int(n) for robot, n in zip(robots, pipe.execute())}
 
     def _budgets(self) -> Iterator[tuple[str, str, float]]:

@@ -100,7 +100,10 @@ def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool, loops: 
 
     from robot_lab.connection import connect
 
-    connection = connect(url)
+    from robot_lab.rq_connection import rq_connection
+
+    data = connect(url)
+    connection = rq_connection(data)  # on Redis Cluster: a plain client of rq's slot owner
     qs = [Queue(q, connection=connection, serializer=JobSerializer) for q in queues]
     if in_flight > 1:
         from robot_lab.workers.inflight import in_flight_worker_class
@@ -113,7 +116,7 @@ def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool, loops: 
     heartbeat = None
     if loops is None:
         loops = Loops()
-        heartbeat = WorkerHeartbeat(connection, default_keys(), name, [q.split(":", 1)[1] for q in queues],
+        heartbeat = WorkerHeartbeat(data, default_keys(), name, [q.split(":", 1)[1] for q in queues],
                                     role="rq", checks=[loops.problem],
                                     info=lambda: {"queues": queues, **loops.info(), **worker.progress()})
     loops.add("rq", idle_limit=float("inf"), probe=lambda: worker.loop_beat)  # started = first beat

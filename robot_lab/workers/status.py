@@ -24,6 +24,8 @@ import json
 import time
 from typing import Any
 
+from robot_lab.connection import mget
+from robot_lab.rq_connection import rq_connection
 from robot_lab.keys import Keys
 from robot_lab.text.strings import as_str as _s
 
@@ -35,7 +37,7 @@ def live_workers(connection: Any, keys: Keys) -> list[dict[str, Any]]:
     names = [_s(n) for n in connection.zrange(keys.workers(), 0, -1)]
     if not names:
         return []
-    raws = connection.mget([keys.worker(n) for n in names])
+    raws = mget(connection, [keys.worker(n) for n in names])  # one slot per worker on a cluster
     out, gone = [], []
     for name, raw in zip(names, raws):
         if raw is None:
@@ -51,8 +53,13 @@ def live_workers(connection: Any, keys: Keys) -> list[dict[str, Any]]:
 
 
 ROBOT_LAB_WORKER_PREFIX = "robot-lab."
-RQ_WORKER_KEY = "rq:worker:"
-RQ_QUEUE_WORKERS = "rq:workers:"
+
+
+def _rq_key(suffix: str) -> str:
+    """An rq key under rq's prefix (``RQ_KEY_PREFIX``: ``{rq}`` on Redis Cluster)."""
+    from robot_lab.rq_connection import rq_prefix
+
+    return f"{rq_prefix()}:{suffix}"
 
 
 def _rq_heartbeat_age(value: Any, now: float) -> float | None:
@@ -87,9 +94,11 @@ def rq_registrations(connection: Any, queues: list[str], live_names: set[str], *
 
     host = socket.gethostname()
     now = time.time()
+    connection = rq_connection(connection)
+    worker_prefix = _rq_key("worker:")
     pipe = connection.pipeline(transaction=False)
     for queue in queues:
-        pipe.smembers(RQ_QUEUE_WORKERS + queue)
+        pipe.smembers(_rq_key("workers:" + queue))
     members = [sorted(_s(k) for k in found) for found in pipe.execute()]
     worker_keys = sorted({k for keys_ in members for k in keys_})
     pipe = connection.pipeline(transaction=False)
@@ -101,7 +110,7 @@ def rq_registrations(connection: Any, queues: list[str], live_names: set[str], *
     for queue, keys_ in zip(queues, members):
         live, stale = [], []
         for key in keys_:
-            name = key[len(RQ_WORKER_KEY):]
+            name = key[len(worker_prefix):]
             hostname, pid, beat, worker_queues = info[key]
             if hostname is None:  # the hash expired: rq's own cleanup drops it on next read
                 continue
@@ -118,9 +127,9 @@ def rq_registrations(connection: Any, queues: list[str], live_names: set[str], *
     if clean and dead:
         pipe = connection.pipeline(transaction=False)
         for key, worker_queues in dead.items():
-            pipe.srem("rq:workers", key)
+            pipe.srem(_rq_key("workers"), key)
             for queue in worker_queues:
-                pipe.srem(RQ_QUEUE_WORKERS + queue, key)
+                pipe.srem(_rq_key("workers:" + queue), key)
             pipe.delete(key)
         pipe.execute()
     return out
@@ -229,8 +238,9 @@ def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dic
     inbox = {s.robot: s for s in bus.stats(robots)} if robots else {}
     registered = rq_registrations(connection, [queue_name(r) for r in robots], {w["name"] for w in workers})
     rows = []
+    rq = rq_connection(connection)
     for robot in robots:
-        queue = Queue(queue_name(robot), connection=connection, serializer=JobSerializer)
+        queue = Queue(queue_name(robot), connection=rq, serializer=JobSerializer)
         alive = [w["name"] for w in workers if robot in w.get("robots", []) and w.get("role") != "bus"]
         bus_alive = [w["name"] for w in workers if robot in w.get("bus", [])]
         stats = inbox.get(robot)
@@ -332,11 +342,16 @@ def unknown_robots(connection: Any, keys: Keys, names: list[str], workers: list[
     candidates = [n for n in names if n not in known]
     if not candidates:
         return []
-    pipe = connection.pipeline(transaction=False)
+    # one key per EXISTS: on Redis Cluster these keys sit in different slots
+    rq = rq_connection(connection)
+    pipe, rq_pipe = connection.pipeline(transaction=False), rq.pipeline(transaction=False)
     for name in candidates:
-        pipe.exists(keys.robot_spec(name), keys.inbox(name), "rq:queue:" + queue_name(name),
-                    RQ_QUEUE_WORKERS + queue_name(name))
-    return [n for n, found in zip(candidates, pipe.execute()) if not found]
+        pipe.exists(keys.robot_spec(name))
+        pipe.exists(keys.inbox(name))
+        rq_pipe.exists(_rq_key("queue:" + queue_name(name)))
+        rq_pipe.exists(_rq_key("workers:" + queue_name(name)))
+    ours, theirs = pipe.execute(), rq_pipe.execute()
+    return [n for i, n in enumerate(candidates) if not any(ours[2 * i:2 * i + 2] + theirs[2 * i:2 * i + 2])]
 
 
 def orphan_inbox_problems(connection: Any, keys: Keys, rows: list[dict[str, Any]],

@@ -30,8 +30,10 @@ def enqueue_jobs(connection: Any, keys: Keys, run_id: str, items: list[tuple[str
     if not items:
         return
     from rq import Queue, Retry
+    from robot_lab.rq_connection import rq_connection
     from robot_lab.runtime.network.serializer import JobSerializer
 
+    connection = rq_connection(connection)  # on Redis Cluster: the node of rq's slot
     pipe = connection.pipeline()
     for task, job_id, robot in items:
         spec = graph.tasks.get(task) if graph is not None else None

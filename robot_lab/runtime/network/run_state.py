@@ -40,8 +40,10 @@ from typing import Any
 
 import msgspec
 
+from robot_lab.connection import durable
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
+from robot_lab.rq_connection import rq_connection
 from robot_lab.runtime.network import transitions
 from robot_lab.runtime.network.dag import Graph, NetworkSpec
 from robot_lab.runtime.network.enqueue import DEFAULT_JOB_TIMEOUT, JOB_FUNC, enqueue_jobs, queue_name
@@ -78,10 +80,27 @@ class RunStore:
         self.keys = keys
         self.run_id = run_id
         self.key = keys.run(run_id)
+        self._order_cache: list[str] | None = None
 
     # --- scripts ---------------------------------------------------------------------
-    def _eval(self, script: str, *argv: Any) -> Any:
-        return transitions.run_script(self.r, script, self.key, self.run_id, *argv)
+    def _eval(self, script: str, *argv: Any, leases: tuple[str, ...] = (), critical: bool = False) -> Any:
+        """Run a transition with every key it touches declared (the run's keys, then the
+        leases of ``leases``); ``critical`` ones wait for replicas (``redis_wait_replicas``)."""
+        keys = [self.key + suffix for suffix in transitions.RUN_KEY_SUFFIXES]
+        keys.extend(self.lease_key(task) for task in leases)
+        if critical:
+            return durable(self.r, lambda target: transitions.run_script(target, script, keys, self.run_id, *argv))
+        return transitions.run_script(self.r, script, keys, self.run_id, *argv)
+
+    def lease_key(self, task: str) -> str:
+        return self.keys.run_lease(self.run_id, task)
+
+    def _order(self) -> list[str] | None:
+        """The run's task order (fixed at submit: cached)."""
+        if self._order_cache is None:
+            raw = self.r.hget(self.key, "order")
+            self._order_cache = json.loads(raw) if raw else None
+        return self._order_cache
 
     # --- submit ----------------------------------------------------------------------
     def create(
@@ -132,11 +151,11 @@ class RunStore:
 
     # --- worker side -----------------------------------------------------------------
     def claim(self, task: str, job_id: str, worker: str, lease_ms: int = DEFAULT_LEASE_MS) -> str:
-        return _decode(self._eval(transitions.CLAIM, task, job_id, worker, lease_ms))
+        return _decode(self._eval(transitions.CLAIM, task, job_id, worker, lease_ms, leases=(task,)))
 
     def heartbeat(self, task: str, worker: str, lease_ms: int = DEFAULT_LEASE_MS) -> bool:
         """Extend the lease; False once it was lost (the task was reclaimed)."""
-        return bool(self.r.set(self.key + f":lease:{task}", worker, px=lease_ms, xx=True))
+        return bool(self.r.set(self.lease_key(task), worker, px=lease_ms, xx=True))
 
     def complete(
         self,
@@ -159,6 +178,8 @@ class RunStore:
             json.dumps(activate or []),
             json.dumps(data or {}),
             json.dumps(usage) if usage else "",
+            leases=(task,),
+            critical=True,  # a recorded result must survive a failover: it is paid for
         )
         status = _decode(raw[0])
         if status != "ok":
@@ -166,7 +187,7 @@ class RunStore:
         return status, json.loads(_decode(raw[1])), _triples(raw[2:])
 
     def release(self, task: str, job_id: str, error: str) -> bool:
-        return bool(self._eval(transitions.RELEASE, task, job_id, json.dumps({"error": error})))
+        return bool(self._eval(transitions.RELEASE, task, job_id, json.dumps({"error": error}), leases=(task,)))
 
     def emit(self, event: str, *, task: str | None = None, robot: str | None = None,
              data: dict[str, Any] | None = None) -> None:
@@ -179,7 +200,10 @@ class RunStore:
         recorded as failed instead, and the run goes on."""
         if max_attempts is None:
             max_attempts = int(os.environ.get("ROBOT_LAB_TASK_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS))
-        return _triples(self._eval(transitions.RECLAIM, max_attempts))
+        order = self._order()
+        if order is None:
+            return []
+        return _triples(self._eval(transitions.RECLAIM, max_attempts, leases=tuple(order)))
 
     def lost_attempts(self) -> list[tuple[str, str]]:
         """``(task, job_id)`` of running tasks whose lease is gone: their worker died (or
@@ -189,7 +213,7 @@ class RunStore:
             return []
         pipe = self.r.pipeline(transaction=False)
         for task in running:
-            pipe.exists(f"{self.key}:lease:{task}")
+            pipe.exists(self.lease_key(task))
         jobs = self._hash("jobs")
         return [(task, jobs[task]) for task, alive in zip(running, pipe.execute()) if not alive and task in jobs]
 
@@ -217,7 +241,7 @@ class RunStore:
             return []
         # one round trip for all of them: a wide fan-out keeps hundreds of tasks queued, and
         # every worker's sweeper looks twice a second
-        pipe = self.r.pipeline(transaction=False)
+        pipe = rq_connection(self.r).pipeline(transaction=False)  # rq's keys: its slot owner on Cluster
         for _, job_id in waiting:
             pipe.exists(Job.key_for(job_id))
         gone = [(task, job_id) for (task, job_id), exists in zip(waiting, pipe.execute()) if not exists]
@@ -240,7 +264,8 @@ class RunStore:
         if not candidates:
             return out
         # one pipelined HGET of each job's status; only failed jobs are loaded in full
-        pipe = self.r.pipeline(transaction=False)
+        rq = rq_connection(self.r)
+        pipe = rq.pipeline(transaction=False)
         for _, job_id in candidates:
             pipe.hget(Job.key_for(job_id), "status")
         statuses = pipe.execute()
@@ -248,7 +273,7 @@ class RunStore:
             if _decode(status or b"") != JobStatus.FAILED.value:
                 continue
             try:
-                job = Job.fetch(job_id, connection=self.r, serializer=JobSerializer)
+                job = Job.fetch(job_id, connection=rq, serializer=JobSerializer)
             except Exception:
                 continue
             text = ""

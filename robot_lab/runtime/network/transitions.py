@@ -5,8 +5,12 @@ claimed task must not be claimed twice, and each state change must be written to
 its event. One script per transition gives all three without WATCH/MULTI retries.
 
 Every script starts with the shared library ``_LIB`` (``st``, ``emit``, ``graph``,
-``advance``) and takes ``KEYS[1]`` = the run's key and ``ARGV[1]`` = the run id; the key
-layout and the task states are described in :mod:`.run_state`, which is the only caller.
+``advance``) and takes ``ARGV[1]`` = the run id and, as ``KEYS``, every key it touches:
+the nine keys of :data:`RUN_KEY_SUFFIXES` (``KEYS[1]`` = the run hash) and then lease keys
+-- the lease of ``ARGV[2]`` for CLAIM, COMPLETE and RELEASE, the lease of every task in the
+run's order for RECLAIM. No script builds a key name, so each is correct under Redis Cluster
+rules (all the run's keys share its hash tag, so they sit in one slot). The key layout and
+the task states are described in :mod:`.run_state`, which is the only caller.
 ``advance()`` moves pending tasks to ready/skipped, queues ready ones up to
 ``max_concurrent`` and returns ``task, job_id, robot`` triples the caller must enqueue.
 """
@@ -20,11 +24,15 @@ from redis.exceptions import NoScriptError
 
 _SCRIPT_SHAS: dict[str, str] = {}
 
+# KEYS[1..9] of every script, in this order (suffixes of the run key).
+RUN_KEY_SUFFIXES = ("", ":graph", ":state", ":jobs", ":attempts", ":queued_at", ":results", ":activated", ":events")
+
 _LIB = r"""
-local R = KEYS[1]
+local R, GRAPH, STATE, JOBS, ATTEMPTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local QUEUED_AT, RESULTS, ACTIVATED, EVENTS = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local RUN_ID = ARGV[1]
 local TERMINAL = {done=true, failed=true, skipped=true, cancelled=true}
-local function st(t) return redis.call('HGET', R .. ':state', t) end
+local function st(t) return redis.call('HGET', STATE, t) end
 local function now()
   local t = redis.call('TIME')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -38,9 +46,9 @@ local function emit(event, task, robot, data_json)
   if robot then table.insert(parts, ',"robot":'); table.insert(parts, cjson.encode(robot)) end
   if data_json then table.insert(parts, ',"data":'); table.insert(parts, data_json) end
   table.insert(parts, '}')
-  redis.call('XADD', R .. ':events', '*', 'event', table.concat(parts))
+  redis.call('XADD', EVENTS, '*', 'event', table.concat(parts))
 end
-local function graph(t) return cjson.decode(redis.call('HGET', R .. ':graph', t)) end
+local function graph(t) return cjson.decode(redis.call('HGET', GRAPH, t)) end
 local function advance()
   local order = cjson.decode(redis.call('HGET', R, 'order'))
   local changed = true
@@ -51,7 +59,7 @@ local function advance()
         local g = graph(t)
         local new = nil
         if g.optional then
-          if redis.call('SISMEMBER', R .. ':activated', t) == 1 then
+          if redis.call('SISMEMBER', ACTIVATED, t) == 1 then
             new = 'ready'
           else
             local all = true
@@ -73,7 +81,7 @@ local function advance()
           end
         end
         if new then
-          redis.call('HSET', R .. ':state', t, new)
+          redis.call('HSET', STATE, t, new)
           changed = true
           if new == 'skipped' then emit('task.skipped', t, g.robot, nil) end
         end
@@ -91,12 +99,12 @@ local function advance()
   local ts = now()
   for _, t in ipairs(order) do
     if st(t) == 'ready' and (limit <= 0 or inflight < limit) then
-      local attempt = redis.call('HINCRBY', R .. ':attempts', t, 1)
+      local attempt = redis.call('HINCRBY', ATTEMPTS, t, 1)
       local job = 'rl-' .. RUN_ID .. '-' .. t .. '-' .. attempt
       local g = graph(t)
-      redis.call('HSET', R .. ':state', t, 'queued')
-      redis.call('HSET', R .. ':jobs', t, job)
-      redis.call('HSET', R .. ':queued_at', t, tostring(ts))
+      redis.call('HSET', STATE, t, 'queued')
+      redis.call('HSET', JOBS, t, job)
+      redis.call('HSET', QUEUED_AT, t, tostring(ts))
       inflight = inflight + 1
       emit('task.queued', t, g.robot, '{"job_id":' .. cjson.encode(job) .. ',"attempt":' .. attempt .. '}')
       table.insert(out, t)
@@ -127,40 +135,41 @@ emit('run.started', nil, nil, ARGV[2])
 return advance()
 """
 
-# ARGV: run_id, task, job_id, worker, lease_ms
+# ARGV: run_id, task, job_id, worker, lease_ms; KEYS[10] the task's lease
 CLAIM = _LIB + r"""
 local t, job, worker, lease_ms = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local s = st(t)
 if not s then return 'unknown' end
 if TERMINAL[s] then return 'finished' end
 if redis.call('HGET', R, 'status') ~= 'running' then return 'cancelled' end
-if redis.call('HGET', R .. ':jobs', t) ~= job then return 'stale' end
-local lease = R .. ':lease:' .. t
+if redis.call('HGET', JOBS, t) ~= job then return 'stale' end
+local lease = KEYS[10]
 if s == 'running' and redis.call('EXISTS', lease) == 1 and redis.call('GET', lease) ~= worker then
   return 'busy'
 end
 if s ~= 'queued' and s ~= 'running' then return 'not-ready' end
-redis.call('HSET', R .. ':state', t, 'running')
+redis.call('HSET', STATE, t, 'running')
 redis.call('SET', lease, worker, 'PX', lease_ms)
-local attempt = redis.call('HGET', R .. ':attempts', t) or '1'
+local attempt = redis.call('HGET', ATTEMPTS, t) or '1'
 emit('task.started', t, graph(t).robot,
      '{"worker":' .. cjson.encode(worker) .. ',"job_id":' .. cjson.encode(job) .. ',"attempt":' .. attempt .. '}')
 return 'ok'
 """
 
-# ARGV: run_id, task, job_id, result_json, outcome, activations_json, event_data_json, usage_json
+# ARGV: run_id, task, job_id, result_json, outcome, activations_json, event_data_json, usage_json;
+# KEYS[10] the task's lease
 COMPLETE = _LIB + r"""
 local t, job, result, outcome = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local s = st(t)
 if not s then return {'unknown'} end
 if TERMINAL[s] then return {'duplicate'} end
-if redis.call('HGET', R .. ':jobs', t) ~= job then return {'stale'} end
-redis.call('HSET', R .. ':results', t, result)
-redis.call('HSET', R .. ':state', t, outcome)
-redis.call('DEL', R .. ':lease:' .. t)
+if redis.call('HGET', JOBS, t) ~= job then return {'stale'} end
+redis.call('HSET', RESULTS, t, result)
+redis.call('HSET', STATE, t, outcome)
+redis.call('DEL', KEYS[10])
 local ignored = {}
 for _, name in ipairs(cjson.decode(ARGV[6])) do
-  local raw = redis.call('HGET', R .. ':graph', name)
+  local raw = redis.call('HGET', GRAPH, name)
   local ok = false
   if raw then
     local g = cjson.decode(raw)
@@ -168,7 +177,7 @@ for _, name in ipairs(cjson.decode(ARGV[6])) do
       for _, a in ipairs(g.activators) do if a == t then ok = true end end
     end
   end
-  if ok then redis.call('SADD', R .. ':activated', name) else table.insert(ignored, name) end
+  if ok then redis.call('SADD', ACTIVATED, name) else table.insert(ignored, name) end
 end
 if ARGV[8] and ARGV[8] ~= '' then emit('usage.updated', t, graph(t).robot, ARGV[8]) end
 local event = 'task.completed'
@@ -181,38 +190,41 @@ table.insert(out, 1, 'ok')
 return out
 """
 
-# ARGV: run_id, task, job_id, data_json -- a retryable failure: back to queued for rq's retry
+# ARGV: run_id, task, job_id, data_json -- a retryable failure: back to queued for rq's retry;
+# KEYS[10] the task's lease
 RELEASE = _LIB + r"""
 local t, job = ARGV[2], ARGV[3]
-if st(t) ~= 'running' or redis.call('HGET', R .. ':jobs', t) ~= job then return 0 end
-redis.call('HSET', R .. ':state', t, 'queued')
-redis.call('HSET', R .. ':queued_at', t, tostring(now()))
-redis.call('DEL', R .. ':lease:' .. t)
+if st(t) ~= 'running' or redis.call('HGET', JOBS, t) ~= job then return 0 end
+redis.call('HSET', STATE, t, 'queued')
+redis.call('HSET', QUEUED_AT, t, tostring(now()))
+redis.call('DEL', KEYS[10])
 emit('task.retrying', t, graph(t).robot, ARGV[4])
 return 1
 """
 
-# ARGV: run_id -- running tasks whose lease expired go back to ready, then advance
+# ARGV: run_id, max_attempts; KEYS[10..]: the lease of each task of the run's order, in order.
+# Running tasks whose lease expired go back to ready, then advance.
 RECLAIM = _LIB + r"""
 if redis.call('HGET', R, 'status') ~= 'running' then return {} end
 local order = cjson.decode(redis.call('HGET', R, 'order'))
-for _, t in ipairs(order) do
-  if st(t) == 'running' and redis.call('EXISTS', R .. ':lease:' .. t) == 0 then
-    local attempts = tonumber(redis.call('HGET', R .. ':attempts', t) or '0')
+if #KEYS ~= 9 + #order then return redis.error_reply('RECLAIM needs the lease key of every task') end
+for i, t in ipairs(order) do
+  if st(t) == 'running' and redis.call('EXISTS', KEYS[9 + i]) == 0 then
+    local attempts = tonumber(redis.call('HGET', ATTEMPTS, t) or '0')
     local max_attempts = tonumber(ARGV[2] or '0')
     if max_attempts > 0 and attempts >= max_attempts then
       -- a task that keeps killing its workers (or cannot even load) must not loop forever
       local robot = graph(t).robot
       local text = 'Error: WorkerLost: task ' .. t .. ' lost its worker ' .. attempts ..
                    ' times (max_attempts ' .. max_attempts .. ')'
-      redis.call('HSET', R .. ':results', t, cjson.encode({robot_name = robot, error = text,
+      redis.call('HSET', RESULTS, t, cjson.encode({robot_name = robot, error = text,
                  stop_reason = 'error', output = {{type = 'text', content = text}}}))
-      redis.call('HSET', R .. ':state', t, 'failed')
+      redis.call('HSET', STATE, t, 'failed')
       emit('task.failed', t, robot, cjson.encode({error = text}))
     else
-      redis.call('HSET', R .. ':state', t, 'ready')
+      redis.call('HSET', STATE, t, 'ready')
       emit('task.retrying', t, graph(t).robot,
-           '{"reason":"worker lost (lease expired)","job_id":' .. cjson.encode(redis.call('HGET', R .. ':jobs', t)) .. '}')
+           '{"reason":"worker lost (lease expired)","job_id":' .. cjson.encode(redis.call('HGET', JOBS, t)) .. '}')
     end
   end
 end
@@ -228,7 +240,7 @@ local order = cjson.decode(redis.call('HGET', R, 'order'))
 for _, t in ipairs(order) do
   local s = st(t)
   if s == 'pending' or s == 'ready' or s == 'queued' then
-    redis.call('HSET', R .. ':state', t, 'cancelled')
+    redis.call('HSET', STATE, t, 'cancelled')
   end
 end
 emit('run.cancelled', nil, nil, '{"reason":' .. cjson.encode(ARGV[2]) .. '}')
@@ -242,12 +254,15 @@ return 1
 """
 
 
-def run_script(connection: Any, script: str, key: str, run_id: str, *argv: Any) -> Any:
-    """EVALSHA ``script`` on the run's key, falling back to EVAL (which caches it) on NOSCRIPT."""
+def run_script(connection: Any, script: str, keys: list[str], run_id: str, *argv: Any) -> Any:
+    """EVALSHA ``script`` on the run's ``keys`` (see the module docstring), falling back to
+    EVAL (which caches it) on NOSCRIPT."""
+    if hasattr(connection, "command_stack"):  # a pipeline (connection.durable): no NOSCRIPT round trip
+        return connection.eval(script, len(keys), *keys, run_id, *argv)
     sha = _SCRIPT_SHAS.get(script)
     if sha is None:
         sha = _SCRIPT_SHAS[script] = hashlib.sha1(script.encode()).hexdigest()
     try:
-        return connection.evalsha(sha, 1, key, run_id, *argv)
+        return connection.evalsha(sha, len(keys), *keys, run_id, *argv)
     except NoScriptError:
-        return connection.eval(script, 1, key, run_id, *argv)
+        return connection.eval(script, len(keys), *keys, run_id, *argv)
