@@ -4,7 +4,8 @@ same runs done with the sync ``robot.run`` one after another, with a model that 
     .venv/bin/python bench/async_runs.py [--runs 200] [--latency-ms 400] [--conversations]
 
 Prints wall time, runs/s and p50/p99 latency of the async side, the ideal (one model
-latency) and the sequential figure (measured on a few sync runs, times N). With
+latency), the sequential figure (measured on a few sync runs, times N) and the CPU the
+async side used (what bounds its wall time on a busy or small machine). With
 ``--conversations`` every run continues its own conversation of ONE robot (history loaded
 and saved in Redis -- the embedded fakeredis unless REDIS_URL is set); without, each run has
 its own robot. Numbers, not assertions: the machine decides them.
@@ -60,13 +61,17 @@ def main() -> None:
         Robot(f"sync-{i}", model=model).run("hello")
     per_sync = (time.perf_counter() - started) / args.sync_sample
 
+    cpu_started = time.process_time()
     wall, latencies = asyncio.run(gathered(args, model))
+    cpu = time.process_time() - cpu_started
     ideal = args.latency_ms / 1000
     sequential = per_sync * args.runs
     mode = "one robot, a conversation each" if args.conversations else "a robot each"
     print(f"{args.runs} runs ({mode}), model latency {args.latency_ms} ms")
     print(f"  async, gathered on one loop : wall {wall:7.2f} s  {args.runs / wall:7.1f} runs/s  "
           f"p50 {percentile(latencies, 50) * 1000:7.0f} ms  p99 {percentile(latencies, 99) * 1000:7.0f} ms")
+    print(f"  CPU of this process         : {cpu:7.2f} s  ({cpu / args.runs * 1000:.1f} ms/run: the wall cannot go "
+          f"below {cpu:.2f} s on one core)")
     print(f"  ideal (one model latency)   : wall {ideal:7.2f} s   -> async is {wall / ideal:5.2f}x the ideal")
     print(f"  sync, one after another     : wall {sequential:7.2f} s  ({per_sync * 1000:.0f} ms/run x {args.runs}, "
           f"measured on {args.sync_sample}) -> async is {sequential / wall:5.1f}x faster")
