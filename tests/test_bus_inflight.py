@@ -208,3 +208,20 @@ def test_serve_a_robot_pool_runs_each_message_on_a_robot_of_its_own(bus: Bus) ->
         wait_for(lambda: bus.redis.xlen(bus.keys.inbox("client")) == 3, timeout=30)
     assert not barrier.broken and pool.built == 3  # three robots ran at once, one message each
     assert sorted(c for r in robots for c in r.conversations) == ["conv0", "conv1", "conv2"]
+
+
+def test_a_handler_stuck_on_the_pool_fails_the_loops_health(bus: Bus) -> None:
+    from robot_lab.workers.supervision import Loop, supervise_poller
+
+    bus.register("billing")
+    release = threading.Event()
+    p = poller(bus, "c1", 2).on_message(lambda msg: release.wait(20))
+    loop = Loop("bus-billing", idle_limit=60)
+    stop = threading.Event()
+    supervise_poller(p, loop, stop, handler_limit=0.2)
+    bus.publish("billing", "hang")
+    with p:
+        wait_for(lambda: loop.problem() and "stuck: a handler running" in loop.problem(), timeout=20)
+        release.set()
+        wait_for(lambda: pending(bus) == 0, timeout=20)
+    assert p.longest_running() == 0.0

@@ -68,8 +68,13 @@ def test_jobs_run_at_once_through_rqs_lifecycle(queue) -> None:  # type: ignore[
     assert worker.jobs_done == 4 and worker.progress() == {"state": "idle", "in_flight": 0}
 
 
-def test_never_more_jobs_than_slots(queue) -> None:  # type: ignore[no-untyped-def]
+def test_never_more_jobs_than_slots_and_work_runs_again(queue) -> None:  # type: ignore[no-untyped-def]
     jobs = [queue.enqueue_call(func=f"{__name__}.count", args=(i,), result_ttl=60) for i in range(8)]
-    _worker(queue, 2).work(burst=True, logging_level="WARNING")
+    worker = _worker(queue, 2)
+    worker.work(burst=True, logging_level="WARNING")
     assert [j.latest_result().return_value for j in jobs] == list(range(8))
     assert 1 <= _active["most"] <= 2  # at most its two slots
+    # work() again on the same worker (what process.py does after a Redis outage)
+    again = queue.enqueue_call(func=f"{__name__}.count", args=(9,), result_ttl=60)
+    worker.work(burst=True, logging_level="WARNING")
+    assert again.latest_result().return_value == 9

@@ -128,6 +128,7 @@ class Handling(PollerState):
                 continue
             with self._lock:
                 self._running[d.entry_id] = d
+                self._run_since[d.entry_id] = time.monotonic()
             self._start(d)
 
     @property
@@ -153,6 +154,7 @@ class Handling(PollerState):
         finally:
             with self._lock:
                 self._running.pop(d.entry_id, None)
+                self._run_since.pop(d.entry_id, None)
                 self._finished += 1
             self._wake.set()
 
@@ -165,6 +167,13 @@ class Handling(PollerState):
         if errors:
             raise errors[0]
         return done
+
+    def longest_running(self) -> float:
+        """Seconds the oldest handler running on the pool has been running (0: none); the
+        worker's health check names a handler stuck past its limit."""
+        with self._lock:
+            oldest = min(self._run_since.values(), default=None)
+        return 0.0 if oldest is None else time.monotonic() - oldest
 
     def free_slots(self) -> int:
         """How many more entries this consumer could start now (reads are capped by it)."""

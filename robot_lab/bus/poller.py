@@ -128,6 +128,7 @@ class BusPoller(Intake, Handling, Reclaim):
         self._held: OrderedDict[str, Delivery] = OrderedDict()
         self._lost: set[str] = set()
         self._running: dict[str, Delivery] = {}
+        self._run_since: dict[str, float] = {}
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._pool = None

@@ -56,6 +56,7 @@ class PollerState:
     _held: OrderedDict[str, Delivery]  # entry id -> delivery, unresolved
     _lost: set[str]  # held entries another consumer has reclaimed (from the heartbeat)
     _running: dict[str, Delivery]  # entry id -> delivery whose handler runs now
+    _run_since: dict[str, float]  # entry id -> when its handler started on the pool
     _lock: threading.RLock  # guards _held, _running, _ack_queue, counts (handler threads resolve)
     _wake: threading.Event  # set when a handler thread finishes (a slot is free)
     _pool: ThreadPoolExecutor | None  # the handler threads (in_flight > 1)

@@ -126,7 +126,7 @@ def in_flight_worker_class() -> type:
             self.loop_beat = 0.0
             self._jobs: dict[str, tuple[float, float | None]] = {}  # job id -> (started, timeout)
             self._slots = threading.Condition()
-            self._pool = ThreadPoolExecutor(max_workers=self.in_flight, thread_name_prefix="rq-job")
+            self._pool: ThreadPoolExecutor | None = None  # made on first use; work() may run again
             self._waiting = False  # the main thread waits for a job or a slot: nothing in hand
             self._cold = False
             self._suspension_checked = 0.0
@@ -195,6 +195,8 @@ def in_flight_worker_class() -> type:
             timeout = job.timeout if isinstance(job.timeout, (int, float)) and job.timeout > 0 else None
             with self._slots:
                 self._jobs[job.id] = (time.monotonic(), timeout)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.in_flight, thread_name_prefix="rq-job")
             self._pool.submit(self._run_job, job, queue)
 
         def _run_job(self, job: Any, queue: Any) -> None:
@@ -245,7 +247,9 @@ def in_flight_worker_class() -> type:
                 if self._jobs:
                     log.info("worker.draining", jobs=len(self._jobs))
                 self.drain()
-            self._pool.shutdown(wait=not self._cold)
+            if self._pool is not None:  # a work() restarted after a Redis outage makes a new one
+                self._pool.shutdown(wait=not self._cold)
+                self._pool = None
             return super().teardown()
 
         # --- health (workers/health.py) -------------------------------------------------

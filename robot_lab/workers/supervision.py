@@ -56,6 +56,7 @@ class Loop:
         self.stopping = False
         self.thread: threading.Thread | None = None
         self.probe = probe  # a value whose change counts as progress
+        self.checks: list[Callable[[], str | None]] = []  # more reasons it may not serve
         self._probed: Any = probe() if probe is not None else None
         self.outage = OutageTracker(name)
 
@@ -93,6 +94,9 @@ class Loop:
             return f"{self.name} died: {self.error}"
         if self.thread is not None and not self.thread.is_alive() and not self.stopping:
             return f"{self.name} is not running"
+        for check in self.checks:
+            if found := check():
+                return found
         if self.probe is not None:
             value = self.probe()
             if value != self._probed:
@@ -205,7 +209,16 @@ def supervise_poller(poller: Any, loop: Loop, stop: threading.Event, *,
         return int(done or 0)
 
     poller.poll = poll
+    if getattr(poller, "in_flight", 1) > 1:  # handlers run on the poller's threads, not in poll()
+        loop.checks.append(lambda: _stuck_handler(loop.name, poller, handler_limit))
     return poller
+
+
+def _stuck_handler(name: str, poller: Any, limit: float) -> str | None:
+    age = poller.longest_running()
+    if age > limit:
+        return f"{name} stuck: a handler running for {age:.0f}s (limit {limit:.0f}s)"
+    return None
 
 
 class _ReconnectNoise(logging.Filter):
