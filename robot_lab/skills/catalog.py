@@ -238,20 +238,28 @@ class SkillCatalog:
 
 
 _default: SkillCatalog | None = None
+_default_settings: Any = None
 _default_lock = threading.Lock()
 
 
 def default_catalog() -> SkillCatalog:
-    """The process-wide catalog over :func:`default_roots` (robot_lab's ``instance``)."""
-    global _default
+    """The process-wide catalog over :func:`default_roots` (robot_lab's ``instance``).
+    Rebuilt when the process's settings object is replaced (``configure``,
+    ``reload_settings``), so new ``skills.roots`` take effect instead of a stale scan."""
+    global _default, _default_settings
+    from robot_lab.settings import get_settings
+
+    settings = get_settings()
     with _default_lock:
-        if _default is None:
-            _default = SkillCatalog()
+        if _default is None or _default_settings is not settings:
+            _default = SkillCatalog(settings=settings)
+            _default_settings = settings
         return _default
 
 
 def reset_default_catalog() -> None:
     """Forget the process-wide catalog (robot_lab's ``reset!``); the next use rescans."""
-    global _default
+    global _default, _default_settings
     with _default_lock:
         _default = None
+        _default_settings = None
