@@ -54,7 +54,9 @@ class LeaseHeartbeat:
 
 class DeltaBuffer:
     """Streams reply chunks as ``text.delta`` events, coalesced: at most one event per
-    ``interval`` (a Redis round trip per token would cost more than the token)."""
+    ``interval`` (a Redis round trip per token would cost more than the token). What is
+    left when the robot is done is :meth:`take`-n and sent with the task's result, in the
+    same script (RunStore.complete): the same events in the same order, one round trip less."""
 
     def __init__(self, store: RunStore, task: str, robot: str, interval: float = 0.05) -> None:
         self.store, self.task, self.robot, self.interval = store, task, robot, interval
@@ -68,6 +70,11 @@ class DeltaBuffer:
         self.parts.append(text)
         if time.monotonic() - self.last >= self.interval:
             self.flush()
+
+    def take(self) -> list[tuple[str, dict[str, Any] | None]]:
+        """The unsent text as a pending ``text.delta`` event (none when nothing is left)."""
+        text, self.parts = "".join(self.parts), []
+        return [("text.delta", {"delta": text})] if text else []
 
     def flush(self) -> None:
         if self.parts:

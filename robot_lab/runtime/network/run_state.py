@@ -36,9 +36,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from redis.exceptions import NoScriptError
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
@@ -49,12 +52,24 @@ from robot_lab.schemas import RobotResult, RunEvent
 
 # Enqueueing lives in .enqueue; re-exported because workers and deploy code import it from here.
 __all__ = ["DEFAULT_JOB_TIMEOUT", "DEFAULT_LEASE_MS", "JOB_FUNC", "RUN_TTL", "TERMINAL", "RunStore",
-           "enqueue_jobs", "queue_name"]
+           "TaskStart", "enqueue_jobs", "queue_name"]
 
 TERMINAL = frozenset({"done", "failed", "skipped", "cancelled"})
 DEFAULT_LEASE_MS = 5000
 DEFAULT_MAX_ATTEMPTS = 5
 RUN_TTL = 7 * 86_400
+
+@dataclass
+class TaskStart:
+    """What :meth:`RunStore.start_task` read: the claim's status and, when it is ``ok``, the
+    run record's fields, the parents' results (or activators' inputs) in graph order, and
+    the replies of the extra reads."""
+
+    status: str
+    meta: dict[str, str] = field(default_factory=dict)
+    sources: list[str | None] = field(default_factory=list)
+    also: list[Any] = field(default_factory=list)
+
 
 def _decode(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -134,6 +149,30 @@ class RunStore:
     def claim(self, task: str, job_id: str, worker: str, lease_ms: int = DEFAULT_LEASE_MS) -> str:
         return _decode(self._eval(transitions.CLAIM, task, job_id, worker, lease_ms))
 
+    def start_task(self, task: str, job_id: str, worker: str, lease_ms: int, fields: list[str],
+                   also: Callable[[Any], None] | None = None) -> TaskStart:
+        """Claim ``task`` (as :meth:`claim`) and read what its job needs before the robot runs
+        -- the run record's ``fields`` and the parents' results (a routed task: its activators'
+        inputs) -- in one round trip; ``also`` adds more reads to the same pipeline (their
+        replies land in ``TaskStart.also``)."""
+        pipe = self.r.pipeline(transaction=False)
+        argv = (task, job_id, worker, lease_ms, json.dumps(fields))
+        pipe.evalsha(transitions.sha_of(transitions.START_TASK), 1, self.key, self.run_id, *argv)
+        if also is not None:
+            also(pipe)
+        replies = pipe.execute(raise_on_error=False)
+        first = replies[0]
+        if isinstance(first, NoScriptError):  # first use on this server: EVAL caches it
+            first = self._eval(transitions.START_TASK, *argv)
+        for reply in replies:
+            if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
+                raise reply
+        status = _decode(first[0])
+        if status != "ok":
+            return TaskStart(status)
+        meta = {name: _decode(v) for name, v in zip(fields, first[1]) if v is not None}
+        return TaskStart(status, meta, [None if v is None else _decode(v) for v in first[2]], replies[1:])
+
     def heartbeat(self, task: str, worker: str, lease_ms: int = DEFAULT_LEASE_MS) -> bool:
         """Extend the lease; False once it was lost (the task was reclaimed)."""
         return bool(self.r.set(self.key + f":lease:{task}", worker, px=lease_ms, xx=True))
@@ -147,9 +186,14 @@ class RunStore:
         activate: list[str] | None = None,
         data: dict[str, Any] | None = None,
         usage: dict[str, Any] | None = None,
+        input: str | None = None,
+        events: list[tuple[str, dict[str, Any] | None]] = (),  # type: ignore[assignment]
     ) -> tuple[str, list[str], list[tuple[str, str, str]]]:
-        """Record the result and advance. Returns (status, ignored activations, jobs to enqueue)."""
+        """Record the result (and the ``input`` its robot received) and advance. ``events`` are
+        the task's events still unsent (its last ``text.delta``, ``memory.changed``): emitted
+        first, in the same script. Returns (status, ignored activations, jobs to enqueue)."""
         outcome = "failed" if result.failed else "done"
+        owed = [part for event, data in events for part in (event, json.dumps(data) if data else "")]
         raw = self._eval(
             transitions.COMPLETE,
             task,
@@ -159,6 +203,9 @@ class RunStore:
             json.dumps(activate or []),
             json.dumps(data or {}),
             json.dumps(usage) if usage else "",
+            "0" if input is None else "1",
+            input or "",
+            *owed,
         )
         status = _decode(raw[0])
         if status != "ok":
