@@ -254,18 +254,23 @@ class RunStore:
         """Queued tasks whose rq job vanished (the enqueuer died between script and enqueue)."""
         from rq.job import Job
 
-        out: list[tuple[str, str, str]] = []
         states = self.states()
         queued_at = {k: float(v) for k, v in self._hash("queued_at").items()}
         jobs = self._hash("jobs")
+        now = time.time()
+        candidates = [(task, jobs[task]) for task, state in states.items()
+                      if state == "queued" and now - queued_at.get(task, 0) >= grace and jobs.get(task)]
+        if not candidates:
+            return []
+        # one pipelined EXISTS per job: a fan-out's queue holds hundreds of them while it drains
+        pipe = self.r.pipeline(transaction=False)
+        for _, job_id in candidates:
+            pipe.exists(Job.key_for(job_id))
+        lost = [(task, job_id) for (task, job_id), alive in zip(candidates, pipe.execute()) if not alive]
+        if not lost:
+            return []
         graph = self._hash("graph")
-        for task, state in states.items():
-            if state != "queued" or time.time() - queued_at.get(task, 0) < grace:
-                continue
-            job_id = jobs.get(task)
-            if job_id and not Job.exists(job_id, connection=self.r):
-                out.append((task, job_id, json.loads(graph[task])["robot"]))
-        return out
+        return [(task, job_id, json.loads(graph[task])["robot"]) for task, job_id in lost]
 
     def failed_jobs(self) -> list[tuple[str, str, str]]:
         """Queued tasks whose rq job failed *outside* our job function -- e.g. a worker that
