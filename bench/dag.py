@@ -5,7 +5,8 @@ Run: ``.venv/bin/python bench/dag.py [--tasks 200] [--scale-tasks 64] [--sleep-m
 
 (a) raw rq: enqueue N no-op jobs (JSON serializer) and drain them with one rq SimpleWorker;
 (b) robot-lab: a fan-out/fan-in network of N tasks on the scripted model, one SimpleWorker;
-both print the per-task time and the ratio (target: robot-lab <= 2x raw rq).
+both print the per-task time and the ratio (target: robot-lab <= 2x raw rq), then the Redis
+round trips per job / task of each side (counted on a second, shorter pass).
 (c) scaling: the same fan-out network of 64 tasks whose scripted model sleeps 200 ms per call,
 on 1, 2 and 4 worker processes (timed once they are all up), wall times and speed-up
 (target >= 3.5x at 4 workers).
@@ -88,8 +89,34 @@ def bench_robot_lab(connection, keys, n: int, stream: bool) -> float:
     return elapsed / n
 
 
+def counting_connection(url: str):
+    """A client whose connections count the round trips they make (one per command or
+    pipeline sent); returns (client, counter)."""
+    import redis
+
+    sent = [0]
+
+    class Counting(redis.Connection):
+        def send_packed_command(self, command, check_health=True):  # type: ignore[no-untyped-def]
+            sent[0] += 1
+            return super().send_packed_command(command, check_health)
+
+    return redis.Redis(connection_pool=redis.ConnectionPool.from_url(url, connection_class=Counting)), sent
+
+
+def round_trips(url: str, keys, n: int) -> tuple[float, float]:
+    """Redis round trips per raw rq job and per robot-lab task (streaming on)."""
+    client, sent = counting_connection(url)
+    sent[0] = 0
+    bench_raw_rq(client, n)
+    raw = sent[0] / n
+    sent[0] = 0
+    bench_robot_lab(client, keys, n, True)
+    return raw, sent[0] / n
+
+
 def bench_robot_alone(n: int) -> float:
-    """The robot's own cost per call (litellm + the scripted model), no queue, no Redis."""
+    """The robot's own cost per call (the scripted model, no litellm), no queue, no Redis."""
     from robot_lab.runtime.robot import Robot, build
 
     spec = build("alone", model="scripted/text:ok").to_spec()
@@ -103,7 +130,7 @@ def _serve(url: str, queue: str, prefix: str) -> None:
     os.environ["ROBOT_LAB_KEY_PREFIX"] = prefix
     from robot_lab.workers.process import _rq_loop, warm_up
 
-    warm_up()
+    warm_up(["scripted/sleep"])  # a scripted robot's worker: no litellm, as `robot-lab worker` does
     _rq_loop(url, [queue], f"bench-{os.getpid()}", False)
 
 
@@ -159,7 +186,7 @@ def main() -> None:
     url = _url()
     connection = redis.Redis.from_url(url)
     keys = Keys(prefix=prefix)
-    warm_up()
+    warm_up(["scripted/text:ok"])
     try:
         print(f"redis: {url}  prefix: {prefix}  cpus: {os.cpu_count()}")
         bench_raw_rq(connection, 20)  # warm both paths
@@ -172,8 +199,11 @@ def main() -> None:
               f"(ratio {lab / raw:.2f}x; target <= 2x)")
         print(f"    same without text.delta streaming events:       {lab_quiet * 1000:8.2f} ms/task "
               f"(ratio {lab_quiet / raw:.2f}x)")
+        raw_trips, lab_trips = round_trips(url, keys, min(args.tasks, 50))
+        print(f"    Redis round trips: raw rq {raw_trips:.1f}/job, robot-lab {lab_trips:.1f}/task "
+              f"(streaming on)")
         alone = bench_robot_alone(args.tasks)
-        print(f"    for scale: the robot's own run alone (litellm + scripted model, no rq, no Redis): "
+        print(f"    for scale: the robot's own run alone (scripted model, no rq, no Redis): "
               f"{alone * 1000:.2f} ms/call")
         counts = [int(w) for w in args.workers.split(",")]
         walls = {}
