@@ -58,6 +58,9 @@ _EXPORTS: dict[str, str] = {
     "Delivery": "robot_lab.bus",
     "DeadLetter": "robot_lab.bus",
     "OutboxEntry": "robot_lab.bus",
+    "Keyring": "robot_lab.bus",
+    "sign_message": "robot_lab.schemas.signing",
+    "acl_users": "robot_lab.workers.acl",
     "InboxStats": "robot_lab.bus",
     # skills
     "AgentSkill": "robot_lab.skills",
@@ -66,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "SkillTool": "robot_lab.skills",
     "ScriptTool": "robot_lab.skills",
     "Capabilities": "robot_lab.skills",
+    "TrustReview": "robot_lab.skills",
     # runtime
     "Robot": "robot_lab.runtime.robot",
     "build": "robot_lab.runtime.robot",

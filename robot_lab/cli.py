@@ -25,6 +25,7 @@ from robot_lab import __version__
 
 # command name -> "module:attribute" of a click.Command; one line per command.
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "acl": ("robot_lab.commands.acl:acl", "Redis ACL users per robot worker and publisher (print or --apply)."),
     "schema": ("robot_lab.commands.schema:schema", "Print the JSON Schema of a wire type."),
     "chat": ("robot_lab.commands.chat:chat", "Run one robot on a message, streamed to the terminal."),
     "skills": ("robot_lab.commands.skills:skills", "AgentSkills: list, show, validate, create, match, eval."),

@@ -111,6 +111,19 @@ def configure_logging(level: str | None = None, fmt: str | None = None, *, force
         cache_logger_on_first_use=False,
     )
     _configured = True
+    _warn_unknown_variables()
+
+
+def _warn_unknown_variables() -> None:
+    """Once per process: a misspelt ``ROBOT_LAB_*`` variable would otherwise be ignored
+    without a word (pydantic-settings ignores extra variables)."""
+    from robot_lab.settings import unknown_variables
+
+    for name, suggestion in unknown_variables():
+        hint = f"; did you mean {suggestion}?" if suggestion else ""
+        structlog.get_logger("robot_lab.settings").warning(
+            "settings.unknown_variable", variable=name, hint=f"no setting reads {name}{hint}"
+        )
 
 
 def get_logger(name: str | None = None, **initial: Any) -> Any:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, get_origin
 
-from pydantic import AliasChoices, BaseModel, Field, field_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -46,25 +47,62 @@ def project_config_file() -> Path:
     return Path.cwd() / "config" / "robot_lab.yml"
 
 
+# Environment variables any skill may ask for by name without an operator grant: locale and
+# time zone only (docs/security.md, "Skills").
+SAFE_SKILL_ENV = ["LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ"]
+
+
 class SandboxSettings(BaseModel):
-    """The capability ceiling every skill script is intersected with."""
+    """The operator's ceiling every skill script is intersected with (all skills).
+
+    A skill's ``SKILL.md`` only *asks*; it gets the intersection of what it asks for with
+    this ceiling widened by ``skills.grants[<name>]`` (docs/skills.md, "Capabilities").
+    """
 
     enabled: bool = True
-    fs_read: list[str] = Field(default_factory=lambda: ["."])
+    # Folders scripts may read (besides their own bundle and the conversation's workspace).
+    # Empty by default: the worker's cwd (its .env, config) is not visible to any skill.
+    fs_read: list[str] = Field(default_factory=list)
     fs_write: list[str] = Field(default_factory=list)
     network: bool = False
+    # Host variables a skill may ask for with ``env: [NAME]`` (the locale and time zone).
+    env: list[str] = Field(default_factory=lambda: list(SAFE_SKILL_ENV))
+    # Host variables a skill may ask for with ``secrets: [NAME]``: none by default.
+    secrets: list[str] = Field(default_factory=list)
     timeout: float = 60.0
     # What to do when bwrap is missing or cannot create namespaces: refuse to run the
     # script (an error text to the model) or run it unconfined with a warning.
     when_unavailable: Literal["refuse", "unconfined"] = "refuse"
     max_output_bytes: int = 64 * 1024
+    # Resource limits of one script call (every mode). Processes (threads count too): a
+    # cgroup pids limit where robot-lab may create one, and RLIMIT_NPROC inside bwrap's user
+    # namespace (0 = no limit). Memory: RLIMIT_DATA of each process, in MiB (0 = no limit).
+    max_processes: int = Field(default=256, ge=0)
+    max_memory_mb: int = Field(default=2048, ge=0)
+    # "auto": put each script call in a pids cgroup of its own when this process may create
+    # one (under ``cgroup_parent``, else beside its own cgroup); "off": never.
+    cgroup: Literal["auto", "off"] = "auto"
+    cgroup_parent: str | None = None
     # Each conversation's working directory is mounted read-write and is the scripts' cwd;
     # false keeps scripts to the fs_read/fs_write grants alone.
     workspace: bool = True
-    # Attachments given by path must lie under these roots (the user's files, never the
-    # worker's); relative to the worker's cwd.
-    attach_from: list[str] = Field(default_factory=lambda: ["."])
+    # Attachments given by path (a bus envelope's {"path": ...} included) must lie under
+    # these roots, relative to the worker's cwd: name a shared uploads folder. Empty by
+    # default, so no sender can copy the worker's own files (its cwd, .env) into a
+    # workspace; attachments sent as bytes always work.
+    attach_from: list[str] = Field(default_factory=list)
     max_attachment_bytes: int = 50 * 1024 * 1024
+
+
+class SkillGrant(BaseModel):
+    """What the operator lets one named skill have beyond ``sandbox`` (still only what the
+    skill asks for): ``ROBOT_LAB_SKILLS__GRANTS='{"weather": {"network": true}}'``."""
+
+    fs_read: list[str] = Field(default_factory=list)
+    fs_write: list[str] = Field(default_factory=list)
+    network: bool = False
+    env: list[str] = Field(default_factory=list)
+    secrets: list[str] = Field(default_factory=list)
 
 
 class MatchRule(BaseModel):
@@ -124,6 +162,11 @@ class SkillsSettings(BaseModel):
     workspace_root: str | None = None
     # The read_skill_file tool returns at most this many bytes of a bundle file.
     max_file_read_bytes: int = 64 * 1024
+    # Skills (front-matter names) whose ``trust: core`` is honoured: they run unconfined with
+    # the worker's environment. Empty by default: ``trust: core`` alone is only a request.
+    core_trusted: list[str] = Field(default_factory=list)
+    # Per-skill additions to the sandbox ceiling (network, env, secrets, fs paths).
+    grants: dict[str, SkillGrant] = Field(default_factory=dict)
 
     def threshold_for(self, model: str) -> float:
         return self.thresholds.get(model, self.default_threshold)
@@ -155,6 +198,34 @@ class BusSettings(BaseModel):
     # inboxes (names or fnmatch globs) a message may name as its reply_to besides its own
     # sender's inbox and _reply.* streams; any other reply_to is dead-lettered reply_refused
     reply_to_allowed: list[str] = []
+
+
+VerifyMode = Literal["off", "warn", "require"]
+
+
+class SigningSettings(BaseModel):
+    """Signed envelopes (docs/security.md): the keys of each sender and how robots check them.
+
+    ``keys`` maps a sender id (a robot or client name, the envelope's ``from``) to its keys by
+    key id; ``current`` names the key id a sender signs with (default: its last key listed).
+    ``keys_dir`` adds keys from files (a mounted Kubernetes Secret): ``<dir>/<sender>/<key_id>``
+    or ``<dir>/<sender>.<key_id>``, each file holding one secret. A verifier accepts any key of
+    the sender, which is what makes rotation possible."""
+
+    # off: nothing is checked; warn: a bad or missing signature is logged (bus.unauthenticated)
+    # and the message runs; require: it is dead-lettered as unauthenticated, no model call.
+    verify: VerifyMode = "off"
+    # per-robot override of ``verify`` (robot name -> mode). In settings, not in the robot's
+    # spec: specs live in Redis, where a writer could switch its own check off.
+    robots: dict[str, VerifyMode] = Field(default_factory=dict)
+    keys: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
+    current: dict[str, str] = Field(default_factory=dict)
+    keys_dir: str | None = None
+    # seconds between re-reads of keys_dir (a rotated Secret shows up without a restart)
+    reload_interval: float = 30.0
+
+    def mode_for(self, robot: str) -> VerifyMode:
+        return self.robots.get(robot, self.verify)
 
 
 class BudgetSettings(BaseModel):
@@ -224,6 +295,7 @@ class Settings(BaseSettings):
     skills: SkillsSettings = Field(default_factory=SkillsSettings)
     bus: BusSettings = Field(default_factory=BusSettings)
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    signing: SigningSettings = Field(default_factory=SigningSettings)
 
     @field_validator("max_iterations")
     @classmethod
@@ -279,6 +351,57 @@ class Settings(BaseSettings):
     def embedded(self) -> bool:
         """No REDIS_URL: run on in-process fakeredis."""
         return not self.redis_url
+
+
+# ROBOT_LAB_* variables read outside Settings (by one module each), so not misspellings.
+OTHER_VARIABLES = frozenset({
+    "ROBOT_LAB_DEMO_DELAY_MS", "ROBOT_LAB_TASK_LEASE_MS", "ROBOT_LAB_TASK_MAX_ATTEMPTS",
+    "ROBOT_LAB_DASHBOARD_TOKEN", "ROBOT_LAB_SCRIPTS_DIR", "ROBOT_LAB_SCRIPTED_RECORD",
+    "ROBOT_LAB_WORKER_PREFIX",
+})
+# Test and benchmark knobs, and the Redis ACL passwords `robot-lab acl --apply` reads: never settings.
+OTHER_PREFIXES = ("ROBOT_LAB_TEST_", "ROBOT_LAB_PROPERTY_", "ROBOT_LAB_FUZZ_", "ROBOT_LAB_SCREENSHOTS", "ROBOT_LAB_BENCH_",
+                  "ROBOT_LAB_ACL_PASSWORD_")
+
+
+def _setting_paths(model: type[BaseModel], prefix: str = "") -> tuple[set[str], set[str]]:
+    """The env names (upper case, without ``ROBOT_LAB_``) the fields of ``model`` answer to
+    (``BUS``, ``BUS__MAXLEN``, ...), and those of them that are dicts (any sub-key goes)."""
+    paths: set[str] = set()
+    dicts: set[str] = set()
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name.upper()}"
+        paths.add(path)
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            sub_paths, sub_dicts = _setting_paths(annotation, f"{path}__")
+            paths |= sub_paths
+            dicts |= sub_dicts
+        elif get_origin(annotation) is dict:
+            dicts.add(path)
+    return paths, dicts
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """``ROBOT_LAB_*`` variables that no setting reads (a misspelling is otherwise silently
+    ignored), each with the closest known name, or None. Values are never looked at."""
+    import difflib
+
+    env = os.environ if environ is None else environ
+    known, dicts = _setting_paths(Settings)
+    # compared without the common prefix, which would make every name look close
+    candidates = sorted(known | {v[len("ROBOT_LAB_"):] for v in OTHER_VARIABLES})
+    unknown: list[tuple[str, str | None]] = []
+    for name in sorted(env):
+        upper = name.upper()
+        if not upper.startswith("ROBOT_LAB_") or upper in OTHER_VARIABLES or upper.startswith(OTHER_PREFIXES):
+            continue
+        path = upper[len("ROBOT_LAB_"):]
+        if path in known or any(path.startswith(f"{d}__") for d in dicts):
+            continue
+        close = difflib.get_close_matches(path, candidates, n=1, cutoff=0.75)
+        unknown.append((name, f"ROBOT_LAB_{close[0]}" if close else None))
+    return unknown
 
 
 _settings: Settings | None = None

@@ -29,8 +29,10 @@ class RedisServer:
         self.reason = ""
         self.dir: str | None = None
 
-    def start(self) -> str | None:
-        url = os.environ.get("ROBOT_LAB_TEST_REDIS_URL")
+    def start(self, *, private: bool = False) -> str | None:
+        """The test server's URL; ``private=True`` always starts a new server (for tests that
+        change server-wide state, such as ACL users) and leaves the environment alone."""
+        url = None if private else os.environ.get("ROBOT_LAB_TEST_REDIS_URL")
         if url:
             self.url = url
             return url
@@ -51,7 +53,8 @@ class RedisServer:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                     self.url = f"redis://127.0.0.1:{port}/0"
-                    os.environ["ROBOT_LAB_TEST_REDIS_URL"] = self.url
+                    if not private:
+                        os.environ["ROBOT_LAB_TEST_REDIS_URL"] = self.url
                     return self.url
             except OSError:
                 time.sleep(0.05)

@@ -407,6 +407,23 @@ def test_envelope_without_id_gets_a_stable_id_from_the_entry(bus: Bus) -> None:
     assert bus.redis.ttl(bus.keys.inbox("me")) > 0  # created for the reply, expires
 
 
+def test_reply_stream_ttl_is_pushed_out_by_each_reply_and_inboxes_never_get_one(bus: Bus) -> None:
+    ttl = int(bus.settings.reply_ttl)
+    me = bus.keys.inbox("me")
+    bus._append("me", b"{}", mode="reply")
+    assert 0 < bus.redis.ttl(me) <= ttl
+    bus.redis.expire(me, 5)  # a reply stream about to expire mid-conversation
+    bus._append("me", b"{}", mode="reply")
+    assert bus.redis.ttl(me) > 5  # pushed out again by the new reply
+    bus.redis.expire(me, ttl * 2)  # a longer TTL (a requester's own choice) is never shortened
+    bus._append("me", b"{}", mode="reply")
+    assert bus.redis.ttl(me) > ttl
+    billing = bus.keys.inbox("billing")
+    bus.redis.xadd(billing, {"envelope": b"{}"})  # a robot's inbox: no TTL
+    bus._append("billing", b"{}", mode="reply")
+    assert bus.redis.ttl(billing) == -1
+
+
 # --- conversations ---------------------------------------------------------------------
 
 def test_conversation_key_is_the_keys_layout(bus: Bus) -> None:

@@ -98,3 +98,7 @@ def test_bus_stats_and_dlq_commands(bus: Bus) -> None:
     code, out = run("dlq", "list", "billing")
     assert "no dead letters" in out
     assert bus.redis.xlen(bus.keys.inbox("billing")) == 3  # the replayed one is back
+    # a misspelt robot is an error naming the known ones, not "0 dead letters"
+    for args in (["list", "bilng"], ["replay", "bilng", "--all"], ["purge", "bilng", "--all"]):
+        code, out = run("dlq", *args)
+        assert code == 1 and "unknown robot 'bilng'" in out and "known: billing" in out, (args, out)

@@ -10,6 +10,8 @@ no Kubernetes API server here: the Dockerfile is parsed, the kustomization is bu
 
 from __future__ import annotations
 
+import json
+
 import re
 import shutil
 import subprocess
@@ -99,7 +101,40 @@ def test_each_demo_robot_has_a_worker_deployment_with_meaningful_probes():
             assert result.exit_code in (0, 1), result.output
         assert "--ready" in container["readinessProbe"]["exec"]["command"]
         refs = {e.get("configMapRef", e.get("secretRef", {})).get("name") for e in container["envFrom"]}
-        assert {"robot-lab-config", "robot-lab-redis"} <= refs
+        assert {"robot-lab-config", f"robot-lab-redis-{robot}"} <= refs  # its own Redis ACL user
+
+
+def test_each_robot_logs_in_as_its_own_redis_user_created_by_the_acl_job():
+    """redis-users.yaml: a Secret per robot whose REDIS_URL names rl-worker-<robot> with the
+    password the robot-lab-acl Job gives that user; the Job runs `robot-lab acl --apply` for
+    the same users `robot-lab acl` lists."""
+    from urllib.parse import urlsplit
+
+    secrets = {d["metadata"]["name"]: d["stringData"] for d in _manifests() if d["kind"] == "Secret"}
+    [job] = [d for d in _manifests() if d["kind"] == "Job" and d["metadata"]["name"] == "robot-lab-acl"]
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:2] == ["acl", "--apply"]
+    password_refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
+    listed = CliRunner().invoke(__import__("robot_lab.cli", fromlist=["main"]).main, ["acl", "--json",
+                                                                                     *container["args"][2:]])
+    users = __import__("json").loads(listed.output)["users"]
+    assert {u["subject"] for u in users if u["role"] == "worker"} == set(_demo_robots())
+    for user in users:
+        ref = password_refs[user["password_env"]]
+        data = secrets[ref["name"]]
+        url = urlsplit(data["REDIS_URL"])
+        assert url.username == user["user"] and url.password == data[ref["key"]]
+
+
+def test_signing_keys_are_mounted_from_an_optional_secret():
+    for robot in _demo_robots():
+        pod = _by_kind("Deployment")[f"robot-{robot}"]["spec"]["template"]["spec"]
+        [container] = pod["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        [mount] = [m for m in container["volumeMounts"] if m["name"] == "signing-keys"]
+        assert env["ROBOT_LAB_SIGNING__KEYS_DIR"] == mount["mountPath"] and mount["readOnly"]
+        [volume] = [v for v in pod["volumes"] if v["name"] == "signing-keys"]
+        assert volume["secret"]["optional"] is True
 
 
 def test_each_demo_robot_scales_on_its_queue_and_its_bus_lag():
@@ -179,7 +214,7 @@ def test_kustomization_lists_existing_files_and_builds():
                               capture_output=True, text=True, timeout=60)
     assert external.returncode == 0, external.stderr
     ext = [(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(external.stdout) if d]
-    assert ("StatefulSet", "redis") not in ext and ("Secret", "robot-lab-redis") not in ext
+    assert ("StatefulSet", "redis") not in ext and not [d for d in ext if d[0] == "Secret"]
     assert ("Deployment", "robot-billing") in ext
 
 
@@ -196,9 +231,13 @@ def test_compose_file_runs_redis_with_aof_and_every_robot():
     for robot in _demo_robots():
         service = services[robot]
         assert service["command"][:2] == ["worker", robot]
-        assert service["environment"]["REDIS_URL"].startswith("redis://redis:6379")
+        assert service["environment"]["REDIS_URL"].startswith(f"redis://rl-worker-{robot}:")  # its ACL user
+        assert service["environment"]["REDIS_URL"].endswith("@redis:6379/0")
         assert service["healthcheck"]["test"][1:3] == ["robot-lab", "health"]
         assert service["depends_on"]["redis"]["condition"] == "service_healthy"
+        assert service["depends_on"]["acl"]["condition"] == "service_completed_successfully"
+    assert services["acl"]["command"][:2] == ["acl", "--apply"]
+    assert "--requirepass" in services["redis"]["command"]
 
 
 def _stages(text: str) -> list[dict]:
@@ -227,7 +266,9 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_healthcheck():
     user = [rest for instr, rest in final["lines"] if instr == "USER"][-1]
     assert user.split(":")[0] not in ("root", "0")
     assert "robot-lab" in instrs["HEALTHCHECK"] and "health" in instrs["HEALTHCHECK"]
-    assert instrs["ENTRYPOINT"].startswith("[")  # exec form: robot-lab is PID 1 and gets SIGTERM
+    entrypoint = json.loads(instrs["ENTRYPOINT"])  # exec form: SIGTERM reaches robot-lab
+    assert entrypoint[:3] == ["/usr/bin/tini", "--", "robot-lab"]  # an init that reaps orphans
+    assert "tini" in instrs["RUN"]
     final_text = " ".join(rest for _, rest in final["lines"])
     assert "build-essential" not in final_text and "gcc" not in final_text
     assert any(instr == "COPY" and rest.startswith(f"--from={stages[0]['name']}") for instr, rest in final["lines"])

@@ -53,3 +53,38 @@ def test_bad_setting_value_names_the_field(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("ROBOT_LAB_REQUEST_TIMEOUT", "soon")
     with pytest.raises(ValidationError, match="request_timeout"):
         Settings()
+
+
+def test_unknown_variables_are_named_with_the_closest_setting() -> None:
+    from robot_lab.settings import unknown_variables
+
+    env = {
+        "ROBOT_LAB_BUS__MAX_DELIVERY": "3",  # misspelt nested setting
+        "ROBOT_LAB_MODLE": "x",  # misspelt top-level setting
+        "ROBOT_LAB_ZZZ": "1",  # nothing close
+        "ROBOT_LAB_BUS__MAX_DELIVERIES": "3",  # real ones pass
+        "ROBOT_LAB_SKILLS__THRESHOLDS__billing": "0.5",  # any key of a dict setting
+        "ROBOT_LAB_TASK_LEASE_MS": "100",  # read outside Settings
+        "ROBOT_LAB_TEST_REDIS_URL": "redis://x",  # test knob
+        "REDIS_URL": "redis://x",  # not ours
+    }
+    assert unknown_variables(env) == [
+        ("ROBOT_LAB_BUS__MAX_DELIVERY", "ROBOT_LAB_BUS__MAX_DELIVERIES"),
+        ("ROBOT_LAB_MODLE", "ROBOT_LAB_MODEL"),
+        ("ROBOT_LAB_ZZZ", None),
+    ]
+
+
+def test_cli_warns_about_a_misspelt_variable_on_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from robot_lab import logging as rl_logging
+    from robot_lab.cli import main
+
+    monkeypatch.setenv("ROBOT_LAB_BUS__VISIBILITY_TIMOUT", "5")
+    monkeypatch.setattr(rl_logging, "_configured", False)
+    result = CliRunner().invoke(main, ["schema", "--help"])
+    assert result.exit_code == 0
+    assert "settings.unknown_variable" in result.stderr
+    assert "did you mean ROBOT_LAB_BUS__VISIBILITY_TIMEOUT" in result.stderr
+    assert "settings.unknown_variable" not in result.stdout

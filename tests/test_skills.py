@@ -269,7 +269,7 @@ def test_intersect_paths_network_timeout_trust(tmp_path: Path, monkeypatch: pyte
         timeout=120,
         trust="core",
     )
-    ceiling = Capabilities(fs_read=["data", "~"], fs_write=["out"], network=False, timeout=30)
+    ceiling = Capabilities(fs_read=["data", "~"], fs_write=["out"], network=False, timeout=30, trust="core")
     grant = declared.intersect(ceiling)
     home = os.path.realpath(os.path.expanduser("~"))
     assert grant.fs_read == (str(tmp_path / "data" / "sub"), os.path.join(home, "private"))
@@ -280,6 +280,9 @@ def test_intersect_paths_network_timeout_trust(tmp_path: Path, monkeypatch: pyte
     assert declared.denied(grant)["fs_read"] == sorted(["/etc", str(tmp_path / "data-other")])
     both = Capabilities(network=True).intersect(Capabilities(network=True))
     assert both.network is True
+    # core trust needs the ceiling (the operator) to have it too; SKILL.md alone only asks
+    assert declared.intersect(Capabilities()).trust == "external"
+    assert declared.denied(declared.intersect(Capabilities()))["trust"] == "core"
 
 
 def test_intersect_follows_symlinks_out_of_the_ceiling(tmp_path: Path) -> None:
@@ -293,7 +296,7 @@ def test_intersect_follows_symlinks_out_of_the_ceiling(tmp_path: Path) -> None:
 def test_ceiling_from_settings() -> None:
     ceiling = Capabilities.ceiling(SandboxSettings(fs_read=["/data"], network=True, timeout=7))
     assert ceiling.fs_read == ("/data",) and ceiling.network and ceiling.timeout == 7
-    assert Capabilities.ceiling().fs_read == (".",)
+    assert Capabilities.ceiling().fs_read == ()  # the worker's cwd is not readable by default
 
 
 # --- catalog ---------------------------------------------------------------------------------

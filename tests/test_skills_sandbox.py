@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from robot_lab.settings import SandboxSettings, Settings
+from robot_lab.settings import SandboxSettings, Settings, SkillGrant, SkillsSettings
 from robot_lab.skills import AgentSkill, Capabilities, ScriptTool, SkillCatalog, derive_name, extract_description
 from robot_lab.skills.script_tool import python_executable
 from robot_lab.skills import sandbox as sandbox_mod
@@ -38,9 +38,11 @@ def bwrap() -> None:
 needs_bwrap = pytest.mark.usefixtures("bwrap")
 
 
-def tools_of(directory: Path, sandbox: SandboxSettings) -> dict[str, ScriptTool]:
+def tools_of(directory: Path, sandbox: SandboxSettings, skills: SkillsSettings | None = None) -> dict[str, ScriptTool]:
+    """The skill's tools under ``sandbox`` and, when given, the per-skill grants of ``skills``."""
     skill = AgentSkill(directory)
-    return {t.script_name: t for t in skill.script_tools(Capabilities.ceiling(sandbox), sandbox=sandbox)}
+    ceiling = Capabilities.ceiling(sandbox, skill=skill.name, skills=skills or SkillsSettings())
+    return {t.script_name: t for t in skill.script_tools(ceiling, sandbox=sandbox)}
 
 
 # --- naming, descriptions, interpreters (no sandbox needed) ------------------------------------------
@@ -193,7 +195,8 @@ def test_core_trust_runs_unconfined_with_parent_env(tmp_path: Path, monkeypatch:
     sandbox = SandboxSettings(enabled=True, when_unavailable="refuse")
     directory = write_skill(tmp_path, "trusted", extra="trust: core", scripts={
         "read.py": f"import os\nprint(open({str(secret)!r}).read(), os.environ.get('RL_TEST_PARENT'))\n"})
-    assert tools_of(directory, sandbox)["read"].call({}) == "core can read home parent"
+    trusted = SkillsSettings(core_trusted=["trusted"])  # the operator names it: SKILL.md alone only asks
+    assert tools_of(directory, sandbox, trusted)["read"].call({}) == "core can read home parent"
 
 
 # --- confinement with bwrap ------------------------------------------------------------------------
@@ -363,7 +366,9 @@ def test_only_declared_env_vars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     directory = write_skill(tmp_path, "envy", scripts={
         "env.py": "import os, json\nprint(json.dumps(dict(os.environ)))\n",
     }, extra="env: [RL_TEST_DECLARED, RL_TEST_MISSING]\nsecrets: [RL_TEST_TOKEN]")
-    seen = json.loads(tools_of(directory, sandbox)["env"].call({}))
+    granted = SkillsSettings(grants={"envy": SkillGrant(env=["RL_TEST_DECLARED", "RL_TEST_MISSING"],
+                                                        secrets=["RL_TEST_TOKEN"])})
+    seen = json.loads(tools_of(directory, sandbox, granted)["env"].call({}))
     assert seen["RL_TEST_DECLARED"] == "visible"
     assert seen["RL_TEST_TOKEN"] == "s3cr3t-value"
     assert "RL_TEST_UNDECLARED" not in seen and "OPENAI_API_KEY" not in seen and "RL_TEST_MISSING" not in seen

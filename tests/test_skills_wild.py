@@ -173,7 +173,7 @@ def test_read_skill_file_refuses_symlinks_out_and_describes_binaries(tmp_path: P
 def test_workspace_attachments_by_bytes_path_and_envelope(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.txt").write_text("user file")
-    sandbox = SandboxSettings(max_attachment_bytes=100)
+    sandbox = SandboxSettings(max_attachment_bytes=100, attach_from=["."])
     ws = Workspace(tmp_path / "ws", sandbox=sandbox)
     assert ws.attach(b"hello", "../../evil.txt") == ws.path / "evil.txt"  # no folders, no '..'
     assert ws.attach("mine.txt").read_text() == "user file"

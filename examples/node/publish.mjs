@@ -7,19 +7,24 @@
 // as the field `envelope` (XADD <prefix>:bus:<robot> * envelope <json>); the reply is appended
 // to the stream <prefix>:bus:<reply_to>, read here with XREAD BLOCK.
 //
+// Signed envelopes (docs/security.md): set ROBOT_LAB_FROM to a sender name and ROBOT_LAB_KEY
+// (+ ROBOT_LAB_KEY_ID, default k1) to that sender's key as configured on the workers, e.g.
+//   ROBOT_LAB_FROM=frontdesk ROBOT_LAB_KEY_ID=k1 ROBOT_LAB_KEY=$KEY node examples/node/publish.mjs billing "hi"
+//
 // No npm package needed: a few lines below speak Redis's protocol (RESP) over node:net. With
 // the `redis` package the two calls are
 //   await client.xAdd(`${prefix}:bus:${to}`, '*', { envelope: JSON.stringify(envelope) });
 //   await client.xRead({ key: `${prefix}:bus:${me}`, id: '0-0' }, { BLOCK: 30000 });
 
 import net from 'node:net';
-import { randomUUID } from 'node:crypto';
+import { createHmac, randomUUID } from 'node:crypto';
 
 const args = process.argv.slice(2).filter((a) => a !== '--dry-run');
 const dryRun = process.argv.includes('--dry-run');
 const [to = 'billing', text = 'My invoice is wrong'] = args;
 const prefix = process.env.ROBOT_LAB_KEY_PREFIX ?? 'robot_lab';
-const me = `node-${randomUUID().slice(0, 8)}`; // our reply inbox: any name we then XREAD
+// our name and reply inbox (a robot replies only to the sender's own inbox)
+const me = process.env.ROBOT_LAB_FROM ?? `node-${randomUUID().slice(0, 8)}`;
 
 const envelope = {
   v: 1,
@@ -32,6 +37,19 @@ const envelope = {
   deadline: new Date(Date.now() + 60_000).toISOString(), // not handled after a minute
   content: text,
 };
+
+// The canonical form robot-lab signs (RFC 8785 JCS): members sorted, no whitespace. JSON.stringify
+// already writes strings and numbers the JCS way.
+const canonical = (v) => (v === null || typeof v !== 'object' ? JSON.stringify(v)
+  : Array.isArray(v) ? `[${v.map(canonical).join(',')}]`
+  : `{${Object.keys(v).filter((k) => v[k] !== undefined).sort()
+    .map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`).join(',')}}`);
+
+if (process.env.ROBOT_LAB_KEY) {
+  envelope.headers = { key_id: process.env.ROBOT_LAB_KEY_ID ?? 'k1' }; // signed too
+  envelope.signature = createHmac('sha256', process.env.ROBOT_LAB_KEY).update(canonical(envelope), 'utf8')
+    .digest('hex');
+}
 
 if (dryRun) {
   console.log(JSON.stringify(envelope));

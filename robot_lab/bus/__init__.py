@@ -9,6 +9,7 @@ from robot_lab.bus.core import REPLY_PREFIX, Bus, check_robot_name
 from robot_lab.bus.delivery import Delivery
 from robot_lab.bus.poller import BusPoller, default_consumer_name, flatten_content
 from robot_lab.bus.records import DeadLetter, InboxStats, OutboxEntry
+from robot_lab.bus.signing import Keyring
 
 __all__ = [
     "REPLY_PREFIX",
@@ -17,6 +18,7 @@ __all__ = [
     "DeadLetter",
     "Delivery",
     "InboxStats",
+    "Keyring",
     "OutboxEntry",
     "check_robot_name",
     "default_consumer_name",

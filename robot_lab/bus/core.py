@@ -32,13 +32,14 @@ from robot_lab.text.strings import as_str as _s
 from robot_lab.bus import scripts
 from robot_lab.bus.dlq import DeadLetters
 from robot_lab.bus.records import InboxStats, OutboxEntry
+from robot_lab.bus.signing import Keyring, default_keyring
 
 log = get_logger("robot_lab.bus")
 
 # A robot name becomes part of Redis keys: ':' would let "x:dlq" alias robot x's DLQ,
 # braces would break cluster hash tags, whitespace breaks the CLI.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.@/+\-]{1,200}$")
-REPLY_PREFIX = REPLY_STREAM_PREFIX  # reply streams: "_reply.<id>" (replies.reply_allowed lets them through)
+REPLY_PREFIX = REPLY_STREAM_PREFIX  # reply streams: "_reply.<from>.<id>" (replies.reply_allowed lets them through)
 
 
 def check_robot_name(name: Any, field: str = "robot") -> str:
@@ -85,6 +86,8 @@ class Bus(DeadLetters):
         *,
         keys: Keys | None = None,
         settings: BusSettings | None = None,
+        keyring: Keyring | None = None,
+        verify: str | None = None,
     ) -> None:
         if redis is None:
             from robot_lab.connection import get_redis
@@ -93,6 +96,10 @@ class Bus(DeadLetters):
         self.redis = redis
         self.keys = keys or default_keys()
         self.settings = settings or get_settings().bus
+        # signs what a sender with a key publishes or replies; pollers check entries with it
+        self.keyring = keyring if keyring is not None else default_keyring()
+        # how ``request`` checks the replies it waits for (off | warn | require)
+        self.verify = verify or get_settings().signing.verify
         r = self.redis
         self._append_reply = r.register_script(scripts.APPEND_REPLY)
         self._trim = r.register_script(scripts.TRIM)
@@ -176,12 +183,17 @@ class Bus(DeadLetters):
             headers=_with_traceparent(headers),
             deadline=_deadline(deadline),
         )
+        message = self.keyring.sign(message)
         self.publish_message(message, create=create)
         return message
 
     def publish_message(self, message: RobotMessage, *, create: bool = False) -> str:
-        """Append an already-built envelope; returns the stream entry id."""
+        """Append an already-built envelope; returns the stream entry id. An unsigned
+        envelope is signed when a key for its ``from`` is configured; one that carries a
+        signature is sent as it is."""
         check_robot_name(message.to, "recipient")
+        if message.signature is None:
+            message = self.keyring.sign(message)
         try:
             data = encode_message(message)
         except SchemaError as exc:
@@ -218,10 +230,21 @@ class Bus(DeadLetters):
         if maxlen > 0:
             n = self._since_trim.get(robot, 0) + 1
             if n >= max(1, maxlen // 10):
-                self._trim(keys=[inbox], args=[maxlen])
+                self._trim_inbox(inbox, maxlen)
                 n = 0
             self._since_trim[robot] = n
         return _s(entry)
+
+    def _trim_inbox(self, inbox: str, maxlen: int) -> None:
+        """Trim another robot's inbox, where this process may: a Redis ACL user limited to
+        appending (robot-lab acl) may not, and need not -- each robot's own poller trims its
+        inbox in its reclaim sweep."""
+        try:
+            self._trim(keys=[inbox], args=[maxlen])
+        except _redis.ResponseError as exc:
+            if not (isinstance(exc, _redis.exceptions.NoPermissionError) or "NOPERM" in str(exc)):
+                raise
+            log.debug("bus.trim_not_permitted", stream=inbox)
 
     def send_message(
         self, to: str, content: str | Mapping[str, Any], *, from_: str, **kwargs: Any
@@ -290,6 +313,8 @@ class Bus(DeadLetters):
         except BusError as exc:
             log.warning("bus.reply_dropped", to=reply.to, in_reply_to=reply.in_reply_to, error=str(exc))
             return None
+        if reply.signature is None:
+            reply = self.keyring.sign(reply)
         return self._append(reply.to, encode_message(reply), mode="reply")
 
     # --- request / reply --------------------------------------------------------------
@@ -306,11 +331,13 @@ class Bus(DeadLetters):
     ) -> RobotMessage:
         """Publish to ``to`` and block until its reply arrives; returns the reply envelope.
 
-        Replies go to a private stream ``<prefix>:bus:_reply.<id>`` (created here with a
+        Replies go to a private stream ``<prefix>:bus:_reply.<from_>.<id>`` (created here with a
         TTL, deleted afterwards), so the caller needs no inbox or worker of its own.
         Raises AwaitTimeout naming the robot and the seconds waited.
         """
-        reply_name = f"{REPLY_PREFIX}{new_id()}"
+        # named after the sender, so a Redis ACL can give each sender its own reply streams
+        # (robot-lab acl: ~<prefix>:bus:_reply.<from>.*); a name too long for that stays anonymous
+        reply_name = f"{REPLY_PREFIX}{from_}.{new_id()}" if len(from_) <= 150 else f"{REPLY_PREFIX}{new_id()}"
         reply_key = self.keys.inbox(reply_name)
         ttl = max(60, int(timeout) + 60)
         pipe = self.redis.pipeline(transaction=False)
@@ -344,18 +371,32 @@ class Bus(DeadLetters):
             for _stream, entries in result or []:
                 for entry_id, fields in entries:
                     cursor = _s(entry_id)
+                    raw = fields.get(b"envelope", b"")
                     try:
-                        reply = decode_message(fields.get(b"envelope", b""))
+                        reply = decode_message(raw)
                     except SchemaError as exc:
                         log.warning("bus.bad_reply", stream=reply_key, error=str(exc))
                         continue
-                    if reply.in_reply_to == message.id:
+                    if reply.in_reply_to == message.id and self._authentic_reply(raw, reply, to):
                         if reply.kind == "error":
                             raise RemoteError(
                                 f"robot {to!r} could not handle message {message.id}: {reply.content}",
                                 reason=reply.headers.get("error"),
                             )
                         return reply
+
+    def _authentic_reply(self, raw: bytes, reply: RobotMessage, to: str) -> bool:
+        """Under ``verify`` warn/require a reply must come from ``to`` and be signed with
+        one of its keys; require skips (and logs) any other, warn only logs it."""
+        if self.verify == "off":
+            return True
+        problem = (f"a reply from {reply.from_!r} to a request sent to {to!r}" if reply.from_ != to
+                   else self.keyring.problem(raw, reply))
+        if not problem:
+            return True
+        log.warning("bus.unauthenticated", robot=to, message_id=reply.id, sender=reply.from_, error=problem,
+                    mode=self.verify, where="request")
+        return self.verify != "require"
 
     def outbox(self, robot: str, message_id: str) -> OutboxEntry | None:
         """The outbox record of a message ``robot`` sent with ``send_message``."""

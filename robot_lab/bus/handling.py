@@ -175,11 +175,13 @@ class Handling(PollerState):
     def _dead_letter(
         self, d: Delivery, reason: str, error: BaseException | str, *,
         notify: RobotMessage | None = None, extra: Mapping[str, str | bytes] | None = None,
+        report: bool = True,
     ) -> None:
         """Record the entry in the DLQ and ack it (one script: never acked-and-lost), then
         send an error envelope to its ``reply_to`` (``notify``: whom, when the entry could
-        not be decoded). Never raises but Redis errors: a record that cannot be built or
-        written whole is written with the entry's ids and the reason only."""
+        not be decoded; ``report=False``: to nobody). Never raises but Redis errors: a record
+        that cannot be built or written whole is written with the entry's ids and the reason
+        only."""
         text = _error_text(error)
         metrics.dead_lettered(self.robot, reason)
         notify = notify or d.message
@@ -200,7 +202,8 @@ class Handling(PollerState):
         self.counts["dead"] += 1
         log.warning("bus.dead_lettered", robot=self.robot, entry=d.entry_id, reason=reason, error=text,
                     deliveries=d.deliveries)
-        self._report_failure(d, reason, text, notify)
+        if report:
+            self._report_failure(d, reason, text, notify)
 
     def _letter_fields(self, d: Delivery, reason: str, text: str, extra: Mapping[str, str | bytes], *,
                        minimal: bool = False) -> list[Any]:

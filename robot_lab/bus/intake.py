@@ -149,9 +149,25 @@ class Intake(PollerState):
             self._dead_letter(d, verdict.reason, verdict.error, notify=message or self._stand_in(entry, verdict))
             return 1
         assert message is not None
+        if self.verify != "off" and self._unauthenticated(d, message):
+            return 1
         if message.to != self.robot:
             log.warning("bus.misaddressed", robot=self.robot, to=message.to, message_id=message.id)
         return 0
+
+    def _unauthenticated(self, d: Delivery, message: RobotMessage) -> bool:
+        """Check the entry's signature (signing.verify / signing.robots); under ``require`` a
+        failure is dead-lettered as ``unauthenticated`` -- no handler, no model call, no
+        error envelope to a sender who may be forged. Returns True when it was."""
+        problem = self.bus.keyring.problem(d.fields.get(b"envelope", b""), message)
+        if not problem:
+            return False
+        log.warning("bus.unauthenticated", robot=self.robot, entry=d.entry_id, message_id=message.id,
+                    sender=message.from_, error=problem, mode=self.verify)
+        if self.verify != "require":
+            return False
+        self._dead_letter(d, "unauthenticated", problem, report=False)
+        return True
 
     def _stand_in(self, entry: str, verdict: Verdict) -> RobotMessage | None:
         """A refused entry's sender, as far as it can be read: who gets the error envelope."""

@@ -32,6 +32,7 @@ from typing import Any
 
 import redis as _redis
 
+from robot_lab.errors import BusError
 from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
 from robot_lab.bus.conversations import sweep_interval
@@ -41,6 +42,7 @@ from robot_lab.bus.handling import Handling
 from robot_lab.bus.intake import Intake
 from robot_lab.bus.reclaim import Reclaim
 from robot_lab.bus.replies import fingerprint, make_record, read_record, record_key_part
+from robot_lab.bus.signing import VERIFY_MODES, verify_mode
 
 log = get_logger("robot_lab.bus.poller")
 
@@ -86,6 +88,7 @@ class BusPoller(Intake, Handling, Reclaim):
         retry_delay: float | None = None,
         claim_interval: float | None = None,
         register: bool = True,
+        verify: str | None = None,
     ) -> None:
         self.robot = check_robot_name(robot)
         self.bus = bus or Bus(redis)
@@ -101,6 +104,9 @@ class BusPoller(Intake, Handling, Reclaim):
         self.heartbeat_interval = max(0.02, self.visibility_timeout / 3)
         self.max_held = self.batch_size * 4
         self._register = register
+        self.verify = verify or verify_mode(robot)
+        if self.verify not in VERIFY_MODES:
+            raise BusError(f"verify must be one of {', '.join(VERIFY_MODES)}, not {self.verify!r}")
         self.inbox = self.bus.keys.inbox(robot)
         self.dlq = self.bus.keys.dlq(robot)
         self._vis_ms = max(1, int(self.visibility_timeout * 1000))
@@ -254,7 +260,7 @@ class BusPoller(Intake, Handling, Reclaim):
         beater = threading.Thread(target=self._heartbeat_loop, args=(beat_stop,), daemon=True,
                                   name=f"bus-heartbeat-{self.robot}")
         backoff = 0.1
-        log.info("bus.poller_started", robot=self.robot, consumer=self.consumer)
+        log.info("bus.poller_started", robot=self.robot, consumer=self.consumer, verify=self.verify)
         try:
             beater.start()
             while not stop.is_set():

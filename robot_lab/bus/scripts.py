@@ -61,14 +61,21 @@ end
 
 # KEYS[1] reply stream. ARGV: envelope, ttl. Append a reply; a missing reply stream is
 # created (no group) with a TTL instead of refused, so a reply to a requester that already
-# gave up is kept for a while, never lost silently. (Ordinary publishes need no script:
-# XADD ... NOMKSTREAM refuses an unknown inbox atomically.)
+# gave up is kept for a while, never lost silently. A stream that has a TTL (a reply stream
+# in use) has it pushed out to at least ``ttl`` from now on each reply, so a long-lived reply
+# stream does not vanish mid-conversation; a stream without one (a robot's inbox) never
+# gets one. (Ordinary publishes need no script: XADD ... NOMKSTREAM refuses an unknown
+# inbox atomically.)
 APPEND_REPLY = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return redis.call('XADD', KEYS[1], '*', 'envelope', ARGV[1])
-end
+local existed = redis.call('EXISTS', KEYS[1])
 local id = redis.call('XADD', KEYS[1], '*', 'envelope', ARGV[1])
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+local ttl = tonumber(ARGV[2])
+if existed == 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+else
+  local left = redis.call('TTL', KEYS[1])
+  if left >= 0 and left < ttl then redis.call('EXPIRE', KEYS[1], ttl) end
+end
 return id
 """
 

@@ -43,6 +43,7 @@ class PollerState:
     max_held: int  # entries held at most (read, retrying or waiting for their conversation)
     _vis_ms: int
     _register: bool  # create the inbox and group when missing
+    verify: str  # signature check of each entry: off | warn | require (bus/signing.py)
 
     # what this consumer holds and does
     _handler: Callable[[Delivery], Any]
@@ -64,6 +65,7 @@ class PollerState:
 
         def _delivery_counts(self, ids: list[str]) -> dict[str, int]: ...
 
-        def _dead_letter(self, d: Delivery, reason: str, error: BaseException | str) -> None: ...
+        def _dead_letter(self, d: Delivery, reason: str, error: BaseException | str, *,
+                         report: bool = True) -> None: ...
 
         def flush_acks(self) -> None: ...

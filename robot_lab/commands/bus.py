@@ -71,7 +71,11 @@ def send(
     robot: str, text: str, wait: bool, timeout: float, conversation_id: str | None, from_: str,
     as_json: bool, create: bool,
 ) -> None:
-    """Publish TEXT to ROBOT's inbox; prints the message id, or the reply with --wait."""
+    """Publish TEXT to ROBOT's inbox; prints the message id, or the reply with --wait.
+
+    The envelope is signed when a key for the --from name is configured (signing.keys or
+    signing.keys_dir, docs/security.md); under signing.verify=require, --wait accepts only
+    a reply signed by ROBOT."""
     bus = _bus()
     content = _content(text, as_json)
     if wait and _embedded() and not bus.exists(robot):
@@ -193,6 +197,19 @@ def remove(robots: tuple[str, ...], force: bool) -> None:
         click.echo(f"removed inbox {robot!r}")
 
 
+def _require_robot(bus: Any, robot: str) -> None:
+    """A typo in ROBOT must not read as "0 dead letters": a robot with neither an inbox nor
+    dead letters is unknown."""
+    known = bus.robots()
+    if robot in known or bus.dead_letters(robot, 1):
+        return
+    listed = f"known: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}" if known else "there are none"
+    where = f" ({EMBEDDED_NOTE})" if _embedded() else ""
+    raise click.ClickException(
+        f"unknown robot {robot!r}: no inbox and no dead letters under prefix {bus.keys.prefix!r} ({listed}){where}"
+    )
+
+
 @click.group("dlq")
 def dlq_group() -> None:
     """Dead letters of a robot: list, show, replay, purge."""
@@ -204,7 +221,10 @@ def dlq_group() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def dlq_list(robot: str, count: int, as_json: bool) -> None:
     """List ROBOT's dead letters, oldest first."""
-    letters = _bus().dead_letters(robot, count)
+    bus = _bus()
+    letters = bus.dead_letters(robot, count)
+    if not letters:
+        _require_robot(bus, robot)
     if as_json:
         click.echo(json.dumps([d.to_dict() for d in letters], indent=2))
         return
@@ -242,8 +262,10 @@ def dlq_replay(robot: str, ids: tuple[str, ...], all_: bool) -> None:
     """Put dead letters back on ROBOT's inbox (fresh delivery count)."""
     if not ids and not all_:
         raise click.UsageError("give dead-letter ids or --all")
+    bus = _bus()
+    _require_robot(bus, robot)
     try:
-        new_ids = _bus().replay_dead_letters(robot, None if all_ else list(ids))
+        new_ids = bus.replay_dead_letters(robot, None if all_ else list(ids))
     except BusError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"replayed {len(new_ids)} message(s) into {robot!r}")
@@ -257,5 +279,7 @@ def dlq_purge(robot: str, ids: tuple[str, ...], all_: bool) -> None:
     """Delete dead letters of ROBOT."""
     if not ids and not all_:
         raise click.UsageError("give dead-letter ids or --all")
-    n = _bus().purge_dead_letters(robot, None if all_ else list(ids))
+    bus = _bus()
+    _require_robot(bus, robot)
+    n = bus.purge_dead_letters(robot, None if all_ else list(ids))
     click.echo(f"purged {n} dead letter(s) of {robot!r}")

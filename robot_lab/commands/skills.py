@@ -13,13 +13,14 @@ from robot_lab.errors import ConfigurationError
 SKILL_TEMPLATE = """---
 {head}
 # agentskills.io keys: license, compatibility, metadata, allowed-tools
-# robot-lab capabilities for scripts/ (intersected with settings.sandbox):
+# robot-lab capabilities for scripts/: requests, granted only as far as the operator's
+# settings allow (settings.sandbox, skills.grants.<name>, skills.core_trusted):
 fs_read: []
 fs_write: []
 network: false
 timeout: 30
-# env: [SOME_VAR]        # variables the scripts may see (all others are scrubbed)
-# secrets: [SOME_TOKEN]  # like env, and masked in logs
+# env: [SOME_VAR]        # host variables the scripts may see, if sandbox.env or the grant lists them
+# secrets: [SOME_TOKEN]  # like env (sandbox.secrets or the grant), and masked in logs
 ---
 # {title}
 
@@ -116,33 +117,65 @@ def list_skills(roots: tuple[str, ...], as_json: bool) -> None:
         click.echo(f"skipped {problem.path}: {problem.message}")
 
 
+def _mode(skill: Any, grant: Any) -> str:
+    """How this skill's scripts would run here."""
+    from robot_lab.settings import get_settings
+    from robot_lab.skills.sandbox import bwrap_status
+
+    if grant.core:
+        return "unconfined (trust: core granted by skills.core_trusted)"
+    sandbox = get_settings().sandbox
+    usable, reason = bwrap_status() if sandbox.enabled else (False, "sandbox.enabled is false")
+    if usable:
+        return "bwrap"
+    return f"{'unconfined' if sandbox.when_unavailable == 'unconfined' else 'refused'} ({reason})"
+
+
+def _caps_line(caps: dict[str, Any]) -> str:
+    return " ".join(f"{key}={value}" for key, value in caps.items())
+
+
 @skills.command()
 @click.argument("name")
 @root_option
-def show(name: str, roots: tuple[str, ...]) -> None:
-    """Front matter, capabilities, script tools and instructions of one skill."""
-    from robot_lab.skills.capabilities import Capabilities
+@click.option("--json", "as_json", is_flag=True, help="Print what the skill asks for and gets as JSON.")
+def show(name: str, roots: tuple[str, ...], as_json: bool) -> None:
+    """Front matter, asked vs granted capabilities, limits, script tools and instructions."""
+    from robot_lab.settings import get_settings
+    from robot_lab.skills.limits import limit_status
+    from robot_lab.skills.sandbox import bwrap_status
+    from robot_lab.skills.trust import describe
 
     catalog = _catalog(roots)
     try:
         skill = catalog.get(name)
     except ConfigurationError as exc:
         raise click.ClickException(str(exc)) from None
+    checked = skill.review()
+    limits = limit_status(get_settings().sandbox, bwrap=bwrap_status()[0])
+    tools = skill.script_tools()
+    if as_json:
+        _echo_json({"name": skill.name, "root": skill.root, "path": str(skill.path),
+                    "description": skill.description, "asked": describe(checked.asked),
+                    "granted": describe(checked.grant), "decisions": [d.as_dict() for d in checked.decisions],
+                    "mode": _mode(skill, checked.grant), "limits": limits,
+                    "tools": [{"name": t.name, "description": t.description, "command": t.command} for t in tools],
+                    "warnings": list(skill.warnings)})
+        return
     console = _console()
     console.print(f"[bold]{skill.name}[/bold]  ({skill.root}: {skill.path})", highlight=False)
     console.print(f"description: {skill.description}", highlight=False, markup=False)
     if skill.allowed_tools is not None:
         console.print(f"allowed-tools: {', '.join(skill.allowed_tools)}", markup=False)
-    caps = skill.capabilities
-    grant = caps.intersect(Capabilities.ceiling())
-    console.print(f"declared: fs_read={list(caps.fs_read)} fs_write={list(caps.fs_write)} network={caps.network} "
-                  f"timeout={caps.timeout:g} trust={caps.trust} env={sorted(caps.env)} secrets={list(caps.secrets)}",
-                  markup=False)
-    console.print(f"granted:  fs_read={list(grant.fs_read)} fs_write={list(grant.fs_write)} "
-                  f"network={grant.network} timeout={grant.timeout:g}", markup=False)
+    # plain lines (never wrapped): operators grep them
+    click.echo(f"asked:    {_caps_line(describe(checked.asked))}")
+    click.echo(f"granted:  {_caps_line(describe(checked.grant))}")
+    for decision in checked.decisions:
+        click.echo(f"  {decision.line()}")
+    click.echo(f"mode: {_mode(skill, checked.grant)}")
+    click.echo(f"limits: processes {limits['processes']}; memory {limits['memory']}")
     if skill.extra:
         console.print(f"other keys: {skill.extra}", markup=False)
-    tools = skill.script_tools()
     for tool in tools:
         console.print(f"tool {tool.name}: {tool.description}  [{' '.join(tool.command)}]", markup=False)
     for script, plan in skill.script_plans():
@@ -165,25 +198,40 @@ def _bundles(path: Path) -> list[Path]:
 
 
 @skills.command("validate")
-@click.option("--strict", is_flag=True, help="agentskills.io rules are errors, not warnings.")
+@click.option("--strict", is_flag=True,
+              help="agentskills.io rules, and requests beyond the operator's ceiling, are errors.")
+@click.option("--json", "as_json", is_flag=True, help="Print each bundle's issues and grants as JSON.")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-def validate_cmd(strict: bool, paths: tuple[str, ...]) -> None:
-    """Check skill bundles (a skill folder, its SKILL.md, or a folder of skills)."""
+def validate_cmd(strict: bool, as_json: bool, paths: tuple[str, ...]) -> None:
+    """Check skill bundles (a skill folder, its SKILL.md, or a folder of skills), and what
+    each asks for against what this operator's settings grant."""
     from robot_lab.skills.skill import validate
+    from robot_lab.skills.trust import describe
 
     failed = 0
+    report = []
     for given in paths:
         for bundle in _bundles(Path(given)):
             skill, issues = validate(bundle, strict=strict)
             errors = [i for i in issues if i.level == "error"]
+            failed += bool(errors)
+            if as_json:
+                checked = skill.review() if skill else None
+                report.append({"path": str(bundle), "name": skill.name if skill else None, "ok": not errors,
+                               "issues": [{"level": i.level, "message": i.message} for i in issues],
+                               "asked": describe(checked.asked) if checked else None,
+                               "granted": describe(checked.grant) if checked else None,
+                               "decisions": [d.as_dict() for d in checked.decisions] if checked else []})
+                continue
             label = skill.name if skill else bundle
-            status = "FAIL" if errors else "ok"
-            click.echo(f"{status}  {label}  ({bundle})")
+            click.echo(f"{'FAIL' if errors else 'ok'}  {label}  ({bundle})")
             for issue in issues:
                 click.echo(f"  {issue}")
-            failed += bool(errors)
-    if failed:
+    if as_json:
+        _echo_json({"strict": strict, "failed": failed, "bundles": report})
+    elif failed:
         click.echo(f"{failed} bundle(s) failed validation", err=True)
+    if failed:
         sys.exit(1)
 
 

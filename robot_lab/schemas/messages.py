@@ -84,11 +84,15 @@ class RobotMessage(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
         "2026-05-01T12:05:00Z")] = None
     headers: Annotated[dict[str, str], _doc(
         "String metadata: W3C trace context (traceparent, tracestate) is carried onto replies; "
-        "an error envelope has \"error\" = the reason. Your own keys are kept.",
+        "an error envelope has \"error\" = the reason; a signed envelope has \"key_id\" = the id of "
+        "the sender's key that signed it. Your own keys are kept.",
         {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})] = \
         msgspec.field(default_factory=dict)
     signature: Annotated[str | None, _doc(
-        "Reserved for a message signature; robot-lab v1 carries it and does not check it.")] = None
+        "Lowercase hex HMAC-SHA256, with the sender's key named by headers.key_id, of the RFC 8785 "
+        "(JCS) canonical JSON of this envelope without its signature member (docs/security.md). "
+        "Checked by robots whose signing mode is warn or require.",
+        "f1c2d0e8b3a94c7d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5")] = None
     extensions: dict[str, Any] = msgspec.field(default_factory=dict)
 
     @property

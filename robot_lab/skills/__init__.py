@@ -28,6 +28,7 @@ from robot_lab.skills.embedding import (
     load_embedder,
 )
 from robot_lab.skills.file_tool import SkillFileTool
+from robot_lab.skills.limits import Limits, limit_status
 from robot_lab.skills.matching import (
     SkillInjection,
     SkillMatcher,
@@ -43,6 +44,7 @@ from robot_lab.skills.script_tool import ScriptTool, derive_name, extract_descri
 from robot_lab.skills.skill import AgentSkill, Issue, validate
 from robot_lab.skills.session import SkillSession, reset_sessions, session_for, unique_tools
 from robot_lab.skills.skill_tool import Activation, SkillTool, system_prompt_listing
+from robot_lab.skills.trust import Decision, TrustReview, review
 from robot_lab.skills.workspace import Workspace, envelope_attachments
 
 __all__ = [
@@ -52,11 +54,13 @@ __all__ = [
     "Activation",
     "AgentSkill",
     "Capabilities",
+    "Decision",
     "Embedder",
     "EmbeddingCache",
     "FakeEmbedder",
     "FastEmbedEmbedder",
     "Issue",
+    "Limits",
     "Outcome",
     "Problem",
     "Root",
@@ -68,6 +72,7 @@ __all__ = [
     "SkillSession",
     "SkillTool",
     "TfidfEmbedder",
+    "TrustReview",
     "Workspace",
     "allowed_tool_names",
     "bwrap_status",
@@ -79,10 +84,12 @@ __all__ = [
     "envelope_attachments",
     "extract_description",
     "filter_tools",
+    "limit_status",
     "load_embedder",
     "reset_default_catalog",
     "reset_default_matcher",
     "reset_sessions",
+    "review",
     "select",
     "session_for",
     "system_prompt_listing",

@@ -1,16 +1,18 @@
-"""What a skill's scripts may read, write, reach and how long they may run.
+"""What a skill's scripts may read, write, reach, see and how long they may run.
 
-A skill *declares* what it wants in its ``SKILL.md`` front matter; ``settings.sandbox`` is
-the *ceiling*; the effective grant is :meth:`Capabilities.intersect`, exactly as robot_lab:
+A skill *asks* in its ``SKILL.md`` front matter; the operator's settings are the *ceiling*
+(``settings.sandbox`` for every skill, widened per skill by ``settings.skills.grants`` and
+``settings.skills.core_trusted``); the effective grant is :meth:`Capabilities.intersect`:
 a path survives only when it is a ceiling root or lives beneath one, network only when both
-allow it, the smaller timeout, and the declared trust.
+allow it, the smaller timeout, ``trust: core`` only when the ceiling names the skill, and
+host variables (``env: [NAME]``, ``secrets``) only when the ceiling lists the name.
 
 Every value is normalised on construction, so a malformed ``SKILL.md`` degrades to the
 safe default (no paths, no network, 60 s, ``external``) instead of raising.
 
-Beyond robot_lab: ``env`` and ``secrets`` declare the environment variables a script sees
-(its environment is otherwise scrubbed), and paths are compared after ``realpath`` as well
-as ``expanduser``/``abspath``, so a symlink under a ceiling root cannot lead outside it.
+Beyond robot_lab (which trusted ``SKILL.md``): trust, env and secrets are requests the
+operator must grant, and paths are compared after ``realpath`` as well as
+``expanduser``/``abspath``, so a symlink under a ceiling root cannot lead outside it.
 """
 
 from __future__ import annotations
@@ -123,20 +125,31 @@ class Capabilities:
         )
 
     @classmethod
-    def ceiling(cls, sandbox: Any = None) -> Capabilities:
-        """The most any skill may get, from ``settings.sandbox`` (or a given SandboxSettings).
-
-        A ceiling never carries trust, env or secrets: those belong to the skill.
+    def ceiling(cls, sandbox: Any = None, *, skill: str | None = None, skills: Any = None) -> Capabilities:
+        """The most a skill may get: ``settings.sandbox`` (or the given SandboxSettings),
+        widened for the skill named ``skill`` by ``skills.grants[skill]`` and, when
+        ``skills.core_trusted`` names it, core trust (``skills``: SkillsSettings, default
+        the process settings). Without ``skill``: the global ceiling (never core).
         """
-        if sandbox is None:
+        if sandbox is None or (skill is not None and skills is None):
             from robot_lab.settings import get_settings
 
-            sandbox = get_settings().sandbox
+            sandbox = get_settings().sandbox if sandbox is None else sandbox
+            skills = get_settings().skills if skills is None else skills
+        grant = (getattr(skills, "grants", None) or {}).get(skill) if skill is not None else None
+        core = skill is not None and skill in (getattr(skills, "core_trusted", None) or ())
+
+        def more(name: str) -> list[Any]:
+            return [*getattr(sandbox, name, ()), *(getattr(grant, name, ()) if grant is not None else ())]
+
         return cls(
-            fs_read=sandbox.fs_read,
-            fs_write=sandbox.fs_write,
-            network=sandbox.network,
+            fs_read=more("fs_read"),
+            fs_write=more("fs_write"),
+            network=bool(sandbox.network or (grant is not None and grant.network)),
             timeout=sandbox.timeout,
+            trust="core" if core else "external",
+            env=more("env"),
+            secrets=more("secrets"),
         )
 
     @property
@@ -145,7 +158,12 @@ class Capabilities:
         return self.trust == "core"
 
     def intersect(self, ceiling: Capabilities) -> Capabilities:
-        """The effective grant: declared ∩ ceiling (paths come back expanded)."""
+        """The effective grant: asked ∩ ceiling (paths come back expanded).
+
+        ``env: {NAME: value}`` literals carry nothing of the host and are kept; a name to
+        pass through from the host is kept only when the ceiling's ``env`` lists it, a secret
+        only when its ``secrets`` does; core trust only when the ceiling has it too.
+        """
         read_roots = [expand_path(p) for p in ceiling.fs_read]
         write_roots = [expand_path(p) for p in ceiling.fs_write]
 
@@ -163,6 +181,9 @@ class Capabilities:
             fs_write=keep(self.fs_write, write_roots),
             network=self.network and ceiling.network,
             timeout=min(self.timeout, ceiling.timeout),
+            trust="core" if self.core and ceiling.core else "external",
+            env={n: v for n, v in self.env.items() if v is not None or n in ceiling.env},
+            secrets=tuple(n for n in self.secrets if n in ceiling.secrets),
         )
 
     def with_timeout_cap(self, cap: float | None) -> Capabilities:
@@ -182,4 +203,10 @@ class Capabilities:
             result["fs_write"] = lost
         if self.network and not grant.network:
             result["network"] = True
+        if self.core and not grant.core:
+            result["trust"] = "core"
+        if lost := sorted(set(self.env) - set(grant.env)):
+            result["env"] = lost
+        if lost := sorted(set(self.secrets) - set(grant.secrets)):
+            result["secrets"] = lost
         return result

@@ -12,11 +12,15 @@ Linux confinement is built in, with bubblewrap:
 * new user/pid/ipc/uts/cgroup namespaces, and a new network namespace (loopback only)
   unless network was granted by both the skill and the ceiling;
 * an environment holding only ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` and the variables
-  and secrets the skill declared.
+  and secrets the skill asked for *and* the operator's ceiling allows;
+* process and memory limits (:mod:`robot_lab.skills.limits`).
 
 Whatever the mode, the script runs in its own process group that is killed (SIGKILL) at the
-timeout and again after it exits (stray children), and output past ``max_output_bytes`` is
-dropped. Failures are text for the model: ``Error (exit N):``, ``Error (timed out):``.
+timeout and again after it exits (stray children); unconfined calls also kill every process
+carrying the call's token (:mod:`robot_lab.skills.reaper`) and, where one can be made, every
+member of the call's pids cgroup, so a ``setsid`` child does not outlive the call. Output
+past ``max_output_bytes`` is dropped. Failures are text for the model: ``Error (exit N):``,
+``Error (timed out):``, followed by the limits in force when one of them was likely hit.
 """
 
 from __future__ import annotations
@@ -29,13 +33,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from robot_lab.errors import SandboxError
 from robot_lab.logging import declare_secret, get_logger
+from robot_lab.skills import reaper
 from robot_lab.skills.capabilities import Capabilities, is_under
+from robot_lab.skills.limits import CallCgroup, Limits, rlimit_prefix
 
 log = get_logger("robot_lab.skills.sandbox")
 
@@ -60,9 +66,14 @@ class Outcome:
     truncated: bool
     mode: str  # "bwrap" | "unconfined" | "refused"
     elapsed: float
+    note: str = ""  # the limits in force, when the failure looks like one was hit
 
     def text(self, timeout: float | None = None) -> str:
         """robot_lab's ``format_result``: the output, or an ``Error (...)`` text for the model."""
+        body = self._text(timeout)
+        return f"{body}\n{self.note}" if self.note else body
+
+    def _text(self, timeout: float | None) -> str:
         if self.mode == "refused":
             return self.output
         if self.timed_out:
@@ -285,12 +296,21 @@ def execute(
     timeout: float,
     max_output: int,
     mode: str,
+    reap: Callable[[], object] | None = None,
 ) -> Outcome:
     """Run ``argv`` in a new process group; combined stdout+stderr, capped, bounded in time.
 
     Single-threaded: a selector reads the pipe until EOF, the deadline, or the process exit
     (a background child that keeps the pipe open does not hold the call until the timeout).
+    ``reap`` kills what the process group misses (``setsid`` children), at the timeout and
+    at the end.
     """
+
+    def kill_all(pgid: int) -> None:
+        _kill_group(pgid)
+        if reap is not None:
+            reap()
+
     started = time.monotonic()
     deadline = started + timeout
     try:
@@ -315,7 +335,7 @@ def execute(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
-                _kill_group(proc.pid)
+                kill_all(proc.pid)
                 break
             events = selector.select(min(remaining, 0.1))
             if not events:
@@ -337,10 +357,10 @@ def execute(
             proc.wait(timeout=max(0.0, deadline - time.monotonic()) if not timed_out else 5)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc.pid)
+            kill_all(proc.pid)
             proc.wait(timeout=5)
     finally:
-        _kill_group(proc.pid)  # stray children of a finished script, and every timed-out one
+        kill_all(proc.pid)  # stray children of a finished script, and every timed-out one
         selector.close()
         proc.stdout.close()
         if proc.poll() is None:
@@ -352,6 +372,24 @@ def execute(
         output += f"\n[output truncated: {total} bytes, first {kept} shown]"
     return Outcome(output, None if timed_out else proc.returncode, timed_out, truncated, mode,
                    time.monotonic() - started)
+
+
+_PROCESS_SIGNS = ("cannot fork", "can't fork", "resource temporarily unavailable", "blockingioerror",
+                  "fork: retry", "pthread_create")
+_MEMORY_SIGNS = ("memoryerror", "cannot allocate memory", "out of memory", "bad_alloc", "failed to allocate")
+
+
+def _limit_note(outcome: Outcome, limits: Limits, cgroup: CallCgroup | None) -> str:
+    """The limits in force, appended when a failed call looks like it hit one of them."""
+    if outcome.returncode == 0 and not outcome.timed_out:
+        return ""
+    lowered = outcome.output.lower()
+    hit_processes = (cgroup is not None and cgroup.hit_limit()) or any(s in lowered for s in _PROCESS_SIGNS)
+    hit_memory = any(s in lowered for s in _MEMORY_SIGNS)
+    if not (hit_processes and limits.processes) and not (hit_memory and limits.memory_mb):
+        return ""
+    what = "process" if hit_processes and limits.processes else "memory"
+    return f"[the script hit the {what} limit] {limits.note()}"
 
 
 def run_script(
@@ -367,10 +405,11 @@ def run_script(
 ) -> Outcome:
     """Run a script command under the grant, choosing the mode from trust and settings.
 
-    * ``trust: core``: unconfined, the parent's environment, timeout and cap still apply;
+    * ``trust: core`` *granted* (the operator named the skill in ``skills.core_trusted``):
+      unconfined, the parent's environment; timeout, limits and cap still apply;
     * sandbox enabled and bwrap usable: confined by :func:`bwrap_argv`;
     * otherwise ``sandbox.when_unavailable``: ``refuse`` (an error text, nothing runs) or
-      ``unconfined`` (a warning, scrubbed environment, timeout and cap).
+      ``unconfined`` (a warning, scrubbed environment, timeout, limits and cap).
 
     ``python`` is the interpreter the command runs with (its folders are mounted read-only);
     ``workspace`` is the conversation's working directory: the script's cwd, mounted
@@ -388,8 +427,8 @@ def run_script(
         workspace = os.path.realpath(workspace)
         os.makedirs(workspace, exist_ok=True)
     if grant.core:
-        return execute(command, env=dict(os.environ), cwd=workspace or os.getcwd(), timeout=grant.timeout,
-                       max_output=max_output, mode="unconfined")
+        return _run_limited(command, env=dict(os.environ), cwd=workspace or os.getcwd(), grant=grant,
+                            sandbox=sandbox, max_output=max_output, confined=False)
     if sandbox.enabled:
         usable, reason = bwrap_status()
     else:
@@ -397,10 +436,11 @@ def run_script(
     if usable:
         cwd = workspace or choose_cwd(grant, skill_dir)
         extra = python_roots(python) if (python is not None or uses_current_python) else []
-        argv = bwrap_argv(command, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=extra,
+        inner = [*rlimit_prefix(Limits.from_sandbox(sandbox), nproc=True), *command]
+        argv = bwrap_argv(inner, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=extra,
                           extra_rw=[workspace] if workspace else [])
-        return execute(argv, env=script_env(grant), cwd=skill_dir, timeout=grant.timeout,
-                       max_output=max_output, mode="bwrap")
+        return _run_limited(argv, env=script_env(grant), cwd=skill_dir, grant=grant, sandbox=sandbox,
+                            max_output=max_output, confined=True)
     if sandbox.when_unavailable != "unconfined":
         log.warning("sandbox.refused", script=label, reason=reason)
         return Outcome(
@@ -413,9 +453,41 @@ def run_script(
         log.warning("sandbox.unconfined", reason=reason, script=label,
                     note="skill scripts run WITHOUT confinement (sandbox.when_unavailable = unconfined)")
     home = os.path.realpath(os.environ.get("TMPDIR", "/tmp"))
-    return execute(command, env=script_env(grant, home=home) | {"TMPDIR": home},
-                   cwd=workspace or choose_cwd(grant, skill_dir),
-                   timeout=grant.timeout, max_output=max_output, mode="unconfined")
+    return _run_limited(command, env=script_env(grant, home=home) | {"TMPDIR": home},
+                        cwd=workspace or choose_cwd(grant, skill_dir), grant=grant, sandbox=sandbox,
+                        max_output=max_output, confined=False)
+
+
+def _run_limited(argv: Sequence[str], *, env: dict[str, str], cwd: str, grant: Capabilities, sandbox: Any,
+                 max_output: int, confined: bool) -> Outcome:
+    """:func:`execute` inside the call's pids cgroup (where one can be made) with its memory
+    rlimit; an unconfined call also carries a reaper token, so that every process it
+    started is killed at the end (bwrap's pid namespace does that for a confined one)."""
+    limits = Limits.from_sandbox(sandbox)
+    cgroup = CallCgroup.create(sandbox, limits)
+    prefix = cgroup.join_prefix() if cgroup is not None else []
+    token = None
+    since = reaper.now_ticks() - 100  # a second of slack for clock rounding
+    if not confined:
+        token = reaper.new_token()
+        env = env | {reaper.TOKEN_NAME: token}
+        prefix += rlimit_prefix(limits, nproc=False)
+
+    def reap() -> None:
+        # the cgroup holds every process of the call: exact, and no /proc scan needed
+        if cgroup is not None:
+            cgroup.kill_all()
+        elif token is not None:
+            reaper.kill_call(token, since)
+
+    try:
+        outcome = execute([*prefix, *argv], env=env, cwd=cwd, timeout=grant.timeout, max_output=max_output,
+                          mode="bwrap" if confined else "unconfined", reap=reap)
+        note = _limit_note(outcome, limits, cgroup)
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+    return replace(outcome, note=note) if note else outcome
 
 
 def require_bwrap() -> str:

@@ -315,8 +315,9 @@ class ScriptTool(ToolShape):
         """A tool for ``path``, or None when it is not a runnable script (a library module or a
         data file; a missing interpreter is warned about).
 
-        ``capabilities`` (the skill's declaration) is intersected with ``ceiling`` (default:
-        ``settings.sandbox``) and bounded by ``timeout_cap`` (``settings.skills.script_timeout``).
+        ``capabilities`` (the skill's request) is intersected with ``ceiling`` (default: the
+        ceiling of ``skill_name`` from the settings, see :meth:`Capabilities.ceiling`) and
+        bounded by ``timeout_cap`` (``settings.skills.script_timeout``).
         """
         path = Path(path)
         plan = plan or plan_script(path, python)
@@ -325,11 +326,15 @@ class ScriptTool(ToolShape):
                 log.warning("script_tool.skipped", script=str(path), skill=skill_name, reason=plan.why)
             return None
         declared = capabilities or Capabilities()
-        grant = declared.intersect(ceiling if ceiling is not None else Capabilities.ceiling(sandbox))
+        if ceiling is None:
+            ceiling = Capabilities.ceiling(sandbox, skill=skill_name or None)
+        grant = declared.intersect(ceiling)
         grant = grant.with_timeout_cap(timeout_cap)
         denied = declared.denied(grant)
-        if denied and not declared.core:
-            log.warning("script_tool.capabilities_reduced", script=str(path), skill=skill_name, denied=denied)
+        if denied:
+            log.warning("script_tool.capabilities_reduced", script=str(path), skill=skill_name, denied=denied,
+                        note="SKILL.md asks; the operator's ceiling (settings.sandbox, skills.grants, "
+                             "skills.core_trusted) decides")
         return cls(
             path,
             plan.command,

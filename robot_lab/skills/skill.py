@@ -28,6 +28,7 @@ from robot_lab.logging import get_logger
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.frontmatter import SkillHead, read_body, read_head
 from robot_lab.skills.script_tool import ScriptPlan, ScriptTool, plan_script
+from robot_lab.skills.trust import TrustReview, review
 
 log = get_logger("robot_lab.skills")
 
@@ -92,7 +93,7 @@ class AgentSkill:
         self.skill_md = self.path / skill_md.name
         self.root = root
         self.root_path = Path(root_path) if root_path is not None else self.path.parent
-        self._skills_settings = _settings(settings)
+        self._given_settings = settings
         real_md = Path(os.path.realpath(self.skill_md))
         if not _inside(real_md, self.path):
             raise ConfigurationError(
@@ -123,6 +124,20 @@ class AgentSkill:
         self._tools_cache: dict[str, tuple[tuple[int, ...], list[ScriptTool]]] = {}
         for message in self.warnings:
             log.warning("skill.warning", skill=self.name, path=str(self.skill_md), warning=message)
+
+    @property
+    def _skills_settings(self) -> Any:
+        """The given settings, else the process's *current* ones (a worker's own operator
+        settings decide, even for a skill loaded before they were configured)."""
+        return _settings(self._given_settings)
+
+    def review(self, *, sandbox: Any = None) -> TrustReview:
+        """What this skill asks for, what the operator's ceiling grants it, and why not the rest."""
+        if sandbox is None:
+            from robot_lab.settings import get_settings
+
+            sandbox = get_settings().sandbox
+        return review(self.name, self.capabilities, sandbox=sandbox, skills=self._skills_settings)
 
     def _required_text(self, fm: Mapping[str, Any], key: str) -> str:
         value = fm.get(key)
@@ -249,13 +264,14 @@ class AgentSkill:
     def script_tools(self, ceiling: Capabilities | None = None, *, sandbox: Any = None) -> list[ScriptTool]:
         """One tool per runnable script (at most ``skills.max_scripts``), under ``ceiling``.
 
-        ``ceiling`` defaults to ``Capabilities.ceiling(sandbox)`` (``settings.sandbox``).
+        ``ceiling`` defaults to this skill's operator ceiling: ``settings.sandbox`` (or
+        ``sandbox``) widened by ``skills.grants[name]`` and ``skills.core_trusted``.
         Library modules and data files are not tools; scripts whose interpreter is missing
         are skipped with a warning, so are duplicate names. Cached per ceiling and sandbox
         until a script changes (building them reads every script's head).
         """
         if ceiling is None:
-            ceiling = Capabilities.ceiling(sandbox)
+            ceiling = Capabilities.ceiling(sandbox, skill=self.name, skills=self._skills_settings)
         key = f"{ceiling!r}|{sandbox!r}|{self.python}"
         scripts = self.scripts
         stamp = (*self._scripts_stamp_or_empty(), *self._mtimes(scripts))
@@ -339,9 +355,10 @@ class AgentSkill:
 
 
 def validate(path: str | os.PathLike[str], *, strict: bool = False, settings: Any = None) -> tuple[AgentSkill | None, list[Issue]]:
-    """Load one bundle and list its issues. With ``strict`` the agentskills.io rules become
-    errors; robot-lab's own limits (the instructions cap, skipped scripts) stay warnings,
-    since they are not spec rules. Data files and library modules in ``scripts/`` are fine.
+    """Load one bundle and list its issues. With ``strict`` the agentskills.io rules and
+    requests beyond the operator's ceiling (:func:`trust_issues`) become errors; robot-lab's
+    own limits (the instructions cap, skipped scripts) stay warnings, since they are not
+    spec rules. Data files and library modules in ``scripts/`` are fine.
 
     Also reads the body and scripts, so size limits and unsafe symlinks are reported.
     """
@@ -359,4 +376,15 @@ def validate(path: str | os.PathLike[str], *, strict: bool = False, settings: An
     for message in skill.warnings:
         if message not in known:
             issues.append(Issue("warning" if message in skill.notes else level, message))
+    issues += trust_issues(skill.review(sandbox=getattr(settings, "sandbox", None)), strict=strict)
     return skill, issues
+
+
+def trust_issues(checked: TrustReview, *, strict: bool = False) -> list[Issue]:
+    """A request the operator's ceiling denies: a warning, an error with ``strict`` (the
+    skill would not run as its SKILL.md says here); granted core trust: a warning."""
+    level = "error" if strict else "warning"
+    issues = [Issue(level, f"asks for more than this operator grants: {d.line()}") for d in checked.denied]
+    if checked.grant.core:
+        issues.append(Issue("warning", "trust: core is granted (skills.core_trusted): its scripts run unconfined"))
+    return issues

@@ -11,7 +11,7 @@ Directory" line) and which files are in it.
 
 Files reach it as *attachments* (:meth:`Workspace.attach`): bytes with a name, or a path on
 the machine that runs the robot. Operator ceilings apply: ``sandbox.workspace = false``
-mounts nothing, a path must lie under ``sandbox.attach_from`` (default: the worker's cwd),
+mounts nothing, a path must lie under ``sandbox.attach_from`` (default: none, so only bytes),
 and each file is capped at ``sandbox.max_attachment_bytes``.
 
 On the bus an attachment travels in the envelope's top-level ``attachments`` list (an
@@ -142,7 +142,7 @@ class Workspace:
 
     def _attach_path(self, source: Path, name: str | None, limit: int) -> Path:
         real = expand_path(str(source))
-        roots = [expand_path(p) for p in getattr(_sandbox(self.sandbox), "attach_from", ["."])]
+        roots = [expand_path(p) for p in getattr(_sandbox(self.sandbox), "attach_from", [])]
         if not any(is_under(real, r) for r in roots):
             raise ConfigurationError(
                 f"attachment {source} is outside the folders files may be attached from "

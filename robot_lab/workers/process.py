@@ -243,7 +243,7 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
     keys = default_keys()
     specs = resolve_worker_robots(robots, connection=connection, keys=keys, app=app)
     if app is not None:
-        app.publish(connection=connection, keys=keys)
+        _publish_app(app, connection, keys)
     queues = [queue_name(r) for r in robots]
     base = f"robot-lab.{socket.gethostname()}.{os.getpid()}"
     log.info("worker.starting", robots=robots, queues=queues, concurrency=concurrency, app=app_path)
@@ -290,6 +290,20 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
             thread.join(15)
         heartbeat.stop()
         log.info("worker.stopped", robots=robots)
+
+
+def _publish_app(app: Any, connection: Any, keys: Keys) -> None:
+    """Publish the app's robot specs. A worker logged in as its robot's ACL user (robot-lab
+    acl) may write only its own spec: the others are refused, which is logged, not fatal
+    (the pipeline has written every spec it was allowed to)."""
+    import redis
+
+    try:
+        app.publish(connection=connection, keys=keys)
+    except redis.ResponseError as exc:
+        if not (isinstance(exc, redis.exceptions.NoPermissionError) or "NOPERM" in str(exc)):
+            raise
+        log.info("worker.specs_not_all_published", reason="the Redis user may write only its own robot's spec")
 
 
 def _supervision(connection: Any, keys: Keys, base: str, robots: list[str], queues: list[str],
