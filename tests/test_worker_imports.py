@@ -27,7 +27,8 @@ run_worker(sys.argv[1:], burst=True)
 print("LOADED=" + json.dumps(sorted({name.split(".")[0] for name in sys.modules})), flush=True)
 """
 # (not opentelemetry: redis-py >= 7 imports its metrics SDK by itself whenever it is installed)
-HEAVY = {"litellm", "openai", "tiktoken", "tokenizers", "fastembed", "onnxruntime", "mcp"}
+HEAVY = {"litellm", "openai", "tiktoken", "tokenizers", "fastembed", "onnxruntime", "mcp", "prometheus_client",
+         "starlette"}
 
 
 def _worker_loaded(url: str, prefix: str, robot: str) -> set[str]:
