@@ -33,6 +33,8 @@ class LeaseHeartbeat:
             try:
                 alive = self.store.heartbeat(self.task, self.worker, self.lease_ms)
                 outage.back()
+                if not alive and self.stop_event.is_set():
+                    return  # the task ended meanwhile: its result deleted the lease
                 if not alive:
                     self.lost = True
                     log.warning("task.lease_lost", task=self.task)
@@ -48,8 +50,10 @@ class LeaseHeartbeat:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        # Not joined: waiting for the thread to wake and exit cost a task a context switch
+        # (bench/dag.py); it exits at its next wake-up, and a beat that races the task's end
+        # cannot bring the lease back (SET XX) nor report it lost.
         self.stop_event.set()
-        self.thread.join(timeout=2)
 
 
 class DeltaBuffer:
