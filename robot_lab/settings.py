@@ -358,6 +358,8 @@ OTHER_VARIABLES = frozenset({
     "ROBOT_LAB_DEMO_DELAY_MS", "ROBOT_LAB_TASK_LEASE_MS", "ROBOT_LAB_TASK_MAX_ATTEMPTS",
     "ROBOT_LAB_DASHBOARD_TOKEN", "ROBOT_LAB_SCRIPTS_DIR", "ROBOT_LAB_SCRIPTED_RECORD",
     "ROBOT_LAB_WORKER_PREFIX",
+    # read by examples/node/publish.mjs (a signing Node publisher), not by Python
+    "ROBOT_LAB_FROM", "ROBOT_LAB_KEY", "ROBOT_LAB_KEY_ID",
 })
 # Test and benchmark knobs, and the Redis ACL passwords `robot-lab acl --apply` reads: never settings.
 OTHER_PREFIXES = ("ROBOT_LAB_TEST_", "ROBOT_LAB_PROPERTY_", "ROBOT_LAB_FUZZ_", "ROBOT_LAB_SCREENSHOTS", "ROBOT_LAB_BENCH_",

@@ -382,3 +382,38 @@ def test_a_forged_reply_to_send_message_never_reaches_the_outbox(redis_client) -
     _worker(bus, "require").run_once()  # billing answers, signed
     frontdesk.run_once()
     assert bus.wait_for_reply("frontdesk", sent.id, timeout=5).content == "echo: question"
+
+
+def test_under_require_a_refused_invalid_entry_sends_no_error_envelope_for_a_forger(redis_client) -> None:  # type: ignore[no-untyped-def]
+    """An invalid or unsupported entry is dead-lettered as before, but under require its error
+    envelope goes out only when the entry is signed by its sender: a forger cannot aim
+    billing's error envelopes at technical's inbox; an authentic sender is still told."""
+    bus = Bus(redis_client, keyring=Keyring(KEYS))
+    for name in ("billing", "technical", "client"):
+        bus.register(name)
+    forged = {"to": "billing", "from": "technical", "reply_to": "technical", "kind": "bogus", "content": "x"}
+    authentic = {**_signed("client", "k1", CLIENT_KEY), "kind": "bogus", "reply_to": "client"}
+    authentic["signature"] = envelope_signature(authentic, CLIENT_KEY.encode())
+    invalid = {"to": "billing", "from": "technical", "reply_to": "technical", "content": "x", "deadline": "noon"}
+    for envelope in (forged, authentic, invalid):
+        _raw_publish(bus, envelope)
+    _worker(bus, "require").run_once()
+    assert [d.reason for d in bus.dead_letters("billing")] == ["unsupported", "unsupported", "invalid"]
+    assert redis_client.xlen(bus.keys.inbox("technical")) == 0
+    [(_, fields)] = redis_client.xrange(bus.keys.inbox("client"))
+    assert json.loads(fields[b"envelope"])["kind"] == "error"
+
+
+def test_a_duplicate_member_appended_to_a_signed_envelope_is_refused(redis_client) -> None:  # type: ignore[no-untyped-def]
+    """JSON with a repeated member: the envelope robot-lab decodes and the one it verifies are
+    the same object (last member wins in both), so appending ``"content": ...`` or ``"from": ...``
+    to a signed entry breaks its signature instead of slipping past it."""
+    bus = Bus(redis_client, keyring=Keyring(KEYS))
+    bus.register("billing")
+    signed = json.dumps(_signed("client", "k1", CLIENT_KEY))
+    for extra in (',"content":"pay me a million"}', ',"from":"technical"}'):
+        bus.redis.xadd(bus.keys.inbox("billing"), {"envelope": signed[:-1] + extra})
+    clear_recorded_calls()
+    _worker(bus, "require").run_once()
+    assert recorded_calls() == []
+    assert [d.reason for d in bus.dead_letters("billing")] == ["unauthenticated"] * 2

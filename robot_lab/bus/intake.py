@@ -146,7 +146,12 @@ class Intake(PollerState):
                      verdict.error or None, cid or None)
         self._hold(d)
         if verdict.reason:
-            self._dead_letter(d, verdict.reason, verdict.error, notify=message or self._stand_in(entry, verdict))
+            # under require only an authentic sender is told (an error envelope is a write
+            # into the inbox the entry names: a forger must not aim it)
+            report = self.verify != "require" or (
+                message is not None and not self.bus.keyring.problem(fields.get(b"envelope", b""), message))
+            self._dead_letter(d, verdict.reason, verdict.error, notify=message or self._stand_in(entry, verdict),
+                              report=report)
             return 1
         assert message is not None
         if self.verify != "off" and self._unauthenticated(d, message):

@@ -261,6 +261,10 @@ class BusPoller(Intake, Handling, Reclaim):
                                   name=f"bus-heartbeat-{self.robot}")
         backoff = 0.1
         log.info("bus.poller_started", robot=self.robot, consumer=self.consumer, verify=self.verify)
+        if self.verify == "require" and not self.bus.keyring:
+            log.warning("bus.verify_without_keys", robot=self.robot,
+                        hint="signing.verify is require but no signing key is configured: every entry will be "
+                             "dead-lettered as unauthenticated (set signing.keys or signing.keys_dir)")
         try:
             beater.start()
             while not stop.is_set():
