@@ -268,14 +268,15 @@ class Coordinator:
         store = RunStore(self.connection, self.keys, run_id)
         if store.status() != "running":
             return 0
-        for task, job_id in store.lost_attempts():
+        view = store.sweep_view()  # one read for the three checks (reclaim only touches running tasks)
+        for task, job_id in store.lost_attempts(view):
             # a dead worker's budget reservations go back before its task is re-run
             released = release_holder(self.connection, store.budget_holds_key(job_id))
             if released:
                 log.warning("run.budget_released", run_id=run_id, task=task, job_id=job_id, released=released)
         items = store.reclaim()
-        items += store.repair_queued()
-        for task, job_id, error in store.failed_jobs():
+        items += store.repair_queued(view=view)
+        for task, job_id, error in store.failed_jobs(view):
             hint = ""
             if "Deserializ" in error or "pickle" in error.lower():
                 hint = " -- the worker could not decode the job; start it as `rq worker robot:<name>` (no -S) or `robot-lab worker`"

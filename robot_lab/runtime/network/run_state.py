@@ -52,7 +52,7 @@ from robot_lab.schemas import RobotResult, RunEvent
 
 # Enqueueing lives in .enqueue; re-exported because workers and deploy code import it from here.
 __all__ = ["DEFAULT_JOB_TIMEOUT", "DEFAULT_LEASE_MS", "JOB_FUNC", "RUN_TTL", "TERMINAL", "RunStore",
-           "TaskStart", "enqueue_jobs", "queue_name"]
+           "SweepView", "TaskStart", "enqueue_jobs", "queue_name"]
 
 TERMINAL = frozenset({"done", "failed", "skipped", "cancelled"})
 DEFAULT_LEASE_MS = 5000
@@ -69,6 +69,16 @@ class TaskStart:
     meta: dict[str, str] = field(default_factory=dict)
     sources: list[str | None] = field(default_factory=list)
     also: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class SweepView:
+    """One read of a run's task states, job ids and enqueue times, shared by a sweep's checks."""
+
+    states: dict[str, str]
+    jobs: dict[str, str]
+    queued_at: dict[str, float]
+    job_statuses: dict[str, str | None] | None = None  # filled on first use
 
 
 def _decode(value: Any) -> str:
@@ -228,17 +238,44 @@ class RunStore:
             max_attempts = int(os.environ.get("ROBOT_LAB_TASK_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS))
         return _triples(self._eval(transitions.RECLAIM, max_attempts))
 
-    def lost_attempts(self) -> list[tuple[str, str]]:
+    def sweep_view(self) -> SweepView:
+        """What a sweep reads of the run, in one round trip: task states, current job ids,
+        enqueue times. A sweep passes it to :meth:`lost_attempts`, :meth:`repair_queued` and
+        :meth:`failed_jobs` (each reads its own when given none)."""
+        pipe = self.r.pipeline(transaction=False)
+        for suffix in ("state", "jobs", "queued_at"):
+            pipe.hgetall(f"{self.key}:{suffix}")
+        states, jobs, queued_at = ({_decode(k): _decode(v) for k, v in raw.items()} for raw in pipe.execute())
+        return SweepView(states, jobs, {k: float(v) for k, v in queued_at.items()})
+
+    def _queued_job_statuses(self, view: SweepView) -> dict[str, str | None]:
+        """rq status of each queued task's job (None: no such job), one pipeline, kept on
+        the view: both :meth:`repair_queued` and :meth:`failed_jobs` ask."""
+        if view.job_statuses is None:
+            from rq.job import Job
+
+            queued = [(task, view.jobs[task]) for task, state in view.states.items()
+                      if state == "queued" and view.jobs.get(task)]
+            pipe = self.r.pipeline(transaction=False)
+            for _, job_id in queued:  # a fan-out's queue holds hundreds of them while it drains
+                pipe.hget(Job.key_for(job_id), "status")
+            replies = pipe.execute() if queued else []
+            view.job_statuses = {task: None if raw is None else _decode(raw)
+                                 for (task, _), raw in zip(queued, replies)}
+        return view.job_statuses
+
+    def lost_attempts(self, view: SweepView | None = None) -> list[tuple[str, str]]:
         """``(task, job_id)`` of running tasks whose lease is gone: their worker died (or
         stalled past the lease), so :meth:`reclaim` is about to re-run them."""
-        running = [task for task, state in self.states().items() if state == "running"]
+        view = view or self.sweep_view()
+        running = [task for task, state in view.states.items() if state == "running"]
         if not running:
             return []
         pipe = self.r.pipeline(transaction=False)
         for task in running:
             pipe.exists(f"{self.key}:lease:{task}")
-        jobs = self._hash("jobs")
-        return [(task, jobs[task]) for task, alive in zip(running, pipe.execute()) if not alive and task in jobs]
+        return [(task, view.jobs[task]) for task, alive in zip(running, pipe.execute())
+                if not alive and task in view.jobs]
 
     def budget_holds_key(self, job_id: str) -> str:
         """Set of the budgets an attempt holds reservations in (see BudgetHolder)."""
@@ -250,29 +287,18 @@ class RunStore:
     def cancel(self, reason: str = "cancelled") -> str:
         return _decode(self._eval(transitions.CANCEL, reason))
 
-    def repair_queued(self, grace: float = 2.0) -> list[tuple[str, str, str]]:
+    def repair_queued(self, grace: float = 2.0, view: SweepView | None = None) -> list[tuple[str, str, str]]:
         """Queued tasks whose rq job vanished (the enqueuer died between script and enqueue)."""
-        from rq.job import Job
-
-        states = self.states()
-        queued_at = {k: float(v) for k, v in self._hash("queued_at").items()}
-        jobs = self._hash("jobs")
+        view = view or self.sweep_view()
         now = time.time()
-        candidates = [(task, jobs[task]) for task, state in states.items()
-                      if state == "queued" and now - queued_at.get(task, 0) >= grace and jobs.get(task)]
-        if not candidates:
-            return []
-        # one pipelined EXISTS per job: a fan-out's queue holds hundreds of them while it drains
-        pipe = self.r.pipeline(transaction=False)
-        for _, job_id in candidates:
-            pipe.exists(Job.key_for(job_id))
-        lost = [(task, job_id) for (task, job_id), alive in zip(candidates, pipe.execute()) if not alive]
+        lost = [(task, view.jobs[task]) for task, status in self._queued_job_statuses(view).items()
+                if status is None and now - view.queued_at.get(task, 0) >= grace]
         if not lost:
             return []
         graph = self._hash("graph")
         return [(task, job_id, json.loads(graph[task])["robot"]) for task, job_id in lost]
 
-    def failed_jobs(self) -> list[tuple[str, str, str]]:
+    def failed_jobs(self, view: SweepView | None = None) -> list[tuple[str, str, str]]:
         """Queued tasks whose rq job failed *outside* our job function -- e.g. a worker that
         could not deserialize it (a worker started with a foreign ``-S`` serializer). Returns
         (task, job_id, error text)."""
@@ -280,19 +306,12 @@ class RunStore:
         from robot_lab.runtime.network.serializer import JobSerializer
 
         out: list[tuple[str, str, str]] = []
-        jobs = self._hash("jobs")
-        candidates = [(task, jobs[task]) for task, state in self.states().items()
-                      if state == "queued" and jobs.get(task)]
-        if not candidates:
-            return out
-        # one pipelined HGET of each job's status; only failed jobs are loaded in full
-        pipe = self.r.pipeline(transaction=False)
-        for _, job_id in candidates:
-            pipe.hget(Job.key_for(job_id), "status")
-        statuses = pipe.execute()
-        for (task, job_id), status in zip(candidates, statuses):
-            if _decode(status or b"") != JobStatus.FAILED.value:
+        view = view or self.sweep_view()
+        # the statuses come from one pipelined HGET per job; only failed jobs are loaded in full
+        for task, status in self._queued_job_statuses(view).items():
+            if status != JobStatus.FAILED.value:
                 continue
+            job_id = view.jobs[task]
             try:
                 job = Job.fetch(job_id, connection=self.r, serializer=JobSerializer)
             except Exception:
