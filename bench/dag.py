@@ -1,11 +1,16 @@
 """Benchmark: per-task overhead of robot-lab networks vs raw rq, and scaling over workers.
 
-Run: ``.venv/bin/python bench/dag.py [--tasks 200] [--scale-tasks 64] [--sleep-ms 200]``
+Run: ``.venv/bin/python bench/dag.py [--tasks 200] [--rounds 3] [--scale-tasks 64] [--sleep-ms 200]``
 (uses REDIS_URL or redis://127.0.0.1:6379/0 with a unique key prefix; cleans up after).
 
 (a) raw rq: enqueue N no-op jobs (JSON serializer) and drain them with one rq SimpleWorker;
 (b) robot-lab: a fan-out/fan-in network of N tasks on the scripted model, one SimpleWorker;
-both print the per-task time and the ratio (target: robot-lab <= 2x raw rq).
+both print the per-task time and the ratio (target: robot-lab <= 2x raw rq). The two sides
+alternate for ``--rounds`` rounds and the medians are printed (the ratio is the median of each
+round's ratio), so a machine whose load changes during the run skews both sides alike. Then
+the CPU time per job / task (this process, which runs the worker, plus the Redis server when
+it runs on this machine: a figure waiting on a busy machine does not inflate) and the Redis
+round trips of each side (counted on a second, shorter pass).
 (c) scaling: the same fan-out network of 64 tasks whose scripted model sleeps 200 ms per call,
 on 1, 2 and 4 worker processes (timed once they are all up), wall times and speed-up
 (target >= 3.5x at 4 workers).
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -88,8 +94,58 @@ def bench_robot_lab(connection, keys, n: int, stream: bool) -> float:
     return elapsed / n
 
 
+def redis_cpu_seconds(connection) -> float | None:  # type: ignore[no-untyped-def]
+    """CPU seconds the Redis server has used, when it runs on this machine (else None)."""
+    try:
+        pid = int(connection.info("server")["process_id"])
+        if "redis" not in Path(f"/proc/{pid}/comm").read_text():
+            return None  # another pid namespace (a container): not our server
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except Exception:
+        return None
+
+
+def measure(connection, n: int, fn, *args) -> tuple[float, float, float | None]:  # type: ignore[no-untyped-def]
+    """``fn(*args)``'s wall time per task, and this process's and Redis's CPU time per task."""
+    cpu, server = time.process_time(), redis_cpu_seconds(connection)
+    wall = fn(*args)
+    after = redis_cpu_seconds(connection)
+    return wall, (time.process_time() - cpu) / n, None if server is None or after is None else (after - server) / n
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def counting_connection(url: str):
+    """A client whose connections count the round trips they make (one per command or
+    pipeline sent); returns (client, counter)."""
+    import redis
+
+    sent = [0]
+
+    class Counting(redis.Connection):
+        def send_packed_command(self, command, check_health=True):  # type: ignore[no-untyped-def]
+            sent[0] += 1
+            return super().send_packed_command(command, check_health)
+
+    return redis.Redis(connection_pool=redis.ConnectionPool.from_url(url, connection_class=Counting)), sent
+
+
+def round_trips(url: str, keys, n: int) -> tuple[float, float]:
+    """Redis round trips per raw rq job and per robot-lab task (streaming on)."""
+    client, sent = counting_connection(url)
+    sent[0] = 0
+    bench_raw_rq(client, n)
+    raw = sent[0] / n
+    sent[0] = 0
+    bench_robot_lab(client, keys, n, True)
+    return raw, sent[0] / n
+
+
 def bench_robot_alone(n: int) -> float:
-    """The robot's own cost per call (litellm + the scripted model), no queue, no Redis."""
+    """The robot's own cost per call (the scripted model, no litellm), no queue, no Redis."""
     from robot_lab.runtime.robot import Robot, build
 
     spec = build("alone", model="scripted/text:ok").to_spec()
@@ -103,7 +159,7 @@ def _serve(url: str, queue: str, prefix: str) -> None:
     os.environ["ROBOT_LAB_KEY_PREFIX"] = prefix
     from robot_lab.workers.process import _rq_loop, warm_up
 
-    warm_up()
+    warm_up(["scripted/sleep"])  # a scripted robot's worker: no litellm, as `robot-lab worker` does
     _rq_loop(url, [queue], f"bench-{os.getpid()}", False)
 
 
@@ -144,6 +200,7 @@ def bench_scaling(url: str, keys, tasks: int, sleep_ms: int, workers: int) -> fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of (a) and (b)")
     parser.add_argument("--scale-tasks", type=int, default=64)
     parser.add_argument("--sleep-ms", type=int, default=200)
     parser.add_argument("--workers", default="1,2,4")
@@ -159,21 +216,42 @@ def main() -> None:
     url = _url()
     connection = redis.Redis.from_url(url)
     keys = Keys(prefix=prefix)
-    warm_up()
+    warm_up(["scripted/text:ok"])
     try:
         print(f"redis: {url}  prefix: {prefix}  cpus: {os.cpu_count()}")
         bench_raw_rq(connection, 20)  # warm both paths
         bench_robot_lab(connection, keys, 10, True)
-        raw = bench_raw_rq(connection, args.tasks)
-        lab = bench_robot_lab(connection, keys, args.tasks, True)
-        lab_quiet = bench_robot_lab(connection, keys, args.tasks, False)
-        print(f"(a) raw rq, {args.tasks} no-op jobs, 1 worker:           {raw * 1000:8.2f} ms/job")
-        print(f"(b) robot-lab, {args.tasks}-task fan-out network, 1 worker: {lab * 1000:8.2f} ms/task "
-              f"(ratio {lab / raw:.2f}x; target <= 2x)")
-        print(f"    same without text.delta streaming events:       {lab_quiet * 1000:8.2f} ms/task "
-              f"(ratio {lab_quiet / raw:.2f}x)")
+        n = args.tasks
+        rounds: list[dict[str, tuple[float, float, float | None]]] = []
+        for _ in range(args.rounds):  # the sides alternate: a load change hits both alike
+            rounds.append({"raw": measure(connection, n, bench_raw_rq, connection, n),
+                           "lab": measure(connection, n, bench_robot_lab, connection, keys, n, True),
+                           "quiet": measure(connection, n, bench_robot_lab, connection, keys, n, False)})
+        raw, lab, quiet = (median([r[side][0] for r in rounds]) for side in ("raw", "lab", "quiet"))
+        ratio = median([r["lab"][0] / r["raw"][0] for r in rounds])
+        ratio_quiet = median([r["quiet"][0] / r["raw"][0] for r in rounds])
+        print(f"median of {args.rounds} alternating rounds:")
+        print(f"(a) raw rq, {n} no-op jobs, 1 worker:           {raw * 1000:8.2f} ms/job")
+        print(f"(b) robot-lab, {n}-task fan-out network, 1 worker: {lab * 1000:8.2f} ms/task "
+              f"(ratio {ratio:.2f}x; target <= 2x)")
+        print(f"    same without text.delta streaming events:       {quiet * 1000:8.2f} ms/task "
+              f"(ratio {ratio_quiet:.2f}x)")
+        cpu = {side: (median([r[side][1] for r in rounds]),
+                      None if any(r[side][2] is None for r in rounds) else median([r[side][2] for r in rounds]))
+               for side in ("raw", "lab")}
+        if cpu["raw"][1] is not None and cpu["lab"][1] is not None:
+            total_raw, total_lab = cpu["raw"][0] + cpu["raw"][1], cpu["lab"][0] + cpu["lab"][1]
+            print(f"    CPU (this process + Redis): raw rq {cpu['raw'][0] * 1000:.2f} + {cpu['raw'][1] * 1000:.2f} "
+                  f"ms/job, robot-lab {cpu['lab'][0] * 1000:.2f} + {cpu['lab'][1] * 1000:.2f} ms/task "
+                  f"(ratio {total_lab / total_raw:.2f}x)")
+        else:
+            print(f"    CPU (this process): raw rq {cpu['raw'][0] * 1000:.2f} ms/job, robot-lab "
+                  f"{cpu['lab'][0] * 1000:.2f} ms/task (ratio {cpu['lab'][0] / cpu['raw'][0]:.2f}x)")
+        raw_trips, lab_trips = round_trips(url, keys, min(args.tasks, 50))
+        print(f"    Redis round trips: raw rq {raw_trips:.1f}/job, robot-lab {lab_trips:.1f}/task "
+              f"(streaming on)")
         alone = bench_robot_alone(args.tasks)
-        print(f"    for scale: the robot's own run alone (litellm + scripted model, no rq, no Redis): "
+        print(f"    for scale: the robot's own run alone (scripted model, no rq, no Redis): "
               f"{alone * 1000:.2f} ms/call")
         counts = [int(w) for w in args.workers.split(",")]
         walls = {}

@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from robot_lab.errors import ConfigurationError, retryable
@@ -93,37 +94,69 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def task_message(store: RunStore, graph: Any, task: str, meta: dict[str, str]) -> str:
-    """What the task's robot receives (see docs/networks.md, "Context passing")."""
+def task_message(graph: Any, task: str, meta: dict[str, str], sources: list[str | None]) -> str:
+    """What the task's robot receives (see docs/networks.md, "Context passing"). ``sources``
+    are what :meth:`RunStore.start_task` read with the claim: the parents' results, or for a
+    routed task its activators' inputs, in graph order (None where there is none)."""
     import json
 
     spec = graph.tasks[task]
     if spec.optional:
         # A router hands the request on: the routed task gets what its activator received
         # (the router's own reply is only its decision).
-        for activator in graph.activators.get(task, []):
-            raw = store.r.hget(store.key + ":inputs", activator)
-            if raw is not None:
-                return raw.decode()
-        return ""
+        return next((raw for raw in sources if raw is not None), "")
     parents = graph.deps[task]
     if not parents:
         message = json.loads(meta.get("message") or "null")
         if message is None:
             return ""
         return message if isinstance(message, str) else json.dumps(message)
-    results = store.results()
-    ran = [(p, results[p]) for p in parents if p in results]
+    import msgspec
+
+    ran = [(p, msgspec.json.decode(raw, type=RobotResult)) for p, raw in zip(parents, sources) if raw is not None]
     if len(ran) == 1:
         return ran[0][1].reply or ""
     return "\n\n".join(f"## {name}\n{result.reply or ''}" for name, result in ran)
 
 
+@dataclass
+class TaskWork:
+    """One attempt's data from its claim to its result: what the claim read, the memory
+    version the task started at, and what :meth:`RunStore.complete` writes with the result
+    (the robot's input, the events not sent yet)."""
+
+    meta: dict[str, str]
+    sources: list[str | None]
+    since: int | None = None  # None: not read with the claim (first task of a run here)
+    input: str | None = None
+    owed: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
+
+
+# The run record's fields a task reads with its claim ("spec" too while this process has not
+# compiled the run's graph yet).
+RUN_FIELDS = ["network", "app", "message", "context", "robots", "stream", "traceparent"]
+
+
+def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) -> tuple[Any, int | None]:
+    """Claim the task and read its inputs (one round trip; see RunStore.start_task). With the
+    run's graph known here, the task's memory version is read in the same round trip."""
+    from robot_lab.runtime.network.coordinator import cached_graph
+
+    graph = cached_graph(store)
+    version_key = None
+    if graph is not None and task in graph.tasks:
+        version_key = store.keys.memory_version(_memory_scope(store, graph.tasks[task]))
+    start = store.start_task(task, job_id, worker, lease_ms, RUN_FIELDS if graph is not None else [*RUN_FIELDS, "spec"],
+                             also=(lambda pipe: pipe.get(version_key)) if version_key else None)
+    since = None
+    if version_key is not None and start.also:
+        raw = start.also[0]
+        since = int(raw) if raw is not None else 0
+    return start, since
+
+
 def _warm() -> None:
     from robot_lab.runtime import robot  # noqa: F401
-    from robot_lab.runtime.llm.gateway import litellm_module
-
-    litellm_module()
 
 
 def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]:
@@ -140,22 +173,23 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
         # Redis away: wait for it (a claim is re-entrant for the same worker), rather than
         # fail the job in rq and have the sweeper record the task as failed
         outage = OutageTracker(f"task-{task}")  # one lost/back pair per outage for this job
-        claim = outage.call(lambda: store.claim(task, job_id, worker, lease_ms))
-        if claim != "ok":
-            log.info("task.not_claimed", reason=claim, job_id=job_id)
-            return {"task": task, "status": claim}
+        start, since = outage.call(lambda: _start(store, task, job_id, worker, lease_ms))
+        if start.status != "ok":
+            log.info("task.not_claimed", reason=start.status, job_id=job_id)
+            return {"task": task, "status": start.status}
+        work = TaskWork(meta=start.meta, sources=start.sources, since=since)
         with LeaseHeartbeat(store, task, worker, lease_ms, outage):
-            outcome = _execute(store, keys, run_id, task, job_id, worker, outage)
+            outcome = _execute(store, keys, run_id, task, job_id, worker, work, outage)
         _sweep_soon(connection, keys)
         return outcome
 
 
-def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, worker: str,
+def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, worker: str, work: TaskWork,
              outage: OutageTracker | None = None) -> dict[str, Any]:
     from robot_lab.runtime.network.coordinator import graph_for
 
-    meta = store.meta()
-    graph = graph_for(store)
+    meta = work.meta
+    graph = graph_for(store, meta.pop("spec", None))
     spec = graph.tasks[task]
     robot_name = spec.robot
     if meta.get("app"):
@@ -167,7 +201,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
     with log_context(robot=robot_name), continue_trace(meta.get("traceparent"), "task", flush=True, run_id=run_id,
                                                        task=task, robot=robot_name):
         try:
-            result, activate = _run_task_hooks(store, graph, meta, task, worker)
+            result, activate = _run_task_hooks(store, graph, task, job_id, worker, work)
         except Exception as exc:
             if caused_by_outage(exc):
                 # Not the task's fault: no failure is recorded (and no traceback logged by
@@ -180,6 +214,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
                 return {"task": task, "status": "interrupted"}
             if retryable(exc) and _retries_left() > 0:
                 log.warning("task.retrying", error=f"{type(exc).__name__}: {exc}")
+                _send_owed(store, task, robot_name, work)
                 store.release(task, job_id, f"{type(exc).__name__}: {exc}")
                 raise  # rq's Retry re-enqueues the same job id
             log.warning("task.failed", error=f"{type(exc).__name__}: {exc}")
@@ -209,7 +244,8 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         # child whose enqueue was lost is re-enqueued by the sweeper's repair of queued tasks).
         outage = outage or OutageTracker(f"task-{task}")
         status, ignored, items = outage.call(
-            lambda: store.complete(task, job_id, result, activate=activate, data=data, usage=usage))
+            lambda: store.complete(task, job_id, result, activate=activate, data=data, usage=usage,
+                                   input=work.input, events=work.owed))
         if ignored:
             log.warning("task.activation_ignored", names=ignored, routes=spec.routes)
         if status == "ok":
@@ -240,7 +276,7 @@ def _write_memory(store: RunStore, keys: Keys, meta: dict[str, str], key: str, r
         log.warning("task.memory_write_failed", key=key, error=f"{type(exc).__name__}: {exc}")
 
 
-def _run_task_hooks(store: RunStore, graph: Any, meta: dict[str, str], task: str, worker: str
+def _run_task_hooks(store: RunStore, graph: Any, task: str, job_id: str, worker: str, work: TaskWork
                     ) -> tuple[RobotResult, list[str]]:
     """The ``task`` hook family fires here, in the worker, around the robot's run; the
     network's hooks (import paths in its spec) also reach the robot's own families."""
@@ -248,13 +284,13 @@ def _run_task_hooks(store: RunStore, graph: Any, meta: dict[str, str], task: str
 
     registry = HookRegistry(graph.spec.hooks)
     spec = graph.tasks[task]
-    memory = _task_memory(store, meta, spec)
+    memory = _task_memory(store, work.meta, spec)
     ctx = TaskHookContext(task=spec, task_name=task, robot=spec.robot, config=graph.spec.config,
                           run_id=store.run_id, memory=memory)
     outcome: dict[str, Any] = {}
 
     def core() -> RobotResult:
-        result, activate = _run_robot(store, graph, meta, task, worker, memory, network_hooks=registry)
+        result, activate = _run_robot(store, graph, task, job_id, worker, memory, work, network_hooks=registry)
         outcome["activate"] = activate
         return result
 
@@ -266,13 +302,14 @@ def _run_task_hooks(store: RunStore, graph: Any, meta: dict[str, str], task: str
     return result, outcome.get("activate", [])
 
 
-def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, worker: str, memory: Any,
+def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str, memory: Any, work: TaskWork,
                network_hooks: Any = None) -> tuple[RobotResult, list[str]]:
     import json
 
     from robot_lab.runtime.robot import Robot
     from robot_lab.runtime.run_config import RunConfig
 
+    meta = work.meta
     spec = graph.tasks[task]
     robot_spec = store.robot_specs(meta).get(spec.robot)
     if robot_spec is None:
@@ -288,8 +325,8 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
                    data={"id": message.tool.id, "name": message.tool.name, "output": message.content})
 
     robot = Robot.from_spec(robot_spec, on_tool_call=on_tool_call, on_tool_result=on_tool_result)
-    message = task_message(store, graph, task, meta)
-    store.r.hset(store.key + ":inputs", task, message)
+    message = task_message(graph, task, meta, work.sources)
+    work.input = message  # recorded with the result (RunStore.complete)
     run_context = deep_merge(json.loads(meta.get("context") or "{}"), spec.context)
     context = {k: v for k, v in run_context.items() if k not in RESERVED_RUN_KWARGS}
     # The run plan's layers: the network's config under the robot, the task's above it.
@@ -306,9 +343,9 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
         base = robot.select_tools(tools, network_config=combined)
         tools = [t.name for t in base] + [route_tool.name]
 
-    since = memory.version
+    since = memory.version if work.since is None else work.since
     deltas = DeltaBuffer(store, task, spec.robot)
-    job_id = store.job_id(task) or task
+    budgets = _run_budgets(store, combined, job_id, worker)
     try:
         result = robot.run(
             message,
@@ -322,16 +359,22 @@ def _run_robot(store: RunStore, graph: Any, meta: dict[str, str], task: str, wor
             task=task,
             memory=memory,
             network_hooks=network_hooks,
-            budgets=_run_budgets(store, combined, job_id, worker),
+            budgets=budgets,
             doom_loop=_run_doom_loop(store, combined),
             **context,
         )
     finally:
-        deltas.flush()
-        _emit_memory_changes(store, task, spec.robot, memory, since)
-        _release_budget_holds(store, job_id)
+        # the last text.delta and the memory.changed events go out with the result
+        work.owed += deltas.take() + _memory_events(spec.robot, memory, since)
+        if budgets:  # only a run budget registers holds for this attempt
+            _release_budget_holds(store, job_id)
     activate = choose_routes(spec, result, message=message, run_id=store.run_id)
     return result, activate
+
+
+def _memory_scope(store: RunStore, spec: Any) -> str:
+    """The scope of the task's active memory: ``task(memory="scope")``, else the run's."""
+    return spec.memory or f"run:{store.run_id}"
 
 
 def _task_memory(store: RunStore, meta: dict[str, str], spec: Any) -> Any:
@@ -339,23 +382,29 @@ def _task_memory(store: RunStore, meta: dict[str, str], spec: Any) -> Any:
     ``Memory.for_run``; rebuilt from its scope name on this worker's Redis."""
     from robot_lab.memory.store import Memory
 
-    network = meta.get("network")
-    if spec.memory:
-        return Memory(spec.memory, redis=store.r, keys=store.keys, network_name=network)
-    return Memory.for_run(store.run_id, network_name=network, redis=store.r, keys=store.keys)
+    return Memory(_memory_scope(store, spec), redis=store.r, keys=store.keys, network_name=meta.get("network"))
 
 
-def _emit_memory_changes(store: RunStore, task: str, robot: str, memory: Any, since: int) -> None:
+def _memory_events(robot: str, memory: Any, since: int) -> list[tuple[str, dict[str, Any] | None]]:
     """One ``memory.changed`` event per write this task's robot made (the writer is the
     robot), so a run's events show who wrote what."""
     try:
-        for change in memory.changes(since_version=since):
-            if change.writer == robot:
-                store.emit("memory.changed", task=task, robot=robot,
-                           data={"scope": change.scope, "key": change.key, "op": change.op,
-                                 "version": change.version, "writer": change.writer})
+        return [("memory.changed", {"scope": change.scope, "key": change.key, "op": change.op,
+                                    "version": change.version, "writer": change.writer})
+                for change in memory.changes(since_version=since) if change.writer == robot]
     except Exception as exc:  # events are a side channel: never lose the task's result over them
         log.warning("task.memory_events_failed", error=f"{type(exc).__name__}: {exc}")
+        return []
+
+
+def _send_owed(store: RunStore, task: str, robot: str, work: TaskWork) -> None:
+    """Emit the events a task owes when it ends without a result (a retry)."""
+    for event, data in work.owed:
+        try:
+            store.emit(event, task=task, robot=robot, data=data)
+        except Exception as exc:  # a side channel, as above
+            log.warning("task.events_failed", error=f"{type(exc).__name__}: {exc}")
+    work.owed = []
 
 
 def _run_budgets(store: RunStore, network_config: Any, job_id: str, worker: str) -> list[Any]:

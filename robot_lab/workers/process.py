@@ -8,7 +8,7 @@ Layout of one ``robot-lab worker billing technical --in-flight 16 --concurrency 
   ``--concurrency 1`` -- the rq worker itself (up to ``--in-flight`` tasks at once on its job
   threads, :mod:`.inflight`; ``--in-flight 1`` is a plain rq SimpleWorker);
 * with ``--concurrency N > 1``: N child processes, each one such rq worker on all the queues
-  (forked after litellm and the app are imported, so a job pays no import time).
+  (forked after the app is imported; each warms up, so a job pays no import time).
 
 SIGTERM / SIGINT: rq's warm shutdown -- nothing new is taken (tasks or messages), every task
 and message in hand finishes, the bus pollers hand back what they hold but never started,
@@ -24,6 +24,7 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from robot_lab.errors import ConfigurationError
@@ -54,12 +55,14 @@ def robot_worker_class() -> type:
     return RobotWorker
 
 
-def warm_up() -> None:
-    """Import litellm and make one offline scripted call, so the first task of a worker (or
-    of the demo) does not pay seconds of lazy imports."""
+def warm_up(models: Iterable[str] | None = None) -> None:
+    """Make one offline scripted call and import the job code, so the first task of a worker
+    (or of the demo) does not pay lazy imports; litellm (200 MB, seconds) only when one of
+    ``models`` needs it (None: not known, so yes). See docs/operations.md, "Memory"."""
     from robot_lab.runtime.llm import gateway as llm
 
-    llm.litellm_module()
+    if models is None or not all(llm.is_scripted(model) for model in models):
+        llm.litellm_module()
     try:
         llm.LLMGateway(max_retries=0).complete("scripted/text:ok", [{"role": "user", "content": "warm up"}])
     except Exception as exc:  # warming up is an optimisation only
@@ -147,9 +150,19 @@ def _work(worker: Any, burst: bool) -> None:
         worker._ride_out(worker.connection.ping)
 
 
-def _child_main(url: str | None, queues: list[str], name: str, burst: bool, in_flight: int) -> None:
+def served_models(specs: dict[str, Any], spawned: bool) -> list[str] | None:
+    """The models the served robots call (None when spawned robots may bring any)."""
+    if spawned:
+        return None
+    from robot_lab.settings import get_settings
+
+    return [spec.model or get_settings().default_model() for spec in specs.values()]
+
+
+def _child_main(url: str | None, queues: list[str], name: str, burst: bool, in_flight: int,
+                models: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards SIGTERM instead
-    warm_up()
+    warm_up(models)
     _rq_loop(url, queues, name, burst, in_flight=in_flight)
 
 
@@ -273,12 +286,14 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
     # Fork the rq worker children before this process runs any other thread (litellm's
     # warm-up starts some): a fork taken while another thread holds a lock (logging, a
     # connection pool, litellm's executor) can deadlock the child. Each child warms up itself.
-    children = _start_children(url, queues, base, burst, concurrency, in_flight) if concurrency > 1 else []
+    models = served_models(specs, spawned)
+    children = (_start_children(url, queues, base, burst, concurrency, in_flight, models)
+                if concurrency > 1 else [])
     stop = threading.Event()
     # Every loop is registered before it starts and the heartbeat runs from here on, so a
     # loop that dies at start-up fails `robot-lab health` naming it (workers/supervision.py).
     loops, heartbeat = _supervision(connection, keys, base, robots, queues, children)
-    warm_up()
+    warm_up(models)
     threads = [loops.thread(loops.add("sweeper", idle_limit=SWEEP_INTERVAL + LOOP_SLACK, busy_limit=300.0),
                             _sweeper, connection, keys, stop, loops.loops["sweeper"], stop=stop)]
     if bus:
@@ -342,10 +357,11 @@ def _supervision(connection: Any, keys: Keys, base: str, robots: list[str], queu
 
 
 def _start_children(url: str | None, queues: list[str], base: str, burst: bool, concurrency: int,
-                    in_flight: int = 1) -> list[Any]:
+                    in_flight: int = 1, models: list[str] | None = None) -> list[Any]:
     ctx = multiprocessing.get_context("fork")
     children = [
-        ctx.Process(target=_child_main, args=(url, queues, f"{base}.{i}", burst, in_flight), name=f"rq-worker-{i}")
+        ctx.Process(target=_child_main, args=(url, queues, f"{base}.{i}", burst, in_flight, models),
+                    name=f"rq-worker-{i}")
         for i in range(concurrency)
     ]
     for child in children:

@@ -33,6 +33,8 @@ class LeaseHeartbeat:
             try:
                 alive = self.store.heartbeat(self.task, self.worker, self.lease_ms)
                 outage.back()
+                if not alive and self.stop_event.is_set():
+                    return  # the task ended meanwhile: its result deleted the lease
                 if not alive:
                     self.lost = True
                     log.warning("task.lease_lost", task=self.task)
@@ -48,13 +50,17 @@ class LeaseHeartbeat:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        # Not joined: waiting for the thread to wake and exit cost a task a context switch
+        # (bench/dag.py); it exits at its next wake-up, and a beat that races the task's end
+        # cannot bring the lease back (SET XX) nor report it lost.
         self.stop_event.set()
-        self.thread.join(timeout=2)
 
 
 class DeltaBuffer:
     """Streams reply chunks as ``text.delta`` events, coalesced: at most one event per
-    ``interval`` (a Redis round trip per token would cost more than the token)."""
+    ``interval`` (a Redis round trip per token would cost more than the token). What is
+    left when the robot is done is :meth:`take`-n and sent with the task's result, in the
+    same script (RunStore.complete): the same events in the same order, one round trip less."""
 
     def __init__(self, store: RunStore, task: str, robot: str, interval: float = 0.05) -> None:
         self.store, self.task, self.robot, self.interval = store, task, robot, interval
@@ -68,6 +74,11 @@ class DeltaBuffer:
         self.parts.append(text)
         if time.monotonic() - self.last >= self.interval:
             self.flush()
+
+    def take(self) -> list[tuple[str, dict[str, Any] | None]]:
+        """The unsent text as a pending ``text.delta`` event (none when nothing is left)."""
+        text, self.parts = "".join(self.parts), []
+        return [("text.delta", {"delta": text})] if text else []
 
     def flush(self) -> None:
         if self.parts:

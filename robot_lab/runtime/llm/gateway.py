@@ -1,9 +1,14 @@
-"""The LLM gateway: every model call goes through litellm, imported on first use.
+"""The LLM gateway: every provider call goes through litellm, imported on first use.
 
 Why a gateway: one place for the offline guard (``ROBOT_LAB_ALLOW_MODEL_REQUESTS=0``), the
 retry policy (robot_lab's max_retries / retry_interval / backoff factor / randomness), the
 scripted provider registration, streaming reassembly and usage/cost extraction. The rest of
 the runtime sees :class:`LLMResponse`, never litellm's types.
+
+The scripted model is answered without litellm (:func:`_scripted_direct`) unless a litellm
+callback listens: litellm's import is 200 MB and seconds, and its streaming machinery cost
+more than a whole network task (bench/dag.py, bench/worker_memory.py). Both paths give the
+same response, chunks and recorded call (tests/test_scripted_direct.py).
 """
 
 from __future__ import annotations
@@ -199,8 +204,59 @@ def litellm_module() -> Any:
             litellm.custom_provider_map = [
                 item for item in litellm.custom_provider_map if item.get("provider") != scripted.PROVIDER
             ] + [{"provider": scripted.PROVIDER, "custom_handler": handler}]
+            _quiet_streaming_logging(litellm)
             _litellm = litellm
     return _litellm
+
+
+_CALLBACK_LISTS = ("callbacks", "success_callback", "_async_success_callback", "failure_callback",
+                   "_async_failure_callback", "input_callback")
+
+
+def _litellm_listening() -> bool:
+    """Whether a litellm callback is registered (litellm only counts once it is imported)."""
+    return _litellm is not None and any(getattr(_litellm, name, None) for name in _CALLBACK_LISTS)
+
+
+def _scripted_decision(model: str, messages: list[dict[str, Any]], kwargs: dict[str, Any], *,
+                       defer_sleep: bool) -> scripted.Decision:
+    optional = {k: v for k, v in kwargs.items() if k != "metadata"}
+    recording.record_call(model, messages, optional, kwargs.get("metadata"))
+    return scripted.decide(model, messages, optional.get("tools") or [], defer_sleep=defer_sleep)
+
+
+def _scripted_response(model: str, d: scripted.Decision, on_chunk: Callable[[Chunk], None] | None) -> LLMResponse:
+    if on_chunk is not None:
+        for index, piece in enumerate(scripted.stream_pieces(d.text)):
+            on_chunk(Chunk(content=piece, index=index))
+    calls = []
+    for c in d.tool_calls:
+        raw = json.dumps(c.arguments)
+        calls.append(ToolCallRequest(id=c.id, name=c.name, arguments=_parse_arguments(raw, c.name), raw_arguments=raw))
+    return LLMResponse(content=d.text, tool_calls=calls, input_tokens=d.prompt_tokens,
+                       output_tokens=d.completion_tokens, finish_reason="tool_calls" if calls else "stop", model=model)
+
+
+def _scripted_direct(model: str, messages: list[dict[str, Any]], kwargs: dict[str, Any],
+                     on_chunk: Callable[[Chunk], None] | None) -> LLMResponse:
+    """The scripted model's answer as litellm's custom-provider seam would give it: the call
+    recorded, the reply streamed word by word, tool arguments as JSON text, no cost."""
+    return _scripted_response(model, _scripted_decision(model, messages, kwargs, defer_sleep=False), on_chunk)
+
+
+async def _ascripted_direct(model: str, messages: list[dict[str, Any]], kwargs: dict[str, Any],
+                            on_chunk: Callable[[Chunk], None] | None) -> LLMResponse:
+    """:func:`_scripted_direct` whose latency (``sleep:``, ``sleep_ms``) is awaited, so the
+    event loop serves other runs meanwhile."""
+    try:
+        d = _scripted_decision(model, messages, kwargs, defer_sleep=True)
+    except scripted.ScriptedProviderError as exc:
+        if exc.delay:
+            await asyncio.sleep(exc.delay)
+        raise
+    if d.delay:
+        await asyncio.sleep(d.delay)
+    return _scripted_response(model, d, on_chunk)
 
 
 def is_scripted(model: str) -> bool:
@@ -342,11 +398,7 @@ def _quiet_streaming_logging(litellm: Any) -> None:
     registered: about 40% of a streamed call's cost here (bench/dag.py). Turn that off
     while nothing listens, and back on as soon as a litellm callback is registered."""
     global _streaming_logging_disabled_by_us
-    listening = any(
-        getattr(litellm, name, None)
-        for name in ("callbacks", "success_callback", "_async_success_callback", "failure_callback",
-                     "_async_failure_callback", "input_callback")
-    )
+    listening = any(getattr(litellm, name, None) for name in _CALLBACK_LISTS)
     if not listening and not litellm.disable_streaming_logging:
         litellm.disable_streaming_logging = True
         _streaming_logging_disabled_by_us = True
@@ -401,6 +453,8 @@ class LLMGateway:
         attempt = 0
         while True:
             try:
+                if litellm is None:  # the scripted model, nobody listening to litellm
+                    return _scripted_direct(model, messages, kwargs, on_chunk)
                 if on_chunk is None:
                     response = litellm.completion(model=model, messages=messages, timeout=self.timeout, **kwargs)
                     return _to_response(litellm, response, model)
@@ -429,6 +483,8 @@ class LLMGateway:
         attempt = 0
         while True:
             try:
+                if litellm is None:
+                    return await _ascripted_direct(model, messages, kwargs, on_chunk)
                 if on_chunk is None:
                     response = await litellm.acompletion(model=model, messages=messages, timeout=self.timeout,
                                                          **kwargs)
@@ -447,14 +503,16 @@ class LLMGateway:
         provider: str | None,
         robot: str | None,
     ) -> tuple[Any, dict[str, Any]]:
-        """The offline guard and credentials check, then litellm and the call's keyword
-        arguments (shared by the sync and the async call)."""
+        """The offline guard and credentials check, then litellm (None: answer the scripted
+        model directly, :func:`_scripted_direct`) and the call's keyword arguments (shared by
+        the sync and the async call)."""
         if not is_scripted(model) and not _model_requests_allowed():
             raise ConfigurationError(
                 f"model requests are disabled (ROBOT_LAB_ALLOW_MODEL_REQUESTS=0): refusing to call {model!r}; "
                 "use a scripted/... model"
             )
-        litellm = litellm_module()
+        direct = is_scripted(model) and not _litellm_listening()
+        litellm = None if direct else litellm_module()
         kwargs: dict[str, Any] = {k: v for k, v in (params or {}).items() if v is not None}
         if is_scripted(model):
             kwargs["metadata"] = {"robot_lab_provider": provider, "robot_lab_robot": robot}

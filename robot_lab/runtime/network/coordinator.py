@@ -40,13 +40,20 @@ def is_embedded(connection: Any) -> bool:
     return type(connection).__module__.startswith("fakeredis")
 
 
-def graph_for(store: RunStore) -> Graph:
-    """The compiled graph of a run (cached per process: a run's spec never changes)."""
+def cached_graph(store: RunStore) -> Graph | None:
+    """The run's compiled graph if this process has it already (no Redis call)."""
+    with _graph_lock:
+        return _graph_cache.get(f"{store.keys.prefix}:{store.run_id}")
+
+
+def graph_for(store: RunStore, spec_json: str | None = None) -> Graph:
+    """The compiled graph of a run (cached per process: a run's spec never changes);
+    ``spec_json`` is the run record's ``spec`` when the caller has read it already."""
     key = f"{store.keys.prefix}:{store.run_id}"
     with _graph_lock:
         graph = _graph_cache.get(key)
     if graph is None:
-        graph = compile_network(store.spec())
+        graph = compile_network(load_network_spec(spec_json) if spec_json is not None else store.spec())
         with _graph_lock:
             if len(_graph_cache) > 256:
                 _graph_cache.clear()
@@ -261,14 +268,15 @@ class Coordinator:
         store = RunStore(self.connection, self.keys, run_id)
         if store.status() != "running":
             return 0
-        for task, job_id in store.lost_attempts():
+        view = store.sweep_view()  # one read for the three checks (reclaim only touches running tasks)
+        for task, job_id in store.lost_attempts(view):
             # a dead worker's budget reservations go back before its task is re-run
             released = release_holder(self.connection, store.budget_holds_key(job_id))
             if released:
                 log.warning("run.budget_released", run_id=run_id, task=task, job_id=job_id, released=released)
         items = store.reclaim()
-        items += store.repair_queued()
-        for task, job_id, error in store.failed_jobs():
+        items += store.repair_queued(view=view)
+        for task, job_id, error in store.failed_jobs(view):
             hint = ""
             if "Deserializ" in error or "pickle" in error.lower():
                 hint = " -- the worker could not decode the job; start it as `rq worker robot:<name>` (no -S) or `robot-lab worker`"
@@ -328,4 +336,4 @@ def load_network_spec(raw: str | bytes) -> NetworkSpec:
     return msgspec.json.decode(raw, type=NetworkSpec)
 
 
-__all__ = ["Coordinator", "NetworkResult", "RunHandle", "graph_for", "is_embedded"]
+__all__ = ["Coordinator", "NetworkResult", "RunHandle", "cached_graph", "graph_for", "is_embedded"]

@@ -36,11 +36,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from redis.exceptions import NoScriptError
 
-from robot_lab.connection import durable
+from robot_lab.connection import durable, is_cluster_client
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
 from robot_lab.rq_connection import rq_connection
@@ -51,12 +54,34 @@ from robot_lab.schemas import RobotResult, RunEvent
 
 # Enqueueing lives in .enqueue; re-exported because workers and deploy code import it from here.
 __all__ = ["DEFAULT_JOB_TIMEOUT", "DEFAULT_LEASE_MS", "JOB_FUNC", "RUN_TTL", "TERMINAL", "RunStore",
-           "enqueue_jobs", "queue_name"]
+           "SweepView", "TaskStart", "enqueue_jobs", "queue_name"]
 
 TERMINAL = frozenset({"done", "failed", "skipped", "cancelled"})
 DEFAULT_LEASE_MS = 5000
 DEFAULT_MAX_ATTEMPTS = 5
 RUN_TTL = 7 * 86_400
+
+@dataclass
+class TaskStart:
+    """What :meth:`RunStore.start_task` read: the claim's status and, when it is ``ok``, the
+    run record's fields, the parents' results (or activators' inputs) in graph order, and
+    the replies of the extra reads."""
+
+    status: str
+    meta: dict[str, str] = field(default_factory=dict)
+    sources: list[str | None] = field(default_factory=list)
+    also: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class SweepView:
+    """One read of a run's task states, job ids and enqueue times, shared by a sweep's checks."""
+
+    states: dict[str, str]
+    jobs: dict[str, str]
+    queued_at: dict[str, float]
+    job_statuses: dict[str, str | None] | None = None  # filled on first use
+
 
 def _decode(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -86,11 +111,16 @@ class RunStore:
     def _eval(self, script: str, *argv: Any, leases: tuple[str, ...] = (), critical: bool = False) -> Any:
         """Run a transition with every key it touches declared (the run's keys, then the
         leases of ``leases``); ``critical`` ones wait for replicas (``redis_wait_replicas``)."""
-        keys = [self.key + suffix for suffix in transitions.RUN_KEY_SUFFIXES]
-        keys.extend(self.lease_key(task) for task in leases)
+        keys = self._script_keys(leases)
         if critical:
             return durable(self.r, lambda target: transitions.run_script(target, script, keys, self.run_id, *argv))
         return transitions.run_script(self.r, script, keys, self.run_id, *argv)
+
+    def _script_keys(self, leases: tuple[str, ...] = ()) -> list[str]:
+        """A transition's KEYS: the run's keys, then the leases of ``leases``."""
+        keys = [self.key + suffix for suffix in transitions.RUN_KEY_SUFFIXES]
+        keys.extend(self.lease_key(task) for task in leases)
+        return keys
 
     def lease_key(self, task: str) -> str:
         return self.keys.run_lease(self.run_id, task)
@@ -153,6 +183,39 @@ class RunStore:
     def claim(self, task: str, job_id: str, worker: str, lease_ms: int = DEFAULT_LEASE_MS) -> str:
         return _decode(self._eval(transitions.CLAIM, task, job_id, worker, lease_ms, leases=(task,)))
 
+    def start_task(self, task: str, job_id: str, worker: str, lease_ms: int, fields: list[str],
+                   also: Callable[[Any], None] | None = None) -> TaskStart:
+        """Claim ``task`` (as :meth:`claim`) and read what its job needs before the robot runs
+        -- the run record's ``fields`` and the parents' results (a routed task: its activators'
+        inputs) -- in one round trip; ``also`` adds more reads to the same pipeline (their
+        replies land in ``TaskStart.also``)."""
+        argv = (task, job_id, worker, lease_ms, json.dumps(fields))
+        if is_cluster_client(self.r):  # redis-py's cluster pipeline refuses scripts: two round trips
+            first = self._eval(transitions.START_TASK, *argv, leases=(task,))
+            replies = [first]
+            if also is not None:
+                pipe = self.r.pipeline(transaction=False)
+                also(pipe)
+                replies += pipe.execute()
+        else:
+            keys = self._script_keys((task,))
+            pipe = self.r.pipeline(transaction=False)
+            pipe.evalsha(transitions.sha_of(transitions.START_TASK), len(keys), *keys, self.run_id, *argv)
+            if also is not None:
+                also(pipe)
+            replies = pipe.execute(raise_on_error=False)
+            first = replies[0]
+            if isinstance(first, NoScriptError):  # first use on this server: EVAL caches it
+                first = self._eval(transitions.START_TASK, *argv, leases=(task,))
+            for reply in replies:
+                if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
+                    raise reply
+        status = _decode(first[0])
+        if status != "ok":
+            return TaskStart(status)
+        meta = {name: _decode(v) for name, v in zip(fields, first[1]) if v is not None}
+        return TaskStart(status, meta, [None if v is None else _decode(v) for v in first[2]], replies[1:])
+
     def heartbeat(self, task: str, worker: str, lease_ms: int = DEFAULT_LEASE_MS) -> bool:
         """Extend the lease; False once it was lost (the task was reclaimed)."""
         return bool(self.r.set(self.lease_key(task), worker, px=lease_ms, xx=True))
@@ -166,9 +229,14 @@ class RunStore:
         activate: list[str] | None = None,
         data: dict[str, Any] | None = None,
         usage: dict[str, Any] | None = None,
+        input: str | None = None,
+        events: list[tuple[str, dict[str, Any] | None]] = (),  # type: ignore[assignment]
     ) -> tuple[str, list[str], list[tuple[str, str, str]]]:
-        """Record the result and advance. Returns (status, ignored activations, jobs to enqueue)."""
+        """Record the result (and the ``input`` its robot received) and advance. ``events`` are
+        the task's events still unsent (its last ``text.delta``, ``memory.changed``): emitted
+        first, in the same script. Returns (status, ignored activations, jobs to enqueue)."""
         outcome = "failed" if result.failed else "done"
+        owed = [part for event, data in events for part in (event, json.dumps(data) if data else "")]
         raw = self._eval(
             transitions.COMPLETE,
             task,
@@ -178,6 +246,9 @@ class RunStore:
             json.dumps(activate or []),
             json.dumps(data or {}),
             json.dumps(usage) if usage else "",
+            "0" if input is None else "1",
+            input or "",
+            *owed,
             leases=(task,),
             critical=True,  # a recorded result must survive a failover: it is paid for
         )
@@ -205,17 +276,44 @@ class RunStore:
             return []
         return _triples(self._eval(transitions.RECLAIM, max_attempts, leases=tuple(order)))
 
-    def lost_attempts(self) -> list[tuple[str, str]]:
+    def sweep_view(self) -> SweepView:
+        """What a sweep reads of the run, in one round trip: task states, current job ids,
+        enqueue times. A sweep passes it to :meth:`lost_attempts`, :meth:`repair_queued` and
+        :meth:`failed_jobs` (each reads its own when given none)."""
+        pipe = self.r.pipeline(transaction=False)
+        for suffix in ("state", "jobs", "queued_at"):
+            pipe.hgetall(f"{self.key}:{suffix}")  # one slot (the run's hash tag)
+        states, jobs, queued_at = ({_decode(k): _decode(v) for k, v in raw.items()} for raw in pipe.execute())
+        return SweepView(states, jobs, {k: float(v) for k, v in queued_at.items()})
+
+    def _queued_job_statuses(self, view: SweepView) -> dict[str, str | None]:
+        """rq status of each queued task's job (None: no such job), one pipeline, kept on
+        the view: both :meth:`repair_queued` and :meth:`failed_jobs` ask."""
+        if view.job_statuses is None:
+            from rq.job import Job
+
+            queued = [(task, view.jobs[task]) for task, state in view.states.items()
+                      if state == "queued" and view.jobs.get(task)]
+            pipe = rq_connection(self.r).pipeline(transaction=False)  # rq's keys: its slot owner on Cluster
+            for _, job_id in queued:  # a fan-out's queue holds hundreds of them while it drains
+                pipe.hget(Job.key_for(job_id), "status")
+            replies = pipe.execute() if queued else []
+            view.job_statuses = {task: None if raw is None else _decode(raw)
+                                 for (task, _), raw in zip(queued, replies)}
+        return view.job_statuses
+
+    def lost_attempts(self, view: SweepView | None = None) -> list[tuple[str, str]]:
         """``(task, job_id)`` of running tasks whose lease is gone: their worker died (or
         stalled past the lease), so :meth:`reclaim` is about to re-run them."""
-        running = [task for task, state in self.states().items() if state == "running"]
+        view = view or self.sweep_view()
+        running = [task for task, state in view.states.items() if state == "running"]
         if not running:
             return []
         pipe = self.r.pipeline(transaction=False)
         for task in running:
             pipe.exists(self.lease_key(task))
-        jobs = self._hash("jobs")
-        return [(task, jobs[task]) for task, alive in zip(running, pipe.execute()) if not alive and task in jobs]
+        return [(task, view.jobs[task]) for task, alive in zip(running, pipe.execute())
+                if not alive and task in view.jobs]
 
     def budget_holds_key(self, job_id: str) -> str:
         """Set of the budgets an attempt holds reservations in (see BudgetHolder)."""
@@ -227,30 +325,18 @@ class RunStore:
     def cancel(self, reason: str = "cancelled") -> str:
         return _decode(self._eval(transitions.CANCEL, reason))
 
-    def repair_queued(self, grace: float = 2.0) -> list[tuple[str, str, str]]:
+    def repair_queued(self, grace: float = 2.0, view: SweepView | None = None) -> list[tuple[str, str, str]]:
         """Queued tasks whose rq job vanished (the enqueuer died between script and enqueue)."""
-        from rq.job import Job
-
-        states = self.states()
-        queued_at = {k: float(v) for k, v in self._hash("queued_at").items()}
-        jobs = self._hash("jobs")
+        view = view or self.sweep_view()
         now = time.time()
-        waiting = [(task, jobs[task]) for task, state in states.items()
-                   if state == "queued" and now - queued_at.get(task, 0) >= grace and jobs.get(task)]
-        if not waiting:
-            return []
-        # one round trip for all of them: a wide fan-out keeps hundreds of tasks queued, and
-        # every worker's sweeper looks twice a second
-        pipe = rq_connection(self.r).pipeline(transaction=False)  # rq's keys: its slot owner on Cluster
-        for _, job_id in waiting:
-            pipe.exists(Job.key_for(job_id))
-        gone = [(task, job_id) for (task, job_id), exists in zip(waiting, pipe.execute()) if not exists]
-        if not gone:
+        lost = [(task, view.jobs[task]) for task, status in self._queued_job_statuses(view).items()
+                if status is None and now - view.queued_at.get(task, 0) >= grace]
+        if not lost:
             return []
         graph = self._hash("graph")
-        return [(task, job_id, json.loads(graph[task])["robot"]) for task, job_id in gone]
+        return [(task, job_id, json.loads(graph[task])["robot"]) for task, job_id in lost]
 
-    def failed_jobs(self) -> list[tuple[str, str, str]]:
+    def failed_jobs(self, view: SweepView | None = None) -> list[tuple[str, str, str]]:
         """Queued tasks whose rq job failed *outside* our job function -- e.g. a worker that
         could not deserialize it (a worker started with a foreign ``-S`` serializer). Returns
         (task, job_id, error text)."""
@@ -258,22 +344,14 @@ class RunStore:
         from robot_lab.runtime.network.serializer import JobSerializer
 
         out: list[tuple[str, str, str]] = []
-        jobs = self._hash("jobs")
-        candidates = [(task, jobs[task]) for task, state in self.states().items()
-                      if state == "queued" and jobs.get(task)]
-        if not candidates:
-            return out
-        # one pipelined HGET of each job's status; only failed jobs are loaded in full
-        rq = rq_connection(self.r)
-        pipe = rq.pipeline(transaction=False)
-        for _, job_id in candidates:
-            pipe.hget(Job.key_for(job_id), "status")
-        statuses = pipe.execute()
-        for (task, job_id), status in zip(candidates, statuses):
-            if _decode(status or b"") != JobStatus.FAILED.value:
+        view = view or self.sweep_view()
+        # the statuses come from one pipelined HGET per job; only failed jobs are loaded in full
+        for task, status in self._queued_job_statuses(view).items():
+            if status != JobStatus.FAILED.value:
                 continue
+            job_id = view.jobs[task]
             try:
-                job = Job.fetch(job_id, connection=rq, serializer=JobSerializer)
+                job = Job.fetch(job_id, connection=rq_connection(self.r), serializer=JobSerializer)
             except Exception:
                 continue
             text = ""

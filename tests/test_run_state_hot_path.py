@@ -1,0 +1,91 @@
+"""The task's round trips, batched (issue 15 item 4): the claim reads what the job needs in the
+same script, and the result goes out with the events the task still owes and the input its
+robot received -- the same events, in the same order, as when each was its own call."""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+
+from robot_lab.runtime.network.coordinator import Coordinator
+from robot_lab.runtime.network.dsl import create_network
+from robot_lab.runtime.network.embedded import EmbeddedWorkers
+from robot_lab.runtime.robot import build
+from robot_lab.schemas import RobotResult, TextMessage
+
+
+def uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def result(text: str) -> RobotResult:
+    return RobotResult(robot_name="r", output=[TextMessage(content=text)])
+
+
+def submit(redis_client, net):  # type: ignore[no-untyped-def]
+    """Submit with no worker: returns the handle, its store and the queued tasks' job ids."""
+    handle = Coordinator(connection=redis_client).submit(net, "go")
+    jobs = {k.decode(): v.decode() for k, v in handle.store.r.hgetall(handle.store.key + ":jobs").items()}
+    return handle, handle.store, jobs
+
+
+def test_start_task_claims_and_reads_the_run_fields_and_the_parents_results(redis_client) -> None:  # type: ignore[no-untyped-def]
+    bot = build(f"hp-{uid()}", model="scripted/echo")
+    net = create_network("reads")
+    net.task("a", bot)
+    net.task("b", bot)
+    net.task("join", bot, depends_on=["b", "a"])
+    handle, store, jobs = submit(redis_client, net)
+    first = store.start_task("a", jobs["a"], "w1", 5000, ["network", "message", "stream", "nosuchfield"])
+    assert first.status == "ok" and first.sources == []
+    assert first.meta == {"network": "reads", "message": '"go"', "stream": "1"}  # absent fields left out
+    assert store.start_task("a", jobs["a"], "w2", 5000, ["network"]).status == "busy"  # leased: no data
+    assert store.states()["a"] == "running"
+    for task in ("a", "b"):
+        store.start_task(task, jobs[task], "w1", 5000, [])
+        _, _, items = store.complete(task, jobs[task], result(f"{task} says"))
+    (join, join_job, _), = items
+    start = store.start_task(join, join_job, "w1", 5000, ["network"])
+    # the parents' results, in the order the task lists its parents
+    assert [msgspec.json.decode(s, type=RobotResult).reply for s in start.sources] == ["b says", "a says"]
+
+
+def test_complete_sends_the_owed_events_first_and_records_the_input_once(redis_client) -> None:  # type: ignore[no-untyped-def]
+    bot = build(f"hp-{uid()}", model="scripted/echo")
+    net = create_network("owed")
+    net.task("only", bot)
+    handle, store, jobs = submit(redis_client, net)
+    store.start_task("only", jobs["only"], "w1", 5000, [])
+    owed = [("text.delta", {"delta": "hel"}), ("memory.changed", {"scope": "run:x", "key": "k", "op": "set",
+                                                                  "version": 1, "writer": bot.name})]
+    status, _, _ = store.complete("only", jobs["only"], result("hello"), usage={"input_tokens": 1, "output_tokens": 1},
+                                  input="the input", events=owed)
+    assert status == "ok"
+    again = store.complete("only", jobs["only"], result("hello"), input="other", events=owed)
+    assert again[0] == "duplicate"
+    events = [e for _, e in store.events()]
+    tail = [(e.event, e.task, e.robot, e.data) for e in events if e.task == "only" and e.event != "task.queued"]
+    assert [name for name, *_ in tail] == ["task.started", "text.delta", "memory.changed", "usage.updated",
+                                           "task.completed"]
+    assert tail[1][1:] == ("only", bot.name, {"delta": "hel"}) and tail[2][3]["key"] == "k"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))  # one sequence, no gap, no repeat
+    assert store.r.hget(store.key + ":inputs", "only") == b"the input"
+
+
+def test_a_streamed_chain_sends_each_tasks_text_and_input(redis_client) -> None:  # type: ignore[no-untyped-def]
+    first = build(f"hp-{uid()}", model="scripted/echo")
+    second = build(f"hp-{uid()}", model="scripted/echo")
+    net = create_network("chain")
+    net.task("one", first)
+    net.task("two", second, depends_on="one")
+    with EmbeddedWorkers(redis_client, [first.name, second.name], threads=2):
+        handle = Coordinator(connection=redis_client).submit(net, "hi there")
+        outcome = handle.wait(timeout=60)
+    assert outcome.reply == "echo: echo: hi there"
+    for task, text in (("one", "echo: hi there"), ("two", "echo: echo: hi there")):
+        names = [e.event for e in handle.events() if e.task == task]
+        assert names == ["task.queued", "task.started", "text.delta", "usage.updated", "task.completed"], names
+        assert "".join(e.data["delta"] for e in handle.events() if e.task == task and e.event == "text.delta") == text
+    inputs = handle.store.r.hgetall(handle.store.key + ":inputs")
+    assert inputs == {b"one": b"hi there", b"two": b"echo: hi there"}
