@@ -225,7 +225,7 @@ def _scripted_decision(model: str, messages: list[dict[str, Any]], kwargs: dict[
     return scripted.decide(model, messages, optional.get("tools") or [], defer_sleep=defer_sleep)
 
 
-def _scripted_response(model: str, d: scripted.Decision, on_chunk: Callable[[Chunk], None] | None) -> LLMResponse:
+def _direct_response(model: str, d: scripted.Decision, on_chunk: Callable[[Chunk], None] | None) -> LLMResponse:
     if on_chunk is not None:
         for index, piece in enumerate(scripted.stream_pieces(d.text)):
             on_chunk(Chunk(content=piece, index=index))
@@ -241,7 +241,7 @@ def _scripted_direct(model: str, messages: list[dict[str, Any]], kwargs: dict[st
                      on_chunk: Callable[[Chunk], None] | None) -> LLMResponse:
     """The scripted model's answer as litellm's custom-provider seam would give it: the call
     recorded, the reply streamed word by word, tool arguments as JSON text, no cost."""
-    return _scripted_response(model, _scripted_decision(model, messages, kwargs, defer_sleep=False), on_chunk)
+    return _direct_response(model, _scripted_decision(model, messages, kwargs, defer_sleep=False), on_chunk)
 
 
 async def _ascripted_direct(model: str, messages: list[dict[str, Any]], kwargs: dict[str, Any],
@@ -256,7 +256,7 @@ async def _ascripted_direct(model: str, messages: list[dict[str, Any]], kwargs: 
         raise
     if d.delay:
         await asyncio.sleep(d.delay)
-    return _scripted_response(model, d, on_chunk)
+    return _direct_response(model, d, on_chunk)
 
 
 def is_scripted(model: str) -> bool:
