@@ -123,9 +123,15 @@ def test_streaming_logging_is_quiet_unless_a_litellm_callback_listens() -> None:
     from robot_lab.runtime.llm.gateway import litellm_module
     from tests.redis_server import wait_for
 
+    from robot_lab.runtime.llm import gateway as gateway_module
+
     litellm = litellm_module()
+    litellm.disable_streaming_logging = False  # as litellm starts (other tests may have changed it)
+    gateway_module._streaming_logging_disabled_by_us = False
     gateway = LLMGateway()
-    gateway.complete("scripted/echo", user("quiet"), on_chunk=lambda chunk: None)
+    # a scripted call nobody listens to skips litellm altogether (tests/test_scripted_direct.py);
+    # a streamed litellm call first does this:
+    gateway_module._quiet_streaming_logging(litellm)
     assert litellm.disable_streaming_logging is True  # nothing listens: no per-chunk logging work
     seen: list[object] = []
     litellm.success_callback = [lambda kwargs, response, start, end: seen.append(response)]
