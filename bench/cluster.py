@@ -14,7 +14,9 @@ code with ``RQ_KEY_PREFIX={rq}`` (harmless on one Redis) and the same number of 
   network; ``--runs`` runs are submitted at once; tasks/s from first submit to last finish
   (scripted model, so this is the runtime's own cost, not an LLM's).
 
-Prints each figure for both sides and the ratio cluster / single.
+Prints each figure for both sides and the ratio cluster / single, and how busy the Redis
+servers were (CPU seconds used by all of a side's servers over that side's wall time: well
+under one core means the clients, not Redis, set the ceiling).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import multiprocessing
 import os
 import signal
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -66,10 +67,8 @@ def _consumer(url: str, prefix: str, robots: list[str], done: Any, stop: Any) ->
     from robot_lab.connection import connect
 
     bus = Bus(connect(url))
-    lock = threading.Lock()
-
     def handled(_message: Any) -> None:
-        with lock:
+        with done.get_lock():  # shared by every consumer process
             done.value += 1
 
     pollers = [BusPoller(r, bus, consumer=f"c{os.getpid()}", batch_size=32, block_ms=50).on_message(handled)
@@ -185,6 +184,17 @@ def bench_dag(url: str, workers: int, runs: int, tasks: int) -> float:
         _stop_all(procs)
 
 
+def redis_cpu(ports: list[int]) -> float:
+    """CPU seconds the Redis servers on ``ports`` have used (user + sys)."""
+    import redis
+
+    total = 0.0
+    for port in ports:
+        info = redis.Redis(port=port).info("cpu")
+        total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=3)
@@ -204,14 +214,18 @@ def main() -> None:
         print(f"cpus: {os.cpu_count()}  load: {os.getloadavg()[0]:.1f}  workers: {args.workers}  "
               f"robots: {args.robots}")
         results: dict[str, dict[str, float]] = {}
+        ports = {"single": list(single.procs), "cluster": list(cluster.procs)}
         for side, url in urls.items():
+            cpu, wall = redis_cpu(ports[side]), time.perf_counter()
             publish, drain = bench_bus(url, args.workers, args.robots, args.messages)
             dag = bench_dag(url, args.workers, args.runs, args.tasks)
-            results[side] = {"bus publish msgs/s": publish, "bus drain msgs/s": drain, "DAG tasks/s": dag}
+            busy = 100 * (redis_cpu(ports[side]) - cpu) / (time.perf_counter() - wall)
+            results[side] = {"bus publish msgs/s": publish, "bus drain msgs/s": drain, "DAG tasks/s": dag,
+                             "Redis CPU, % of a core": busy}
         print(f"{'':24}{'one Redis':>12}{'3-primary cluster':>20}{'cluster/single':>16}")
         for name in results["single"]:
             a, b = results["single"][name], results["cluster"][name]
-            print(f"{name:24}{a:12.1f}{b:20.1f}{b / a:15.2f}x")
+            print(f"{name:24}{a:12.2f}{b:20.2f}{b / a:15.2f}x")
         print(f"load after: {os.getloadavg()[0]:.1f}")
     finally:
         cluster.stop()

@@ -100,8 +100,9 @@ class _Servers:
 
 
 def _common(port: int) -> list[str]:
+    # repl-diskless-sync-delay 0: a replica's first full sync starts at once, not after 5 s
     return ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--dir", ".", "--protected-mode", "no"]
+            "--dir", ".", "--protected-mode", "no", "--repl-diskless-sync-delay", "0"]
 
 
 class RedisCluster(_Servers):
@@ -143,15 +144,18 @@ class RedisCluster(_Servers):
         return self.url
 
     def wait_ok(self, timeout: float = 30.0) -> None:
-        """Until every live node says ``cluster_state:ok`` with all slots served and the
-        primaries have their replicas attached."""
+        """Until every live node says ``cluster_state:ok`` with all slots served and every
+        replica has finished its first sync (``master_link_status:up``)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 infos = [redis.Redis(port=p, socket_timeout=1).cluster("info") for p in self.procs]
                 ok = all(i.get("cluster_state") == "ok" and int(i.get("cluster_slots_ok", 0)) == 16384
                          for i in infos)
-                if ok and len(self.replicas()) >= len(self.procs) - 3:
+                replicas = self.replicas()
+                synced = all(redis.Redis(port=p).info("replication").get("master_link_status") == "up"
+                             for p in replicas)
+                if ok and synced and len(replicas) >= len(self.procs) - 3:
                     return
             except redis.RedisError:
                 pass

@@ -34,12 +34,21 @@ def test_a_write_stands_and_lag_is_logged_when_no_replica_acknowledges(
     memory.destroy()
 
 
-def test_wait_counts_the_replica_of_a_sentinel_set(sentinel_set, monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_wait_counts_the_replica_that_has_the_write(redis_cluster, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """On a plain connection to a primary with a replica (one of the session cluster's
+    primaries), the write is on the replica when durable() returns."""
     from robot_lab.connection import connect
 
     monkeypatch.setenv("ROBOT_LAB_REDIS_WAIT_REPLICAS", "1")
-    client = connect(sentinel_set.url)
-    assert durable(client, lambda target: target.set("durable-key", "v")) is True
-    assert redis.Redis(port=sentinel_set.replica_port).get("durable-key") == b"v"  # already on the replica
+    cluster = connect(redis_cluster.url)
+    key = "durable-key"
+    owner = cluster.nodes_manager.get_node_from_slot(cluster.keyslot(key))
+    [replica] = [p for p in redis_cluster.replicas()
+                 if redis.Redis(port=p).info("replication")["master_port"] == owner.port]
+    primary = redis.Redis(port=owner.port)
+    assert durable(primary, lambda target: target.set(key, "v")) is True
+    reader = redis.Redis(port=replica, single_connection_client=True)
+    reader.execute_command("READONLY")  # a cluster replica serves reads only when asked to
+    assert reader.get(key) == b"v"  # already on the replica
     assert "redis.replication_lag" not in capsys.readouterr().err

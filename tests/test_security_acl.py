@@ -203,3 +203,14 @@ def test_cli_prints_and_applies_users_without_showing_passwords(server: AclServe
     assert "Traceback" not in out.output
     out = CliRunner().invoke(main, ["acl"])
     assert out.exit_code == 2 and "--robot" in out.output
+
+
+def test_rq_rules_follow_rq_key_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``RQ_KEY_PREFIX={rq}`` (Redis Cluster) the rq rules name ``{rq}:*``, not ``rq:*``."""
+    from robot_lab import rq_connection
+
+    plain = {rule for user in acl_users(Keys(prefix="p"), ["billing"]) for rule in user.rules}
+    assert {"~rq:*", "&rq:*"} <= plain
+    monkeypatch.setattr(rq_connection, "rq_prefix", lambda: "{rq}")
+    tagged = {rule for user in acl_users(Keys(prefix="p"), ["billing"]) for rule in user.rules}
+    assert {"~{rq}:*", "&{rq}:*"} <= tagged and "~rq:*" not in tagged

@@ -1,8 +1,8 @@
 """Conversations whose head nobody runs: what ``robot-lab status`` reports (issue 20).
 
-Entries of one conversation run one at a time, in stream order: only the head of the
-conversation list may run (see :mod:`robot_lab.bus.scripts`). A head that has been waiting
-longer than the visibility timeout plus one reclaim sweep, without a live consumer running
+Entries of one conversation run one at a time, in stream order: only the conversation's
+head in the inbox's conversation queue may run (see :mod:`robot_lab.bus.scripts`). A head
+that has been waiting longer than the visibility timeout plus one reclaim sweep, without a live consumer running
 it, means the conversation is stalled: its consumer died and nobody reclaimed the entry, or
 a consumer holds it without running it (the bug of issue 20), or a consumer is busy for that
 long with other entries. Each is worth a look, so status lists them.

@@ -1,7 +1,7 @@
 """Running held deliveries and resolving them (the handling half of BusPoller).
 
 Entries of one conversation run one at a time and in stream order across every consumer of
-the group: an entry may run only while it is the head of its conversation list (ACQUIRE);
+the group: an entry may run only while it is the head of its conversation (ACQUIRE);
 later ones wait, still pending and heart-beaten. A handler's success acks the entry
 (COMPLETE releases the conversation), a failure nacks it for a retry with backoff, and an
 entry past ``max_deliveries``, past its deadline or rejected goes to the DLQ, with an

@@ -53,10 +53,17 @@ SHARED_FOR_WORKERS: tuple[tuple[str, str], ...] = (
     ("{p}:mem:*", "shared memory: a task reads and writes its run's or network's scope (any name)"),
     ("{p}:budget:*", "budgets shared by the robots of a run or network"),
     ("{p}:skills:emb:*", "content-addressed embedding cache of skill descriptions"),
-    ("rq:*", "rq's own keys (not prefixed; jobs, workers, registries); the sweeper re-queues any "
+    ("{rq}:*", "rq's own keys (RQ_KEY_PREFIX, not robot-lab's; jobs, workers, registries); the sweeper re-queues any "
              "robot's lost task"),
 )
-SHARED_CHANNELS = ("{p}:mem:*", "rq:*")
+SHARED_CHANNELS = ("{p}:mem:*", "{rq}:*")
+
+
+def _rq_glob() -> str:
+    """rq's key prefix as an ACL glob (``rq``, or ``{rq}`` on Redis Cluster)."""
+    from robot_lab.rq_connection import rq_prefix
+
+    return _glob(rq_prefix())
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +116,9 @@ def worker_user(keys: Keys, robot: str) -> AclUser:
     p = _glob(keys.prefix)
     robot_keys = _glob(keys.robot_spec(robot)).rsplit(":", 1)[0]  # <p>:robot:<robot>
     own = [*_own_inbox(keys, robot), _reply_streams(keys, robot), f"~{robot_keys}:*"]
-    shared = [f"~{pattern.format(p=p)}" for pattern, _ in SHARED_FOR_WORKERS]
-    channels = [f"&{pattern.format(p=p)}" for pattern in SHARED_CHANNELS]
+    rq = _rq_glob()
+    shared = [f"~{pattern.format(p=p, rq=rq)}" for pattern, _ in SHARED_FOR_WORKERS]
+    channels = [f"&{pattern.format(p=p, rq=rq)}" for pattern in SHARED_CHANNELS]
     bus = f"{p}:bus:"
     rules = ("resetkeys", "resetchannels", *_COMMANDS, *own, *shared, *channels,
              _APPEND_ANY_INBOX.format(bus=bus), _XADD_ANY_INBOX.format(bus=bus))
@@ -131,7 +139,7 @@ def coordinator_user(keys: Keys) -> AclUser:
     and rq's (they read everything and submit runs to any robot); still no admin commands."""
     p = _glob(keys.prefix)
     rules = ("resetkeys", "resetchannels", *[c for c in _COMMANDS if c not in ("-scan",)],
-             f"~{p}:*", "~rq:*", f"&{p}:*", "&rq:*")
+             f"~{p}:*", f"~{_rq_glob()}:*", f"&{p}:*", f"&{_rq_glob()}:*")
     return AclUser(COORDINATOR, "coordinator", "", rules)
 
 
