@@ -41,6 +41,7 @@ def test_wait_counts_the_replica_that_has_the_write(redis_cluster, monkeypatch: 
     from robot_lab.connection import connect
 
     monkeypatch.setenv("ROBOT_LAB_REDIS_WAIT_REPLICAS", "1")
+    monkeypatch.setenv("ROBOT_LAB_REDIS_WAIT_TIMEOUT_MS", "10000")  # WAIT returns at the ack; a loaded box is slow
     cluster = connect(redis_cluster.url)
     key = "durable-key"
     owner = cluster.nodes_manager.get_node_from_slot(cluster.keyslot(key))
