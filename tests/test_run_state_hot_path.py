@@ -89,3 +89,28 @@ def test_a_streamed_chain_sends_each_tasks_text_and_input(redis_client) -> None:
         assert "".join(e.data["delta"] for e in handle.events() if e.task == task and e.event == "text.delta") == text
     inputs = handle.store.r.hgetall(handle.store.key + ":inputs")
     assert inputs == {b"one": b"hi there", b"two": b"echo: hi there"}
+
+
+def test_one_keeper_thread_keeps_every_running_tasks_lease(redis_client) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    import time
+
+    from robot_lab.outage import OutageTracker
+    from robot_lab.workers.task_io import LeaseHeartbeat
+
+    bot = build(f"hp-{uid()}", model="scripted/echo")
+    net = create_network("leases")
+    net.task("a", bot)
+    net.task("b", bot)
+    handle, store, jobs = submit(redis_client, net)
+    for task in ("a", "b"):
+        assert store.start_task(task, jobs[task], "w1", 300, []).status == "ok"
+    with LeaseHeartbeat(store, "a", "w1", 300, OutageTracker("a")) as a, \
+            LeaseHeartbeat(store, "b", "w1", 300, OutageTracker("b")) as b:
+        time.sleep(1.0)  # three lease times: only beats keep them
+        assert store.r.exists(f"{store.key}:lease:a", f"{store.key}:lease:b") == 2
+        assert len([t for t in threading.enumerate() if t.name == "lease-keeper"]) == 1
+    store.complete("a", jobs["a"], result("done"))  # the result deletes the lease
+    time.sleep(0.5)
+    assert not store.r.exists(f"{store.key}:lease:a") and not a.lost and not b.lost
+    assert not store.r.exists(f"{store.key}:lease:b")  # no beats once its task ended: it expired

@@ -8,7 +8,7 @@ run, if any) are importable there.
 
 Idempotency: the job first *claims* the task (Lua, see run_state.py). A task already done,
 a job superseded by a newer attempt, or a task another live worker holds is not run again.
-While the robot runs, a heartbeat thread keeps a short lease alive; if this process dies the
+While the robot runs, the process's lease keeper thread keeps a short lease alive; if this process dies the
 lease expires and a sweeper requeues the task as a new attempt.
 """
 

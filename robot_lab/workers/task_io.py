@@ -1,10 +1,11 @@
-"""The two threads-of-work a running task keeps beside the robot: its lease heartbeat and its
-coalesced ``text.delta`` stream. Apart from :mod:`.jobs` so the job function reads as the
+"""The two kinds of I/O a running task keeps up beside the robot: its lease heartbeat (one
+keeper thread per process) and its coalesced ``text.delta`` stream. Apart from :mod:`.jobs` so the job function reads as the
 task's life (claim, run, record, advance) without the I/O plumbing.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
@@ -17,43 +18,94 @@ log = get_logger("robot_lab.workers")
 
 
 class LeaseHeartbeat:
-    """Keeps the task's lease alive from a daemon thread while the robot runs."""
+    """Keeps the task's lease alive while the robot runs: every ``lease_ms / 3`` the process's
+    lease keeper thread extends it (SET XX PX); if it is gone, the task was reclaimed (``lost``).
+
+    One keeper thread serves every running task of the process (:class:`_LeaseKeeper`):
+    starting a thread per task cost a task milliseconds of wall time on a loaded machine
+    (``Thread.start`` waits until the new thread runs; bench/dag.py)."""
 
     def __init__(self, store: RunStore, task: str, worker: str, lease_ms: int, outage: OutageTracker) -> None:
         self.store, self.task, self.worker, self.lease_ms = store, task, worker, lease_ms
         self.outage = outage
-        self.stop_event = threading.Event()
+        self.interval = lease_ms / 3000
+        self.next_beat = 0.0
+        self.stopped = False
         self.lost = False
-        self.thread = threading.Thread(target=self._loop, name=f"lease-{task}", daemon=True)
 
-    def _loop(self) -> None:
-        interval = self.lease_ms / 3000
-        outage = self.outage
-        while not self.stop_event.wait(interval):
-            try:
-                alive = self.store.heartbeat(self.task, self.worker, self.lease_ms)
-                outage.back()
-                if not alive and self.stop_event.is_set():
-                    return  # the task ended meanwhile: its result deleted the lease
-                if not alive:
-                    self.lost = True
-                    log.warning("task.lease_lost", task=self.task)
-                    return
-            except Exception as exc:  # Redis hiccup: try again next beat (one line per outage)
-                if is_outage(exc):
-                    outage.lost(exc)
-                else:
-                    log.warning("task.heartbeat_failed", task=self.task, error=str(exc))
+    def beat(self) -> bool:
+        """Extend the lease once; False when this lease needs no more beats."""
+        self.next_beat = time.monotonic() + self.interval
+        try:
+            alive = self.store.heartbeat(self.task, self.worker, self.lease_ms)
+            self.outage.back()
+        except Exception as exc:  # Redis hiccup: try again next beat (one line per outage)
+            if is_outage(exc):
+                self.outage.lost(exc)
+            else:
+                log.warning("task.heartbeat_failed", task=self.task, error=str(exc))
+            return not self.stopped
+        if alive or self.stopped:  # stopped: the task's result deleted the lease meanwhile
+            return alive and not self.stopped
+        self.lost = True
+        log.warning("task.lease_lost", task=self.task)
+        return False
 
     def __enter__(self) -> LeaseHeartbeat:
-        self.thread.start()
+        self.next_beat = time.monotonic() + self.interval
+        _keeper.add(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        # Not joined: waiting for the thread to wake and exit cost a task a context switch
-        # (bench/dag.py); it exits at its next wake-up, and a beat that races the task's end
-        # cannot bring the lease back (SET XX) nor report it lost.
-        self.stop_event.set()
+        # a beat racing the task's end cannot bring the lease back (SET XX) nor report it lost
+        self.stopped = True
+        _keeper.remove(self)
+
+
+class _LeaseKeeper:
+    """The one daemon thread of a process that beats the leases of its running tasks, each
+    when it is due (started on first use, again in a forked child)."""
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self.lock = threading.Lock()
+        self.leases: set[LeaseHeartbeat] = set()
+        self.wake = threading.Event()
+        self.sleep_until = 0.0  # when the thread wakes next by itself
+        self.thread: threading.Thread | None = None
+
+    def add(self, lease: LeaseHeartbeat) -> None:
+        with self.lock:
+            self.leases.add(lease)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+                self.thread.start()
+            early = lease.next_beat < self.sleep_until
+        if early:  # due before the thread's next wake-up (a shorter lease): wake it now
+            self.wake.set()
+
+    def remove(self, lease: LeaseHeartbeat) -> None:
+        with self.lock:
+            self.leases.discard(lease)
+
+    def _loop(self) -> None:
+        while True:
+            self.wake.clear()  # before looking: a lease added from here on sets it again
+            now = time.monotonic()
+            with self.lock:
+                due = [lease for lease in self.leases if lease.next_beat <= now]
+            for lease in due:
+                if not lease.beat():
+                    self.remove(lease)
+            with self.lock:
+                self.sleep_until = min((lease.next_beat for lease in self.leases), default=now + 1.0)
+            self.wake.wait(max(0.0, self.sleep_until - time.monotonic()))
+
+
+_keeper = _LeaseKeeper()
 
 
 class DeltaBuffer:

@@ -214,8 +214,14 @@ _CALLBACK_LISTS = ("callbacks", "success_callback", "_async_success_callback", "
 
 
 def _litellm_listening() -> bool:
-    """Whether a litellm callback is registered (litellm only counts once it is imported)."""
-    return _litellm is not None and any(getattr(_litellm, name, None) for name in _CALLBACK_LISTS)
+    """Whether a litellm callback is registered (litellm only counts once it is imported).
+    Also keeps litellm's per-chunk streaming logging in step with that, as a call through
+    litellm does (:func:`_quiet_streaming_logging`), so a callback removed meanwhile does
+    not leave it on."""
+    if _litellm is None:
+        return False
+    _quiet_streaming_logging(_litellm)
+    return any(getattr(_litellm, name, None) for name in _CALLBACK_LISTS)
 
 
 def _scripted_decision(model: str, messages: list[dict[str, Any]], kwargs: dict[str, Any], *,
