@@ -114,3 +114,23 @@ def test_one_keeper_thread_keeps_every_running_tasks_lease(redis_client) -> None
     time.sleep(0.5)
     assert not store.r.exists(f"{store.key}:lease:a") and not a.lost and not b.lost
     assert not store.r.exists(f"{store.key}:lease:b")  # no beats once its task ended: it expired
+
+
+def test_a_job_stranded_in_rqs_intermediate_list_is_requeued_by_the_sweep(redis_client) -> None:  # type: ignore[no-untyped-def]
+    """A worker moved the job off its queue (rq's BLMOVE into ``<queue>:intermediate``) and a
+    Redis crash lost what came next: the rq job still says ``queued`` but sits in no queue.
+    The sweep finds it (LPOS) and enqueues it again; a job still on its queue is left alone."""
+    from rq import Queue
+
+    bot = build(f"hp-{uid()}", model="scripted/echo")
+    net = create_network("stranded")
+    net.task("a", bot)
+    net.task("b", bot)
+    handle, store, jobs = submit(redis_client, net)
+    queue = Queue(f"robot:{bot.name}", connection=redis_client)
+    assert redis_client.lrem(queue.key, 0, jobs["a"]) == 1  # taken off the queue ...
+    redis_client.rpush(f"{queue.key}:intermediate", jobs["a"])  # ... and stranded there
+    assert store.repair_queued(grace=60) == []  # not yet due
+    items = store.repair_queued(grace=0)
+    assert items == [("a", jobs["a"], bot.name)]  # b is still on its queue: not touched
+    redis_client.delete(queue.key, f"{queue.key}:intermediate")

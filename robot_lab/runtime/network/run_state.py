@@ -329,12 +329,31 @@ class RunStore:
         """Queued tasks whose rq job vanished (the enqueuer died between script and enqueue)."""
         view = view or self.sweep_view()
         now = time.time()
-        lost = [(task, view.jobs[task]) for task, status in self._queued_job_statuses(view).items()
-                if status is None and now - view.queued_at.get(task, 0) >= grace]
-        if not lost:
+        due = {task: status for task, status in self._queued_job_statuses(view).items()
+               if now - view.queued_at.get(task, 0) >= grace}
+        lost = [task for task, status in due.items() if status is None]
+        waiting = [task for task, status in due.items() if status == "queued"]
+        if not lost and not waiting:
             return []
-        graph = self._hash("graph")
-        return [(task, job_id, json.loads(graph[task])["robot"]) for task, job_id in lost]
+        graph = {task: json.loads(raw)["robot"] for task, raw in self._hash("graph").items()}
+        lost += self._stranded(waiting, view, graph)
+        return [(task, view.jobs[task], graph[task]) for task in lost]
+
+    def _stranded(self, tasks: list[str], view: SweepView, graph: dict[str, str]) -> list[str]:
+        """Tasks whose rq job says ``queued`` but sits in no queue: a worker took it off the
+        queue (rq's BLMOVE into its intermediate list) and a Redis crash or failover lost
+        what came next. rq itself cleans its intermediate list only every 10 minutes, and
+        then fails the job; re-enqueueing it (the same job id) is harmless, as claims are
+        checked. One pipelined LPOS per task."""
+        if not tasks:
+            return []
+        from rq import Queue
+
+        rq = rq_connection(self.r)
+        pipe = rq.pipeline(transaction=False)
+        for task in tasks:
+            pipe.lpos(Queue(queue_name(graph[task]), connection=rq).key, view.jobs[task])
+        return [task for task, pos in zip(tasks, pipe.execute()) if pos is None]
 
     def failed_jobs(self, view: SweepView | None = None) -> list[tuple[str, str, str]]:
         """Queued tasks whose rq job failed *outside* our job function -- e.g. a worker that
