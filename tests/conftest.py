@@ -14,6 +14,9 @@ import pytest
 os.environ["ROBOT_LAB_ALLOW_MODEL_REQUESTS"] = "0"
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 os.environ.setdefault("ROBOT_LAB_LOG_FORMAT", "json")
+# A failing scripted model is retried as a provider would be (3 retries, 1 s backoff doubling:
+# 7 s per call); tests about those delays pass their own values to LLMGateway.
+os.environ.setdefault("ROBOT_LAB_RETRY_INTERVAL", "0.01")
 for _key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "ROBOT_LAB_MODEL", "REDIS_URL",
              "ROBOT_LAB_REDIS_URL", "ROBOT_LAB_APP"):
     os.environ.pop(_key, None)

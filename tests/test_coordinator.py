@@ -137,8 +137,7 @@ def test_failing_robot_becomes_an_error_result_and_the_run_goes_on(redis_client)
     assert events(handle, "task.failed", "bad")[0].data["error"] == bad.error
 
 
-def test_retryable_error_is_retried_by_rq_then_recorded(redis_client, monkeypatch):
-    monkeypatch.setenv("ROBOT_LAB_RETRY_INTERVAL", "0.01")  # the model call's own retries: no backoff to wait out
+def test_retryable_error_is_retried_by_rq_then_recorded(redis_client):
     net = create_network("retry")
     net.task("flaky", robot("flaky", "scripted/fail:temporary"), retries=2)
     result, handle = run(redis_client, net, "x")
