@@ -18,6 +18,7 @@ Keys (``R`` = ``Keys.run(run_id)``, all sharing the run's hash tag in cluster mo
     R:activated     set    optional tasks a router activated
     R:inputs        hash   task -> the message its robot received
     R:lease:<task>  string worker name, PX lease refreshed by the running job's heartbeat
+    R:stranded:<task> string job id a sweep saw off its rq queue while queued (60 s TTL)
     R:budget_holds:<job>  set  budgets the attempt reserved in (released when its lease is gone)
     R:events        stream one field ``event`` = RunEvent JSON
     <prefix>:runs:active  set of run ids not finished (swept for lost workers)
@@ -336,15 +337,18 @@ class RunStore:
         if not lost and not waiting:
             return []
         graph = {task: json.loads(raw)["robot"] for task, raw in self._hash("graph").items()}
-        lost += self._stranded(waiting, view, graph)
+        lost += self._stranded(waiting, view, graph, grace)
         return [(task, view.jobs[task], graph[task]) for task in lost]
 
-    def _stranded(self, tasks: list[str], view: SweepView, graph: dict[str, str]) -> list[str]:
+    def _stranded(self, tasks: list[str], view: SweepView, graph: dict[str, str], grace: float) -> list[str]:
         """Tasks whose rq job says ``queued`` but sits in no queue: a worker took it off the
         queue (rq's BLMOVE into its intermediate list) and a Redis crash or failover lost
         what came next. rq itself cleans its intermediate list only every 10 minutes, and
         then fails the job; re-enqueueing it (the same job id) is harmless, as claims are
-        checked. One pipelined LPOS per task."""
+        checked. A job is also off its queue for the moment between a worker's BLMOVE and
+        its start, so it counts as stranded only when a sweep at least ``grace`` seconds
+        earlier saw it off the queue too (``R:stranded:<task>``, 60 s TTL). One pipelined
+        LPOS per queued task, then one SET NX + PTTL per one off its queue."""
         if not tasks:
             return []
         from rq import Queue
@@ -353,7 +357,23 @@ class RunStore:
         pipe = rq.pipeline(transaction=False)
         for task in tasks:
             pipe.lpos(Queue(queue_name(graph[task]), connection=rq).key, view.jobs[task])
-        return [task for task, pos in zip(tasks, pipe.execute()) if pos is None]
+        off = [task for task, pos in zip(tasks, pipe.execute()) if pos is None]
+        if not off:
+            return []
+        seen_ms = 60_000
+        pipe = self.r.pipeline(transaction=False)
+        for task in off:
+            pipe.set(f"{self.key}:stranded:{task}", view.jobs[task], nx=True, px=seen_ms)
+            pipe.pttl(f"{self.key}:stranded:{task}")
+        replies = pipe.execute()
+        stranded = []
+        for i, task in enumerate(off):
+            first_sighting, ttl = replies[2 * i], int(replies[2 * i + 1])
+            if not first_sighting and seen_ms - ttl >= grace * 1000:
+                stranded.append(task)
+        if stranded:  # the run's keys share its hash tag: one slot, one DEL
+            self.r.delete(*(f"{self.key}:stranded:{task}" for task in stranded))
+        return stranded
 
     def failed_jobs(self, view: SweepView | None = None) -> list[tuple[str, str, str]]:
         """Queued tasks whose rq job failed *outside* our job function -- e.g. a worker that
