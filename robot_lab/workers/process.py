@@ -97,13 +97,12 @@ def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool, loops: 
     a heartbeat of its own. ``in_flight`` > 1 runs that many jobs at once (workers/inflight.py);
     ``on_stop`` is called when a warm shutdown starts."""
     from rq import Queue
-    from robot_lab.workers.health import RQ_WORKER_TTL, WorkerHeartbeat, rq_loop_problem
-    from robot_lab.runtime.network.serializer import JobSerializer
-    from robot_lab.workers.supervision import Loops
 
     from robot_lab.connection import connect
-
     from robot_lab.rq_connection import rq_connection
+    from robot_lab.runtime.network.serializer import JobSerializer
+    from robot_lab.workers.health import RQ_WORKER_TTL, WorkerHeartbeat, rq_loop_problem
+    from robot_lab.workers.supervision import Loops
 
     data = connect(url)
     connection = rq_connection(data)  # on Redis Cluster: a plain client of rq's slot owner
