@@ -1,5 +1,11 @@
 """Shared fixtures. Every Redis-backed test that takes ``redis_client`` runs twice: on
 in-process fakeredis and on a real server (see tests/redis_server.py for where it comes from).
+
+The suite runs on pytest-xdist workers (``-n auto --dist loadfile`` in pyproject.toml; ``-n 0``
+runs it in one process): each test file runs whole, in order, on one worker, so a module
+fixture starts once, and each worker has its own Redis database (tests/redis_server.py).
+Process-wide state a test may change (settings, logging) is put back after every test: which
+files share a worker process differs from run to run.
 """
 
 from __future__ import annotations
@@ -37,8 +43,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     if _server.url:
-        return f"robot-lab: real Redis tests use {_server.url}"
+        workers = " (xdist worker gwN: database + N)" if getattr(config.option, "numprocesses", None) else ""
+        return f"robot-lab: real Redis tests use {_server.url}{workers}"
     return f"robot-lab: real Redis tests SKIPPED ({_server.reason})"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: one xdist worker per CPU plus one, at most 8. Much of the suite waits on
+    worker processes, servers and timeouts, so one worker more than there are CPUs fills
+    those waits; more than that overloads the CPUs and the tests that run real fleets with
+    short leases or a Sentinel failover start to miss their deadlines (on 2 CPUs: 3 workers
+    ran the suite in 141 s, 4 in 147 s with a lease lost to a starved worker).
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides when set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    return min((os.cpu_count() or 1) + 1, 8)
 
 
 @pytest.fixture
@@ -85,6 +104,21 @@ def _isolated_settings(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     monkeypatch.setattr(settings, "_settings", None)
     yield
     monkeypatch.setattr(settings, "_settings", None)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_logging() -> Iterator[None]:
+    """Each test leaves structlog as it found it: the CLI run in-process (CliRunner) configures
+    logging at WARNING, which would hide the info lines a later test in the same process
+    captures."""
+    import structlog
+
+    from robot_lab import logging as robot_logging
+
+    config, configured = structlog.get_config(), robot_logging._configured
+    yield
+    structlog.configure(**config)
+    robot_logging._configured = configured
 
 
 @pytest.fixture

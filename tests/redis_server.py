@@ -3,6 +3,12 @@
 Order: ``ROBOT_LAB_TEST_REDIS_URL`` if set; else a private ``redis-server`` on a free
 loopback port when the binary exists (stopped at the end of the session); else None, and
 tests marked ``real_redis`` skip saying why.
+
+Under pytest-xdist the controller finds or starts the server (its workers inherit
+``ROBOT_LAB_TEST_REDIS_URL``) and worker ``gwN`` uses database ``base + N`` of it: rq's
+keys (queues ``robot:<name>``, ``rq:workers``, registries) carry no key prefix, so two
+tests running at once on one database would see each other's queues and workers. A worker
+that cannot have a database of its own there starts a private server.
 """
 
 from __future__ import annotations
@@ -14,6 +20,42 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+
+def worker_database(url: str) -> str | None:
+    """``url`` with its database moved to ``base + N`` under pytest-xdist worker ``gwN``:
+    ``url`` itself outside xdist, None for a URL with no numbered database to move
+    (``redis+sentinel://``, ``redis+cluster://``)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not worker[2:].isdigit():
+        return url
+    offset = int(worker[2:])
+    parts = urlsplit(url)
+    if parts.scheme in ("redis", "rediss") and (parts.path.strip("/") or "0").isdigit():
+        return urlunsplit(parts._replace(path=f"/{int(parts.path.strip('/') or 0) + offset}"))
+    if parts.scheme == "unix":
+        query = dict(parse_qsl(parts.query))
+        if str(query.get("db", "0")).isdigit():
+            query["db"] = str(int(query.get("db", 0)) + offset)
+            return f"{url.split('?', 1)[0]}?{urlencode(query)}"
+    return None
+
+
+def _selectable(url: str) -> bool:
+    """Whether the server of ``url`` answers on the database it names."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        client.ping()
+    except redis.ResponseError:  # "DB index is out of range"
+        return False
+    except redis.RedisError:
+        return True  # unreachable: the tests say so themselves, as without xdist
+    finally:
+        client.close()
+    return True
 
 
 def _free_port() -> int:
@@ -34,8 +76,12 @@ class RedisServer:
         change server-wide state, such as ACL users) and leaves the environment alone."""
         url = None if private else os.environ.get("ROBOT_LAB_TEST_REDIS_URL")
         if url:
-            self.url = url
-            return url
+            own = worker_database(url)
+            if own is not None and (own == url or _selectable(own)):
+                self.url = own
+                return own
+            # no database of its own for this xdist worker there (a cluster or sentinel URL,
+            # or fewer databases than workers): a private server
         binary = shutil.which("redis-server")
         if not binary:
             self.reason = "no ROBOT_LAB_TEST_REDIS_URL and no redis-server binary on PATH"
