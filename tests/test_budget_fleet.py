@@ -21,6 +21,7 @@ from robot_lab.app import publish_specs
 from robot_lab.keys import Keys
 from robot_lab.runtime.network.coordinator import Coordinator
 from robot_lab.runtime.network.dsl import create_network
+from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS
 from robot_lab.runtime.rails.budget import RedisLedger
 from robot_lab.runtime.robot import build
 from tests.redis_server import wait_for
@@ -82,7 +83,11 @@ def test_four_workers_sixteen_tasks_spend_at_most_one_call_over(client, real_red
     remaining". With max_tokens 60 a reservation is input + 60, so several run at once."""
     robot = build(f"spender-{uid()}", model="scripted/sleep:300")
     publish_specs([robot.to_spec()], connection=client)
-    env = child_env(real_redis_url, key_prefix)
+    # No worker dies here, so the production lease, not child_env's 2 s: the four workers
+    # import litellm (to count tokens) under their first task's lease at the same moment, and
+    # on a loaded machine a starved worker missed its heartbeats for 2 s, had its task re-run
+    # and spent a call twice.
+    env = child_env(real_redis_url, key_prefix, ROBOT_LAB_TASK_LEASE_MS=str(DEFAULT_LEASE_MS))
     queue = f"robot:{robot.name}"
     for n in range(4):
         processes.start([str(VENV_BIN / "robot-lab"), "worker", robot.name, "--no-bus"], env, f"w{n}")

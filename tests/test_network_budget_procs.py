@@ -10,6 +10,7 @@ import redis
 from robot_lab.runtime.rails.budget import RedisLedger
 from robot_lab.runtime.network.coordinator import Coordinator
 from robot_lab.runtime.network.dsl import create_network
+from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS
 from robot_lab.runtime.robot import build
 from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
 
@@ -26,7 +27,9 @@ def test_two_workers_share_a_network_budget(real_redis_url, key_prefix, monkeypa
     with net.parallel("spenders"):
         for i, robot in enumerate(robots):
             net.task(f"s{i}", robot)
-    env = child_env(real_redis_url, key_prefix)
+    # no worker dies: the production lease, not child_env's 2 s (each job's horse imports
+    # litellm under the task's lease; a starved one must not lose it and re-run the call)
+    env = child_env(real_redis_url, key_prefix, ROBOT_LAB_TASK_LEASE_MS=str(DEFAULT_LEASE_MS))
     queues = [f"robot:{r.name}" for r in robots]
     for n in range(2):  # two plain rq workers, each listening on every queue
         processes.start([str(VENV_BIN / "rq"), "worker", *queues, "--url", real_redis_url], env, f"w{n}")
