@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -48,6 +49,10 @@ SLOT_WAIT = 1.0  # seconds between worker heartbeats while every slot is taken
 # the loop beats at most this often (the key lives worker_ttl + 60 s) and checks rq's
 # suspension flag as often.
 LOOP_BEAT_INTERVAL = 1.0
+# Free slots are filled by one pipelined batch of pops (and one of job fetches) instead of a
+# blocking pop per job: the loop that takes jobs shares the GIL with every running job, so a
+# round trip per job made it the bottleneck of a wide fan-out (bench/concurrency.py).
+DEQUEUE_BATCH = 64
 
 
 class RobotPool:
@@ -131,12 +136,20 @@ def in_flight_worker_class() -> type:
             self._cold = False
             self._suspension_checked = 0.0
             self._state_written: str | None = None
+            self._taken: deque[tuple[Any, Any]] = deque()  # popped by a batch, not yet running
             self.jobs_done = 0
 
         # --- taking jobs --------------------------------------------------------------
         def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
             while True:
                 self._wait_for_slot()
+                if self._taken:
+                    return self._taken.popleft()
+                if self.in_flight - len(self._jobs) > 1:
+                    batch = self._dequeue_batch(min(DEQUEUE_BATCH, self.in_flight - len(self._jobs)))
+                    if batch:
+                        self._taken.extend(batch[1:])
+                        return batch[0]
                 self._waiting = True
                 try:
                     result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
@@ -149,6 +162,61 @@ def in_flight_worker_class() -> type:
                 with self._slots:
                     if self._jobs:
                         self._slots.wait(SLOT_WAIT)
+
+        def _dequeue_batch(self, limit: int) -> list[tuple[Any, Any]]:
+            """Up to ``limit`` jobs off the queues without blocking, in one round trip of pops
+            and one of fetches. Each pop is the one rq's ``dequeue_any`` makes (LMOVE into
+            the intermediate list for a single queue, LPOP across several), so a job taken
+            here is in the same place as one taken by rq, and a crash leaves it where rq's
+            intermediate-queue cleanup and the sweeper look."""
+            from rq.job import Job
+            from rq.utils import as_text, get_version
+
+            queues = list(self._ordered_queues)
+            single = len(queues) == 1 and get_version(self.connection) >= (6, 2, 0)
+            taken: list[tuple[Any, str]] = []
+            try:
+                for queue in queues:
+                    want = limit - len(taken)
+                    if want <= 0:
+                        break
+                    with self.connection.pipeline(transaction=False) as pipe:
+                        for _ in range(want):
+                            if single:
+                                pipe.lmove(queue.key, queue.intermediate_queue_key)
+                            else:
+                                pipe.lpop(queue.key)
+                        ids = [as_text(i) for i in pipe.execute() if i is not None]
+                    taken += [(queue, job_id) for job_id in ids]
+                if not taken:
+                    return []
+                jobs = Job.fetch_many([job_id for _, job_id in taken], connection=self.connection,
+                                      serializer=self.serializer)
+            except Exception as exc:
+                if taken:  # popped but not fetched: rq's and the sweeper's recovery apply
+                    log.warning("worker.batch_dequeue_failed", jobs=len(taken),
+                                error=f"{type(exc).__name__}: {exc}")
+                raise
+            version = self.get_redis_server_version()
+            result = []
+            for (queue, job_id), job in zip(taken, jobs):
+                if job is None:  # deleted while queued: rq skips it too
+                    continue
+                job.redis_server_version = version
+                result.append((job, queue))
+            if result:
+                self.reorder_queues(reference_queue=result[-1][1])
+            return result
+
+        def _give_back_taken(self) -> None:
+            """Jobs popped by a batch that a stop left unstarted go back to the head of their
+            queue (and out of the intermediate list), in order."""
+            while self._taken:
+                job, queue = self._taken.pop()
+                with self.connection.pipeline() as pipe:
+                    pipe.lpush(queue.key, job.id)
+                    pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+                    pipe.execute()
 
         def _wait_for_slot(self) -> None:
             """Block while every slot is taken; beat rq's worker key meanwhile."""
@@ -243,6 +311,10 @@ def in_flight_worker_class() -> type:
                     pass
 
         def teardown(self) -> Any:
+            try:
+                self._give_back_taken()
+            except Exception as exc:  # noqa: BLE001 - Redis away: the sweeper re-enqueues them
+                log.warning("worker.give_back_failed", jobs=len(self._taken), error=f"{type(exc).__name__}: {exc}")
             if not self._cold:
                 if self._jobs:
                     log.info("worker.draining", jobs=len(self._jobs))

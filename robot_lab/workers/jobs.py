@@ -315,12 +315,15 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
     if robot_spec is None:
         raise ConfigurationError(f"run {store.run_id}: no spec recorded for robot {spec.robot!r}")
     stream = meta.get("stream", "1") == "1"
+    deltas = DeltaBuffer(store, task, spec.robot)
 
     def on_tool_call(call: Any) -> None:
+        deltas.flush()  # the text before the call goes out before it
         store.emit("tool_call.started", task=task, robot=spec.robot,
                    data={"id": call.id, "name": call.name, "input": call.input})
 
     def on_tool_result(message: Any) -> None:
+        deltas.flush()
         store.emit("tool_call.completed", task=task, robot=spec.robot,
                    data={"id": message.tool.id, "name": message.tool.name, "output": message.content})
 
@@ -344,7 +347,6 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
         tools = [t.name for t in base] + [route_tool.name]
 
     since = memory.version if work.since is None else work.since
-    deltas = DeltaBuffer(store, task, spec.robot)
     budgets = _run_budgets(store, combined, job_id, worker)
     try:
         result = robot.run(
