@@ -24,6 +24,7 @@ from typing import Any
 from robot_lab.errors import ConfigurationError, retryable
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger, log_context
+from robot_lab.memory.values import local_writes
 from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, caused_by_outage
 from robot_lab.schemas import RobotResult
@@ -347,6 +348,7 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
         tools = [t.name for t in base] + [route_tool.name]
 
     since = memory.version if work.since is None else work.since
+    writes = local_writes(memory.scope)
     budgets = _run_budgets(store, combined, job_id, worker)
     try:
         result = robot.run(
@@ -367,7 +369,9 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
         )
     finally:
         # the last text.delta and the memory.changed events go out with the result
-        work.owed += deltas.take() + _memory_events(spec.robot, memory, since)
+        work.owed += deltas.take()
+        if local_writes(memory.scope) != writes:  # else nothing this task could have written
+            work.owed += _memory_events(spec.robot, memory, since)
         if budgets:  # only a run budget registers holds for this attempt
             _release_budget_holds(store, job_id)
     activate = choose_routes(spec, result, message=message, run_id=store.run_id)
