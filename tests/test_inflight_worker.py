@@ -100,3 +100,21 @@ def test_free_slots_are_filled_by_one_batch_and_a_stop_gives_unstarted_jobs_back
     assert left == [jobs[3].id]  # the deleted job's id stays for rq's own cleanup, as after rq's pop
     worker.work(burst=True, logging_level="WARNING")
     assert [j.latest_result().return_value for j in jobs if j is not jobs[3]] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+
+
+def spin(seconds: float) -> str:
+    """A job that works (in Python) for ``seconds``."""
+    end = threading.Event()
+    for _ in range(int(seconds * 100)):
+        end.wait(0.01)
+    return "done"
+
+
+def test_a_job_past_its_rq_timeout_fails_with_rqs_timeout_while_others_finish(queue) -> None:  # type: ignore[no-untyped-def]
+    slow = queue.enqueue_call(func=f"{__name__}.spin", args=(30,), timeout=1, result_ttl=60)
+    quick = [queue.enqueue_call(func=f"{__name__}.spin", args=(0.1,), timeout=5, result_ttl=60) for _ in range(3)]
+    worker = _worker(queue, 4)
+    worker.work(burst=True, logging_level="WARNING")
+    assert slow.get_status(refresh=True) == "failed"
+    assert "JobTimeoutException" in (slow.latest_result().exc_string or "")
+    assert [j.latest_result().return_value for j in quick] == ["done"] * 3

@@ -16,7 +16,8 @@ here. Each job claims its task and keeps its own lease with its own heartbeat
 (:mod:`.jobs`, :mod:`.task_io`), so after a kill -9 every task in hand is re-run when its
 lease expires, and budgets (Redis ledgers, holds per job attempt and thread) and a network's
 ``max_concurrent_robots`` (enforced when tasks are enqueued) hold as with N processes. Job
-timeouts use rq's ``TimerDeathPenalty``: SIGALRM works only in the main thread.
+timeouts use rq's ``TimerDeathPenalty`` mechanism on one watchdog thread (:mod:`.timeouts`):
+SIGALRM works only in the main thread.
 
 SIGTERM (rq's warm shutdown): the loop takes nothing new, the jobs in hand finish, then rq
 tears the worker down. A second signal is rq's cold shutdown (the jobs in hand are left to
@@ -112,16 +113,16 @@ class RobotPool:
 def in_flight_worker_class() -> type:
     """The rq worker class of ``robot-lab worker --in-flight N`` (N > 1); see the module
     docstring. Built on first use: rq is imported lazily."""
-    from rq.timeouts import TimerDeathPenalty
     from rq.exceptions import StopRequested
     from rq.worker import SimpleWorker, WorkerStatus
 
     from robot_lab.workers.supervision import RidesOutages
+    from robot_lab.workers.timeouts import SharedTimerDeathPenalty
 
     class InFlightWorker(RidesOutages, SimpleWorker):
         """rq SimpleWorker running up to ``in_flight`` jobs at once on pool threads."""
 
-        death_penalty_class = TimerDeathPenalty
+        death_penalty_class = SharedTimerDeathPenalty
 
         def __init__(self, *args: Any, in_flight: int = 16, on_stop: Callable[[], None] | None = None,
                      **kwargs: Any) -> None:
