@@ -66,7 +66,7 @@ def embedded_server() -> Any:
 def embedded_client() -> redis.Redis:
     import fakeredis
 
-    return fakeredis.FakeRedis(server=embedded_server())
+    return fakeredis.FakeRedis(server=embedded_server(), max_connections=SYNC_MAX_CONNECTIONS)
 
 
 # Connections of one asyncio client: redis-py's asyncio pool raises "Too many connections"
@@ -74,6 +74,11 @@ def embedded_client() -> redis.Redis:
 # holds one. robot-lab's asyncio clients use a *blocking* pool this large instead: a task
 # past the limit waits for a free connection rather than failing.
 ASYNC_MAX_CONNECTIONS = 1000
+# Connections of one sync client. redis-py 8's pool raises "Too many connections" past 100
+# (redis-py <= 6 had no limit), and a worker with more runs in flight than that holds more at
+# once: 200 in-flight bus messages failed handlers with MaxConnectionsError. The ceiling is
+# the server's default ``maxclients`` instead.
+SYNC_MAX_CONNECTIONS = 10_000
 
 
 def embedded_async_client(server: Any = None) -> Any:
@@ -209,6 +214,7 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = 
             client = flavour.Redis(connection_pool=pool)
             client.auto_close_connection_pool = True
             return client
+        options.setdefault("max_connections", SYNC_MAX_CONNECTIONS)
         return flavour.Redis.from_url(f"{scheme}://{rest}", **options)
     if parsed.kind == "sentinel":
         from redis.sentinel import Sentinel
@@ -217,6 +223,7 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = 
         if aio:
             conn.setdefault("max_connections", ASYNC_MAX_CONNECTIONS)
             return AsyncSentinel(list(parsed.hosts), sentinel_kwargs=sentinel, **conn).master_for(parsed.service)
+        conn.setdefault("max_connections", SYNC_MAX_CONNECTIONS)
         return Sentinel(list(parsed.hosts), sentinel_kwargs=sentinel, **conn).master_for(parsed.service)
     from redis.cluster import RedisCluster
 
@@ -224,6 +231,7 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = 
     if aio:
         options["startup_nodes"] = [AsyncClusterNode(n.host, n.port) for n in options["startup_nodes"]]
         return AsyncRedisCluster(**options)
+    options.setdefault("max_connections", SYNC_MAX_CONNECTIONS)  # per node
     client = RedisCluster(**options)
     # what robot_lab.rq_connection needs to open a plain connection to one node
     client._robot_lab_node_kwargs = {k: v for k, v in options.items() if k != "startup_nodes"}

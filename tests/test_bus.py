@@ -670,3 +670,31 @@ def test_request_to_a_robot_that_dead_letters_it_fails_fast(redis_client) -> Non
         assert bus.dlq_size("grumpy") == 1  # the dead letter is still recorded
     finally:
         poller.stop()
+
+
+def test_heartbeat_thread_logs_a_redis_outage_once_and_its_end(bus: Bus) -> None:
+    """A heartbeat failing beat after beat while Redis is away is one redis.lost and one
+    redis.back (not a warning per beat); any other failure is still logged each time."""
+    from structlog.testing import capture_logs
+
+    poller = make_poller(bus, "beater", visibility_timeout=0.06)
+    outcomes = [redis_lib.ConnectionError("down")] * 4 + [None, ValueError("odd"), None]
+    done = threading.Event()
+
+    def beat() -> None:
+        outcome = outcomes.pop(0) if outcomes else None
+        if not outcomes:
+            done.set()
+        if outcome is not None:
+            raise outcome
+
+    poller._heartbeat = beat  # type: ignore[method-assign]
+    stop = threading.Event()
+    with capture_logs() as logs:
+        thread = threading.Thread(target=poller._heartbeat_loop, args=(stop,))
+        thread.start()
+        assert done.wait(10)
+        stop.set()
+        thread.join(5)
+    events = [e["event"] for e in logs]
+    assert events == ["redis.lost", "redis.back", "bus.heartbeat_failed"]

@@ -78,3 +78,43 @@ def test_never_more_jobs_than_slots_and_work_runs_again(queue) -> None:  # type:
     again = queue.enqueue_call(func=f"{__name__}.count", args=(9,), result_ttl=60)
     worker.work(burst=True, logging_level="WARNING")
     assert again.latest_result().return_value == 9
+
+
+def test_free_slots_are_filled_by_one_batch_and_a_stop_gives_unstarted_jobs_back(queue) -> None:  # type: ignore[no-untyped-def]
+    """Free slots take jobs in one pipelined batch (the pops rq makes: into the intermediate
+    list), in queue order, skipping a job deleted while queued; jobs a stop leaves unstarted
+    go back to the head of the queue in order, out of the intermediate list."""
+    jobs = [queue.enqueue_call(func=f"{__name__}.count", args=(i,), result_ttl=60) for i in range(10)]
+    queue.connection.delete(jobs[3].key)  # its hash gone while its id is still queued
+    worker = _worker(queue, 8)
+    batch = worker._dequeue_batch(8)
+    assert [job.id for job, _ in batch] == [j.id for j in jobs[:8] if j is not jobs[3]]
+    assert all(q.name == queue.name for _, q in batch)
+    assert queue.get_job_ids() == [jobs[8].id, jobs[9].id]
+    intermediate = [i.decode() for i in queue.connection.lrange(queue.intermediate_queue_key, 0, -1)]
+    assert set(intermediate) == {j.id for j in jobs[:8]}
+    worker._taken.extend(batch)
+    worker._give_back_taken()
+    assert queue.get_job_ids() == [job.id for job, _ in batch] + [jobs[8].id, jobs[9].id]
+    left = [i.decode() for i in queue.connection.lrange(queue.intermediate_queue_key, 0, -1)]
+    assert left == [jobs[3].id]  # the deleted job's id stays for rq's own cleanup, as after rq's pop
+    worker.work(burst=True, logging_level="WARNING")
+    assert [j.latest_result().return_value for j in jobs if j is not jobs[3]] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+
+
+def spin(seconds: float) -> str:
+    """A job that works (in Python) for ``seconds``."""
+    end = threading.Event()
+    for _ in range(int(seconds * 100)):
+        end.wait(0.01)
+    return "done"
+
+
+def test_a_job_past_its_rq_timeout_fails_with_rqs_timeout_while_others_finish(queue) -> None:  # type: ignore[no-untyped-def]
+    slow = queue.enqueue_call(func=f"{__name__}.spin", args=(30,), timeout=1, result_ttl=60)
+    quick = [queue.enqueue_call(func=f"{__name__}.spin", args=(0.1,), timeout=5, result_ttl=60) for _ in range(3)]
+    worker = _worker(queue, 4)
+    worker.work(burst=True, logging_level="WARNING")
+    assert slow.get_status(refresh=True) == "failed"
+    assert "JobTimeoutException" in (slow.latest_result().exc_string or "")
+    assert [j.latest_result().return_value for j in quick] == ["done"] * 3

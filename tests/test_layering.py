@@ -32,7 +32,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "robot_lab"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("robot_lab.errors", "robot_lab.redis_url", "robot_lab.settings", "robot_lab.connection",
                     "robot_lab.keys", "robot_lab.logging", "robot_lab.tracing", "robot_lab.text",
-                    "robot_lab.outage", "robot_lab.observability", "robot_lab.rq_connection")),
+                    "robot_lab.outage", "robot_lab.observability", "robot_lab.rq_connection",
+                    "robot_lab.threads")),
     ("schemas", ("robot_lab.schemas",)),
     ("bus", ("robot_lab.bus",)),
     ("memory", ("robot_lab.memory",)),

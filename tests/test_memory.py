@@ -678,3 +678,19 @@ def test_default_client_and_key_layout_come_from_settings(redis_client: Any, sco
     mem["k"] = {"v": 1}
     assert redis_client.hget(f"{key_prefix}:mem:{scope}", "k") == b'{"v":1}'
     assert Memory(scope).get("k") == {"v": 1}
+
+
+def test_local_write_count_moves_with_every_kind_of_write_and_not_with_reads(mem: Memory) -> None:
+    """A network task compares this count before and after its robot ran to decide whether
+    it has memory.changed events to report (robot_lab/workers/jobs.py)."""
+    from robot_lab.memory.values import local_writes
+
+    counts = [local_writes(mem.scope)]
+    for write in (lambda: mem.set("a", 1), lambda: mem.merge({"b": 2}), lambda: mem.update("a", lambda v: v + 1),
+                  lambda: mem.delete("b"), mem.clear, mem.reset):
+        write()
+        counts.append(local_writes(mem.scope))
+    assert all(later > earlier for earlier, later in zip(counts, counts[1:]))
+    mem.get("a"), mem.keys(), mem.version
+    assert local_writes(mem.scope) == counts[-1]
+    assert local_writes(f"{mem.scope}-other") == 0

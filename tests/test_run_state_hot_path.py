@@ -136,3 +136,24 @@ def test_a_job_stranded_in_rqs_intermediate_list_is_requeued_by_the_sweep(redis_
     assert items == [("a", jobs["a"], bot.name)]  # b is still on its queue: not touched
     assert store.repair_queued(grace=0) == []  # requeued: it starts over
     redis_client.delete(queue.key, f"{queue.key}:intermediate")
+
+
+def test_a_task_reads_its_robots_learnings_with_its_claim_and_still_injects_them(redis_client) -> None:  # type: ignore[no-untyped-def]
+    """The robot's stored learnings ride on the claim's round trip once the run's graph is
+    known here (every task after the first of a run in this process); either way the request
+    starts with them, and a lesson learned between two tasks reaches the second."""
+    from robot_lab.memory.store import Memory
+
+    bot = build(f"hp-{uid()}", model="scripted/echo")
+    Memory.for_robot(bot.name, redis=redis_client).set("learnings", ["check the order id"])
+    net = create_network("learned")
+    net.task("one", bot)
+    net.task("two", bot, depends_on=["one"])
+    with EmbeddedWorkers(redis_client, [bot.name], threads=1):
+        first = Coordinator(connection=redis_client).submit(net, "refund").wait(timeout=60)
+        Memory.for_robot(bot.name, redis=redis_client).set("learnings", ["say please"])
+        second = Coordinator(connection=redis_client).submit(net, "refund").wait(timeout=60)
+    lesson = "echo: LEARNINGS FROM PREVIOUS RUNS:\n- {}\n\n"
+    assert first.context["one"].reply == lesson.format("check the order id") + "refund"
+    assert first.context["two"].reply.startswith(lesson.format("check the order id") + "echo: LEARNINGS")
+    assert second.context["one"].reply == lesson.format("say please") + "refund"

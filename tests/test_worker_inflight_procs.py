@@ -145,3 +145,47 @@ def test_kill_9_with_many_in_flight_reruns_every_task_and_message(client, real_r
     assert {e.task for e in again} == set(first)
     wait_for(lambda: len(_replies(client, keys, "asker")) == IN_FLIGHT, timeout=60)
     assert set(_replies(client, keys, "asker")) == set(asked)  # every message in hand answered
+
+
+def test_200_conversations_request_one_worker_process_at_once(client, real_redis_url, key_prefix,
+                                                              processes) -> None:  # noqa: F811
+    """What a reviewer runs: 200 threads of one client each ``request`` on a conversation of
+    its own, against one ``robot-lab worker --in-flight 200``. Every request gets its own
+    reply, and nothing on either side fails for want of a Redis connection (redis-py 8's
+    default pool refuses its 101st)."""
+    import threading
+
+    bot = build(f"inflight-{uid()}", model="scripted/sleep:300")
+    publish_specs([bot.to_spec()], connection=client)
+    env = child_env(real_redis_url, key_prefix)
+    proc = processes.start([str(VENV_BIN / "robot-lab"), "worker", bot.name, "--in-flight", "200"], env, "worker")
+    wait_for_workers(client, [f"robot:{bot.name}"], timeout=90)
+    keys = Keys(prefix=key_prefix)
+    wait_for(lambda: client.exists(keys.inbox(bot.name)), timeout=30)
+    from robot_lab.connection import connect
+
+    bus = Bus(connect(real_redis_url), keys=keys)  # the client robot-lab makes (a bare redis-py one stops at 100)
+    replies: dict[int, str] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(200, timeout=60)
+
+    def ask(i: int) -> None:
+        try:
+            start.wait()
+            reply = bus.request(bot.name, f"question {i}", from_=f"asker{i}", conversation_id=f"conv-{i}",
+                                timeout=90)
+            replies[i] = reply.content if isinstance(reply.content, str) else str(reply.content)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    assert sorted(replies) == list(range(200))
+    assert all(f"question {i}" in text for i, text in replies.items())  # each got its own answer
+    assert proc.poll() is None
+    log = proc.log_path.read_text(errors="replace")  # type: ignore[attr-defined]
+    assert "handler_failed" not in log and "Too many connections" not in log

@@ -41,6 +41,8 @@ import redis as _redis
 from robot_lab.connection import is_cluster_client
 from robot_lab.errors import BusError
 from robot_lab.logging import get_logger
+from robot_lab.outage import OutageTracker, is_outage
+from robot_lab.threads import warm_pool
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
 from robot_lab.bus.conversations import sweep_interval
 from robot_lab.bus.core import Bus, check_robot_name
@@ -291,6 +293,8 @@ class BusPoller(Intake, Handling, Reclaim):
         beater = threading.Thread(target=self._heartbeat_loop, args=(beat_stop,), daemon=True,
                                   name=f"bus-heartbeat-{self.robot}")
         backoff = 0.1
+        if self._pool_mode and self._pool is None:  # every slot's thread started now, while idle
+            self._pool = warm_pool(self.in_flight, f"bus-{self.robot}")
         log.info("bus.poller_started", robot=self.robot, consumer=self.consumer, verify=self.verify)
         if self.verify == "require" and not self.bus.keyring:
             log.warning("bus.verify_without_keys", robot=self.robot,
@@ -322,12 +326,18 @@ class BusPoller(Intake, Handling, Reclaim):
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         # Never dies: a heartbeat thread that stopped would let every held entry be reclaimed
         # from a live consumer. (Reading the held ids races with the poll thread; a beat that
-        # loses the race is simply retried at the next interval.)
+        # loses the race is simply retried at the next interval.) A Redis outage is one
+        # redis.lost / redis.back pair, not a line per beat.
+        outage = OutageTracker(f"bus-heartbeat-{self.robot}")
         while not stop.wait(self.heartbeat_interval):
             try:
                 self._heartbeat()
+                outage.back()
             except Exception as exc:  # noqa: BLE001
-                log.warning("bus.heartbeat_failed", robot=self.robot, error=f"{type(exc).__name__}: {exc}")
+                if is_outage(exc):
+                    outage.lost(exc)
+                else:
+                    log.warning("bus.heartbeat_failed", robot=self.robot, error=f"{type(exc).__name__}: {exc}")
 
     # --- one round --------------------------------------------------------------------
     def run_once(self, block_ms: int = 0) -> int:

@@ -10,7 +10,9 @@ writer recorded on a change can be overridden per thread or task (``Memory.writi
 from __future__ import annotations
 
 import random
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,6 +32,22 @@ from robot_lab.memory.reserved import (
 from robot_lab.memory.scope import ScopeKeys
 
 encoder = msgspec.json.Encoder()
+
+# Writes this process has sent, per scope. A network task whose process sent none to its
+# scope while it ran has no ``memory.changed`` event of its own to report, and skips reading
+# the change stream (robot_lab/workers/jobs.py).
+_local_writes: Counter[str] = Counter()
+_local_writes_lock = threading.Lock()
+
+
+def local_writes(scope: str) -> int:
+    """How many writes this process has sent to ``scope`` (a counter to compare, not a version)."""
+    return _local_writes[scope]
+
+
+def _count_write(scope: str) -> None:
+    with _local_writes_lock:
+        _local_writes[scope] += 1
 
 
 def decode(raw: bytes | str) -> Any:
@@ -90,6 +108,7 @@ class Values:
     # --- writes ---------------------------------------------------------------------------
     def _run_write(self, groups: list[bytes | str], count: int, *, critical: bool = False) -> list[Any]:
         args = [self.keys.channel, self.changes_maxlen, self._meta(), self._scope_json, count, *groups]
+        _count_write(self.scope)
         if critical:  # compare-and-set: replicated before the caller sees it succeed (setting)
             return durable(self.redis, lambda target: self._write(keys=self.keys.script, args=args, client=target))
         return self._write(keys=self.keys.script, args=args)
@@ -145,6 +164,7 @@ class Values:
         return int(self._run_delete("all", [])[0])
 
     def _run_delete(self, mode: str, fields: list[str]) -> list[Any]:
+        _count_write(self.scope)
         return self._delete(
             keys=self.keys.script,
             args=[self.keys.channel, self.changes_maxlen, self._meta(), self._scope_json, mode, *fields],

@@ -16,7 +16,8 @@ here. Each job claims its task and keeps its own lease with its own heartbeat
 (:mod:`.jobs`, :mod:`.task_io`), so after a kill -9 every task in hand is re-run when its
 lease expires, and budgets (Redis ledgers, holds per job attempt and thread) and a network's
 ``max_concurrent_robots`` (enforced when tasks are enqueued) hold as with N processes. Job
-timeouts use rq's ``TimerDeathPenalty``: SIGALRM works only in the main thread.
+timeouts use rq's ``TimerDeathPenalty`` mechanism on one watchdog thread (:mod:`.timeouts`):
+SIGALRM works only in the main thread.
 
 SIGTERM (rq's warm shutdown): the loop takes nothing new, the jobs in hand finish, then rq
 tears the worker down. A second signal is rq's cold shutdown (the jobs in hand are left to
@@ -33,11 +34,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from robot_lab.logging import get_logger
+from robot_lab.threads import warm_pool
 from robot_lab.workers.health import JOB_SLACK, LOOP_SLACK
 
 log = get_logger("robot_lab.worker")
@@ -48,6 +50,10 @@ SLOT_WAIT = 1.0  # seconds between worker heartbeats while every slot is taken
 # the loop beats at most this often (the key lives worker_ttl + 60 s) and checks rq's
 # suspension flag as often.
 LOOP_BEAT_INTERVAL = 1.0
+# Free slots are filled by one pipelined batch of pops (and one of job fetches) instead of a
+# blocking pop per job: the loop that takes jobs shares the GIL with every running job, so a
+# round trip per job made it the bottleneck of a wide fan-out (bench/concurrency.py).
+DEQUEUE_BATCH = 64
 
 
 class RobotPool:
@@ -107,16 +113,16 @@ class RobotPool:
 def in_flight_worker_class() -> type:
     """The rq worker class of ``robot-lab worker --in-flight N`` (N > 1); see the module
     docstring. Built on first use: rq is imported lazily."""
-    from rq.timeouts import TimerDeathPenalty
     from rq.exceptions import StopRequested
     from rq.worker import SimpleWorker, WorkerStatus
 
     from robot_lab.workers.supervision import RidesOutages
+    from robot_lab.workers.timeouts import SharedTimerDeathPenalty
 
     class InFlightWorker(RidesOutages, SimpleWorker):
         """rq SimpleWorker running up to ``in_flight`` jobs at once on pool threads."""
 
-        death_penalty_class = TimerDeathPenalty
+        death_penalty_class = SharedTimerDeathPenalty
 
         def __init__(self, *args: Any, in_flight: int = 16, on_stop: Callable[[], None] | None = None,
                      **kwargs: Any) -> None:
@@ -126,17 +132,27 @@ def in_flight_worker_class() -> type:
             self.loop_beat = 0.0
             self._jobs: dict[str, tuple[float, float | None]] = {}  # job id -> (started, timeout)
             self._slots = threading.Condition()
-            self._pool: ThreadPoolExecutor | None = None  # made on first use; work() may run again
+            self._pool: Any = None  # a warm ThreadPoolExecutor, made when work() starts taking jobs (again)
             self._waiting = False  # the main thread waits for a job or a slot: nothing in hand
             self._cold = False
             self._suspension_checked = 0.0
             self._state_written: str | None = None
+            self._taken: deque[tuple[Any, Any]] = deque()  # popped by a batch, not yet running
             self.jobs_done = 0
 
         # --- taking jobs --------------------------------------------------------------
         def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+            if self._pool is None:  # every slot's thread started while idle (robot_lab/threads.py)
+                self._pool = warm_pool(self.in_flight, "rq-job")
             while True:
                 self._wait_for_slot()
+                if self._taken:
+                    return self._taken.popleft()
+                if self.in_flight - len(self._jobs) > 1:
+                    batch = self._dequeue_batch(min(DEQUEUE_BATCH, self.in_flight - len(self._jobs)))
+                    if batch:
+                        self._taken.extend(batch[1:])
+                        return batch[0]
                 self._waiting = True
                 try:
                     result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
@@ -149,6 +165,61 @@ def in_flight_worker_class() -> type:
                 with self._slots:
                     if self._jobs:
                         self._slots.wait(SLOT_WAIT)
+
+        def _dequeue_batch(self, limit: int) -> list[tuple[Any, Any]]:
+            """Up to ``limit`` jobs off the queues without blocking, in one round trip of pops
+            and one of fetches. Each pop is the one rq's ``dequeue_any`` makes (LMOVE into
+            the intermediate list for a single queue, LPOP across several), so a job taken
+            here is in the same place as one taken by rq, and a crash leaves it where rq's
+            intermediate-queue cleanup and the sweeper look."""
+            from rq.job import Job
+            from rq.utils import as_text, get_version
+
+            queues = list(self._ordered_queues)
+            single = len(queues) == 1 and get_version(self.connection) >= (6, 2, 0)
+            taken: list[tuple[Any, str]] = []
+            try:
+                for queue in queues:
+                    want = limit - len(taken)
+                    if want <= 0:
+                        break
+                    with self.connection.pipeline(transaction=False) as pipe:
+                        for _ in range(want):
+                            if single:
+                                pipe.lmove(queue.key, queue.intermediate_queue_key)
+                            else:
+                                pipe.lpop(queue.key)
+                        ids = [as_text(i) for i in pipe.execute() if i is not None]
+                    taken += [(queue, job_id) for job_id in ids]
+                if not taken:
+                    return []
+                jobs = Job.fetch_many([job_id for _, job_id in taken], connection=self.connection,
+                                      serializer=self.serializer)
+            except Exception as exc:
+                if taken:  # popped but not fetched: rq's and the sweeper's recovery apply
+                    log.warning("worker.batch_dequeue_failed", jobs=len(taken),
+                                error=f"{type(exc).__name__}: {exc}")
+                raise
+            version = self.get_redis_server_version()
+            result = []
+            for (queue, job_id), job in zip(taken, jobs):
+                if job is None:  # deleted while queued: rq skips it too
+                    continue
+                job.redis_server_version = version
+                result.append((job, queue))
+            if result:
+                self.reorder_queues(reference_queue=result[-1][1])
+            return result
+
+        def _give_back_taken(self) -> None:
+            """Jobs popped by a batch that a stop left unstarted go back to the head of their
+            queue (and out of the intermediate list), in order."""
+            while self._taken:
+                job, queue = self._taken.pop()
+                with self.connection.pipeline() as pipe:
+                    pipe.lpush(queue.key, job.id)
+                    pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+                    pipe.execute()
 
         def _wait_for_slot(self) -> None:
             """Block while every slot is taken; beat rq's worker key meanwhile."""
@@ -195,8 +266,8 @@ def in_flight_worker_class() -> type:
             timeout = job.timeout if isinstance(job.timeout, (int, float)) and job.timeout > 0 else None
             with self._slots:
                 self._jobs[job.id] = (time.monotonic(), timeout)
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.in_flight, thread_name_prefix="rq-job")
+            if self._pool is None:  # normally made, warm, before the first dequeue
+                self._pool = warm_pool(self.in_flight, "rq-job")
             self._pool.submit(self._run_job, job, queue)
 
         def _run_job(self, job: Any, queue: Any) -> None:
@@ -243,6 +314,10 @@ def in_flight_worker_class() -> type:
                     pass
 
         def teardown(self) -> Any:
+            try:
+                self._give_back_taken()
+            except Exception as exc:  # noqa: BLE001 - Redis away: the sweeper re-enqueues them
+                log.warning("worker.give_back_failed", jobs=len(self._taken), error=f"{type(exc).__name__}: {exc}")
             if not self._cold:
                 if self._jobs:
                     log.info("worker.draining", jobs=len(self._jobs))

@@ -24,6 +24,7 @@ from typing import Any
 from robot_lab.errors import ConfigurationError, retryable
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger, log_context
+from robot_lab.memory.values import local_writes
 from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, caused_by_outage
 from robot_lab.schemas import RobotResult
@@ -128,6 +129,8 @@ class TaskWork:
     meta: dict[str, str]
     sources: list[str | None]
     since: int | None = None  # None: not read with the claim (first task of a run here)
+    learnings: Any = None  # the robot's stored learnings field, read with the claim
+    learnings_read: bool = False
     input: str | None = None
     owed: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
 
@@ -137,22 +140,33 @@ class TaskWork:
 RUN_FIELDS = ["network", "app", "message", "context", "robots", "stream", "traceparent"]
 
 
-def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) -> tuple[Any, int | None]:
+def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) -> tuple[Any, list[Any] | None]:
     """Claim the task and read its inputs (one round trip; see RunStore.start_task). With the
-    run's graph known here, the task's memory version is read in the same round trip."""
+    run's graph known here, the task's memory version and its robot's learnings are read in
+    the same round trip."""
     from robot_lab.runtime.network.coordinator import cached_graph
 
     graph = cached_graph(store)
-    version_key = None
+    also = None
     if graph is not None and task in graph.tasks:
-        version_key = store.keys.memory_version(_memory_scope(store, graph.tasks[task]))
+        spec = graph.tasks[task]
+        version_key = store.keys.memory_version(_memory_scope(store, spec))
+        learnings_key = _robot_memory_keys().memory(f"robot:{spec.robot}")
+
+        def also(pipe: Any) -> None:
+            pipe.get(version_key)
+            pipe.hget(learnings_key, "learnings")
+
     start = store.start_task(task, job_id, worker, lease_ms, RUN_FIELDS if graph is not None else [*RUN_FIELDS, "spec"],
-                             also=(lambda pipe: pipe.get(version_key)) if version_key else None)
-    since = None
-    if version_key is not None and start.also:
-        raw = start.also[0]
-        since = int(raw) if raw is not None else 0
-    return start, since
+                             also=also)
+    return start, (start.also if also is not None and start.also else None)
+
+
+def _robot_memory_keys() -> Keys:
+    """The key layout of a robot's inherent memory (Memory.for_robot's default)."""
+    from robot_lab.keys import default_keys
+
+    return default_keys()
 
 
 def _warm() -> None:
@@ -173,11 +187,14 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
         # Redis away: wait for it (a claim is re-entrant for the same worker), rather than
         # fail the job in rq and have the sweeper record the task as failed
         outage = OutageTracker(f"task-{task}")  # one lost/back pair per outage for this job
-        start, since = outage.call(lambda: _start(store, task, job_id, worker, lease_ms))
+        start, also = outage.call(lambda: _start(store, task, job_id, worker, lease_ms))
         if start.status != "ok":
             log.info("task.not_claimed", reason=start.status, job_id=job_id)
             return {"task": task, "status": start.status}
-        work = TaskWork(meta=start.meta, sources=start.sources, since=since)
+        work = TaskWork(meta=start.meta, sources=start.sources)
+        if also is not None:
+            work.since = int(also[0]) if also[0] is not None else 0
+            work.learnings, work.learnings_read = also[1], True
         with LeaseHeartbeat(store, task, worker, lease_ms, outage):
             outcome = _execute(store, keys, run_id, task, job_id, worker, work, outage)
         _sweep_soon(connection, keys)
@@ -315,16 +332,24 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
     if robot_spec is None:
         raise ConfigurationError(f"run {store.run_id}: no spec recorded for robot {spec.robot!r}")
     stream = meta.get("stream", "1") == "1"
+    deltas = DeltaBuffer(store, task, spec.robot)
 
     def on_tool_call(call: Any) -> None:
+        deltas.flush()  # the text before the call goes out before it
         store.emit("tool_call.started", task=task, robot=spec.robot,
                    data={"id": call.id, "name": call.name, "input": call.input})
 
     def on_tool_result(message: Any) -> None:
+        deltas.flush()
         store.emit("tool_call.completed", task=task, robot=spec.robot,
                    data={"id": message.tool.id, "name": message.tool.name, "output": message.content})
 
     robot = Robot.from_spec(robot_spec, on_tool_call=on_tool_call, on_tool_result=on_tool_result)
+    if work.learnings_read:
+        from robot_lab.memory.store import Memory
+
+        robot.preload_learnings(Memory.for_robot(robot.name, redis=store.r, keys=_robot_memory_keys()),
+                                work.learnings)
     message = task_message(graph, task, meta, work.sources)
     work.input = message  # recorded with the result (RunStore.complete)
     run_context = deep_merge(json.loads(meta.get("context") or "{}"), spec.context)
@@ -344,7 +369,7 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
         tools = [t.name for t in base] + [route_tool.name]
 
     since = memory.version if work.since is None else work.since
-    deltas = DeltaBuffer(store, task, spec.robot)
+    writes = local_writes(memory.scope)
     budgets = _run_budgets(store, combined, job_id, worker)
     try:
         result = robot.run(
@@ -365,7 +390,9 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
         )
     finally:
         # the last text.delta and the memory.changed events go out with the result
-        work.owed += deltas.take() + _memory_events(spec.robot, memory, since)
+        work.owed += deltas.take()
+        if local_writes(memory.scope) != writes:  # else nothing this task could have written
+            work.owed += _memory_events(spec.robot, memory, since)
         if budgets:  # only a run budget registers holds for this attempt
             _release_budget_holds(store, job_id)
     activate = choose_routes(spec, result, message=message, run_id=store.run_id)

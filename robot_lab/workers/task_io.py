@@ -109,22 +109,30 @@ _keeper = _LeaseKeeper()
 
 
 class DeltaBuffer:
-    """Streams reply chunks as ``text.delta`` events, coalesced: at most one event per
-    ``interval`` (a Redis round trip per token would cost more than the token). What is
+    """Streams reply chunks as ``text.delta`` events, coalesced: a chunk opens a window of
+    ``interval`` seconds, and the text gathered when a later chunk finds the window over goes
+    out as one event (a Redis round trip per token would cost more than the token). What is
     left when the robot is done is :meth:`take`-n and sent with the task's result, in the
-    same script (RunStore.complete): the same events in the same order, one round trip less."""
+    same script (RunStore.complete): the same events in the same order, one round trip less.
+    So a reply that streams in under ``interval`` (or a model that answers in one piece)
+    costs no round trip of its own, and a watcher sees text at most ``interval`` after the
+    next chunk arrives. Other events of the task (tool calls) :meth:`flush` first, so the
+    stream keeps the order things happened in."""
 
     def __init__(self, store: RunStore, task: str, robot: str, interval: float = 0.05) -> None:
         self.store, self.task, self.robot, self.interval = store, task, robot, interval
         self.parts: list[str] = []
-        self.last = time.monotonic()
+        self.opened = 0.0  # when the first unsent chunk arrived
 
     def add(self, chunk: Any) -> None:
         text = getattr(chunk, "content", str(chunk))
         if not text:
             return
+        now = time.monotonic()
+        if not self.parts:
+            self.opened = now
         self.parts.append(text)
-        if time.monotonic() - self.last >= self.interval:
+        if now - self.opened >= self.interval:
             self.flush()
 
     def take(self) -> list[tuple[str, dict[str, Any] | None]]:
@@ -140,4 +148,3 @@ class DeltaBuffer:
             except Exception as exc:  # Redis away: keep the text for the next flush
                 if not is_outage(exc):
                     raise
-        self.last = time.monotonic()

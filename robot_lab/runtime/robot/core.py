@@ -490,6 +490,12 @@ class Robot:
     def learnings(self) -> list[str]:
         return self._learning.learnings
 
+    def preload_learnings(self, memory: Any, raw: bytes | str | None) -> None:
+        """For a worker that read this robot's stored ``learnings`` field from ``memory``
+        (its inherent memory) along with other reads: the next run uses that instead of a
+        round trip of its own (robot_lab/workers/jobs.py)."""
+        self._learning.preload(memory, raw)
+
     @learnings.setter
     def learnings(self, value: list[str]) -> None:
         self._learning.learnings = list(value)

@@ -9,6 +9,9 @@ from typing import Any
 from robot_lab.runtime.rails.hooks import LearnHookContext, call_point_hook, hook_scope, run_hooks
 
 
+_UNREAD = object()
+
+
 class Learning:
     """One robot's learnings and its inherent memory (opened lazily)."""
 
@@ -16,6 +19,14 @@ class Learning:
         self.robot = robot
         self.learnings: list[str] = []
         self._memory: Any = None
+        self._preloaded: Any = _UNREAD
+
+    def preload(self, memory: Any, raw: bytes | str | None) -> None:
+        """Use ``memory`` as the inherent memory, and ``raw`` -- its stored ``learnings``
+        field, read by the caller in a round trip it makes anyway (a network task's start)
+        -- for the next :meth:`load` instead of a read of its own."""
+        self._memory = memory
+        self._preloaded = raw
 
     @property
     def memory(self) -> Any:
@@ -63,7 +74,12 @@ class Learning:
 
             if get_settings().embedded and connection._embedded_server is None:
                 return []  # no embedded store exists yet, so nothing can have been learned
-        stored = self.memory.get("learnings")
+        if self._preloaded is not _UNREAD:
+            from robot_lab.memory.values import Values
+
+            stored, self._preloaded = Values.value("learnings", self._preloaded), _UNREAD
+        else:
+            stored = self.memory.get("learnings")
         self.learnings = list(stored or self.learnings)
         return self.learnings
 
