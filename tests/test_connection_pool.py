@@ -38,3 +38,21 @@ def test_every_sync_client_kind_gets_the_large_pool() -> None:
     assert embedded_client().connection_pool.max_connections == SYNC_MAX_CONNECTIONS
     sentinel = connect("redis+sentinel://127.0.0.1:1/mymaster")
     assert sentinel.connection_pool.max_connections == SYNC_MAX_CONNECTIONS
+
+
+def test_new_connections_do_not_read_package_metadata(real_redis_url: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """redis-py >= 7 reads its version from the installed package for every connection it
+    opens unless given a DriverInfo; robot-lab's clients share one, made once."""
+    import redis.utils
+
+    calls: list[int] = []
+    real = redis.utils.get_lib_version
+    monkeypatch.setattr(redis.utils, "get_lib_version", lambda: calls.append(1) or real())
+    client = connect(real_redis_url)
+    pool = client.connection_pool
+    held = [pool.get_connection() for _ in range(20)]  # twenty connections, opened
+    for connection in held:
+        pool.release(connection)
+    assert client.ping() and calls == []
+    assert pool.connection_kwargs["driver_info"].formatted_name.startswith("redis-py(robot-lab_v")
+    client.close()

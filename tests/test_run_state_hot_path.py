@@ -157,3 +157,40 @@ def test_a_task_reads_its_robots_learnings_with_its_claim_and_still_injects_them
     assert first.context["one"].reply == lesson.format("check the order id") + "refund"
     assert first.context["two"].reply.startswith(lesson.format("check the order id") + "echo: LEARNINGS")
     assert second.context["one"].reply == lesson.format("say please") + "refund"
+
+
+def test_the_first_tasks_of_a_run_arriving_at_once_compile_its_graph_once(redis_client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    import time
+
+    from robot_lab.runtime.network import coordinator
+
+    bot = build(f"hp-{uid()}", model="scripted/echo")
+    net = create_network("once")
+    with net.parallel("all"):
+        for i in range(20):
+            net.task(f"t{i}", bot)
+    handle, store, _ = submit(redis_client, net)
+    compiled: list[int] = []
+    real = coordinator.compile_network
+
+    def slow_compile(spec):  # type: ignore[no-untyped-def]
+        compiled.append(1)
+        time.sleep(0.2)  # long enough for every thread to arrive meanwhile
+        return real(spec)
+
+    monkeypatch.setattr(coordinator, "compile_network", slow_compile)
+    start = threading.Barrier(20, timeout=10)
+    graphs: list[object] = []
+
+    def task() -> None:
+        start.wait()
+        graphs.append(coordinator.graph_for(store))
+
+    threads = [threading.Thread(target=task) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(compiled) == 1 and len(graphs) == 20 and all(g is graphs[0] for g in graphs)
+    assert set(graphs[0].tasks) == {f"t{i}" for i in range(20)}

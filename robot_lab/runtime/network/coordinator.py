@@ -33,6 +33,7 @@ log = get_logger("robot_lab.coordinator")
 SWEEP_EVERY = 0.5  # seconds between sweeps of a followed run
 _graph_cache: dict[str, Graph] = {}
 _graph_lock = threading.Lock()
+_compiling: dict[str, threading.Lock] = {}  # run key -> held by the thread compiling its graph
 
 
 def is_embedded(connection: Any) -> bool:
@@ -52,12 +53,19 @@ def graph_for(store: RunStore, spec_json: str | None = None) -> Graph:
     key = f"{store.keys.prefix}:{store.run_id}"
     with _graph_lock:
         graph = _graph_cache.get(key)
-    if graph is None:
-        graph = compile_network(load_network_spec(spec_json) if spec_json is not None else store.spec())
+        if graph is not None:
+            return graph
+        compiling = _compiling.setdefault(key, threading.Lock())
+    with compiling:  # the first tasks of a run arrive at once: one compiles, the rest wait for it
         with _graph_lock:
-            if len(_graph_cache) > 256:
-                _graph_cache.clear()
-            _graph_cache[key] = graph
+            graph = _graph_cache.get(key)
+        if graph is None:
+            graph = compile_network(load_network_spec(spec_json) if spec_json is not None else store.spec())
+            with _graph_lock:
+                if len(_graph_cache) > 256:
+                    _graph_cache.clear()
+                _graph_cache[key] = graph
+                _compiling.pop(key, None)
     return graph
 
 
