@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from robot_lab.runtime.llm.scripted import prompt_tokens
+
 from robot_lab.errors import BudgetExceeded
 from robot_lab.keys import Keys
 from robot_lab.runtime.rails.budget import (
@@ -132,11 +134,37 @@ def test_the_estimate_counts_input_with_litellm_plus_the_maximum_output() -> Non
     assert with_max.cost is not None and with_max.cost > 0  # litellm knows gpt-4o's price
     default = estimate_call("scripted/echo", messages, default_output_tokens=333)
     assert default.output_tokens == 333 and default.tokens == default.input_tokens + 333
+    assert default.input_tokens == prompt_tokens(messages, [])  # what the scripted model reports
     assert default.cost is None  # unpriced: a cost budget reserves all that is free
     assert default.amount("tokens") == default.tokens and default.amount("calls") is None
-    # a llama-3 model would make litellm fetch its tokenizer from Hugging Face: never here
+    # a llama-3 model would make litellm fetch its tokenizer from Hugging Face: never here;
+    # litellm counts with its default encoding instead
     llama = estimate_call("groq/llama-3.1-8b-instant", messages, max_tokens=10)
-    assert litellm.disable_hf_tokenizer_download is True and llama.input_tokens == default.input_tokens
+    assert litellm.disable_hf_tokenizer_download is True
+    assert llama.input_tokens == litellm.token_counter(model="no-such-model", messages=messages)
+
+
+def test_a_scripted_models_estimate_is_what_it_reports_and_needs_no_litellm() -> None:
+    """The reservation of a scripted call equals the prompt tokens the call then reports,
+    counted without litellm (a worker serving only scripted robots never imports it)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from robot_lab.runtime.rails.budget import estimate_call\n"
+        "from robot_lab.runtime.robot import build\n"
+        "bot = build('est', model='scripted/echo')\n"
+        "messages = [{'role': 'user', 'content': 'how many tokens is this request? ' * 7}]\n"
+        "estimate = estimate_call('scripted/echo', messages)\n"
+        "result = bot.run(messages[0]['content'])\n"
+        "print(estimate.input_tokens, result.input_tokens, 'litellm' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "ROBOT_LAB_ALLOW_MODEL_REQUESTS": "0"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    estimated, reported, imported = out.stdout.split()[-3:]
+    assert estimated == reported and imported == "False"
 
 
 def test_the_default_output_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:

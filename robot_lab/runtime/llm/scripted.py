@@ -292,7 +292,8 @@ def estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4)) if text else 0
 
 
-def _prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+def prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """The prompt tokens the scripted model reports for a call (what a budget reserves)."""
     text = "".join(_text_of(m.get("content")) for m in messages)
     text += "".join(json.dumps(m.get("tool_calls")) for m in messages if m.get("tool_calls"))
     text += "".join(json.dumps(t) for t in tools)
@@ -472,7 +473,7 @@ def _decide(model: str, messages: list[dict[str, Any]], tools: list[dict[str, An
     for index, call in enumerate(decision.tool_calls):
         if not call.id:
             call.id = f"call_{len(messages)}_{index}"
-    decision.prompt_tokens = _prompt_tokens(messages, tools)
+    decision.prompt_tokens = prompt_tokens(messages, tools)
     decision.completion_tokens = estimate_tokens(
         decision.text + "".join(c.name + json.dumps(c.arguments) for c in decision.tool_calls)
     )

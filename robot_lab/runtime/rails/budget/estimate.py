@@ -2,7 +2,7 @@
 
 Tokens: the input counted with litellm's ``token_counter`` (tiktoken: the model's encoding
 where litellm knows it, its default one otherwise; never a tokenizer fetched from the
-network) plus the most the
+network; the scripted model's as it reports them, without litellm) plus the most the
 call may write: ``max_tokens``, or ``budget.default_output_tokens`` (setting
 ``ROBOT_LAB_BUDGET__DEFAULT_OUTPUT_TOKENS``) when the call sets none. Cost: litellm's price
 of those tokens when it knows the model's price; otherwise None, and the call reserves all
@@ -65,8 +65,22 @@ def _litellm() -> Any:
     return litellm
 
 
+def _scripted(model: str) -> bool:
+    return model == "scripted" or model.startswith("scripted/")
+
+
 def count_input_tokens(model: str, messages: Sequence[Any], tools: Sequence[Any] | None = None) -> int:
-    """Input tokens of a call as litellm counts them (chars / 4 if it cannot)."""
+    """Input tokens of a call as litellm counts them (chars / 4 if it cannot). The scripted
+    model's are the ones it will report, counted as it counts them, without litellm: a worker
+    serving only scripted robots never imports litellm (it used to, under a task's lease, the
+    first time a budget applied)."""
+    if _scripted(model):
+        from robot_lab.runtime.llm.scripted import prompt_tokens
+
+        try:
+            return prompt_tokens(list(messages), list(tools or []))
+        except Exception:  # an odd message shape: over-count instead
+            return _fallback_count(messages, tools)
     try:
         return int(_litellm().token_counter(model=model, messages=list(messages), tools=tools or None))
     except Exception as exc:  # an odd message shape must not stop the call; over-count instead
@@ -90,6 +104,8 @@ def estimate_call(
     input_tokens = count_input_tokens(model, messages, tools)
     output_tokens = int(max_tokens) if max_tokens else int(default_output_tokens)
     cost: float | None = None
+    if _scripted(model):  # unpriced
+        return CallEstimate(input_tokens=input_tokens, output_tokens=output_tokens, cost=None)
     try:
         prompt_cost, completion_cost = _litellm().cost_per_token(
             model=model, prompt_tokens=input_tokens, completion_tokens=output_tokens)
