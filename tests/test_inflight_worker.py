@@ -118,3 +118,25 @@ def test_a_job_past_its_rq_timeout_fails_with_rqs_timeout_while_others_finish(qu
     assert slow.get_status(refresh=True) == "failed"
     assert "JobTimeoutException" in (slow.latest_result().exc_string or "")
     assert [j.latest_result().return_value for j in quick] == ["done"] * 3
+
+
+def test_a_redis_outage_during_a_batch_pop_is_ridden_out_by_rqs_dequeue(queue, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A batch pop that fails because Redis is away does not end the worker's loop: the
+    outage is recorded and rq's own blocking dequeue (which retries) takes over."""
+    import redis
+
+    jobs = [queue.enqueue_call(func=f"{__name__}.count", args=(i,), result_ttl=60) for i in range(3)]
+    worker = _worker(queue, 4)
+    failures = iter([True])
+
+    real = worker._dequeue_batch
+
+    def flaky(limit: int):  # type: ignore[no-untyped-def]
+        if next(failures, False):
+            raise redis.exceptions.ConnectionError("Redis is away")
+        return real(limit)
+
+    monkeypatch.setattr(worker, "_dequeue_batch", flaky)
+    worker.work(burst=True, logging_level="WARNING")
+    assert [j.latest_result().return_value for j in jobs] == [0, 1, 2]
+    assert worker._tracker().outages == 1

@@ -116,6 +116,7 @@ def in_flight_worker_class() -> type:
     from rq.exceptions import StopRequested
     from rq.worker import SimpleWorker, WorkerStatus
 
+    from robot_lab.outage import is_outage
     from robot_lab.workers.supervision import RidesOutages
     from robot_lab.workers.timeouts import SharedTimerDeathPenalty
 
@@ -149,7 +150,13 @@ def in_flight_worker_class() -> type:
                 if self._taken:
                     return self._taken.popleft()
                 if self.in_flight - len(self._jobs) > 1:
-                    batch = self._dequeue_batch(min(DEQUEUE_BATCH, self.in_flight - len(self._jobs)))
+                    try:
+                        batch = self._dequeue_batch(min(DEQUEUE_BATCH, self.in_flight - len(self._jobs)))
+                    except Exception as exc:
+                        if not is_outage(exc):
+                            raise
+                        self._tracker().lost(exc)  # rq's blocking dequeue below rides it out
+                        batch = []
                     if batch:
                         self._taken.extend(batch[1:])
                         return batch[0]
