@@ -13,6 +13,9 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from robot_lab.logging import get_logger
+
+log = get_logger("robot_lab.threads")
 START_TIMEOUT = 60.0
 
 
@@ -25,7 +28,13 @@ def warm_pool(size: int, name: str) -> ThreadPoolExecutor:
     if size <= 1:
         return pool
     gate = threading.Barrier(size + 1, timeout=START_TIMEOUT)
-    for _ in range(size):
-        pool.submit(gate.wait)
-    gate.wait()
+    try:
+        for _ in range(size):
+            pool.submit(gate.wait)
+        gate.wait()
+    except (RuntimeError, threading.BrokenBarrierError) as exc:
+        # "can't start new thread" (a pids or thread limit): release those started, and let
+        # the pool start the rest on demand, as a plain pool would
+        gate.abort()
+        log.warning("threads.warm_pool_incomplete", pool=name, size=size, error=f"{type(exc).__name__}: {exc}")
     return pool

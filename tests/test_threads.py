@@ -26,3 +26,30 @@ def test_a_pool_of_one_starts_lazily_like_any_pool() -> None:
     assert not [t for t in threading.enumerate() if t.name.startswith("warm-one")]
     assert pool.submit(lambda: 7).result(5) == 7
     pool.shutdown(wait=True)
+
+
+def test_a_thread_limit_leaves_a_working_pool_and_a_warning(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Where threads cannot all be started (a pids limit), the started ones are released and
+    the pool still runs jobs, starting threads on demand like any pool."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from structlog.testing import capture_logs
+
+    real_submit = ThreadPoolExecutor.submit
+    calls = {"n": 0}
+
+    def limited(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise RuntimeError("can't start new thread")
+        return real_submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", limited)
+    with capture_logs() as logs:
+        pool = warm_pool(8, "warm-limited")
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", real_submit)
+    try:
+        assert [e["event"] for e in logs] == ["threads.warm_pool_incomplete"]
+        assert pool.submit(lambda: 5).result(5) == 5
+    finally:
+        pool.shutdown(wait=True)
