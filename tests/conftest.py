@@ -122,29 +122,60 @@ def _isolated_logging() -> Iterator[None]:
 
 
 @pytest.fixture
-def key_prefix() -> str:
-    """A unique key prefix so tests sharing a real server never see each other's keys."""
-    return f"rltest-{uuid.uuid4().hex[:10]}"
+def key_prefix() -> Iterator[str]:
+    """A unique key prefix so tests sharing a real server never see each other's keys; what
+    the test left under it on the real server is deleted afterwards (:func:`_forget`)."""
+    prefix = f"rltest-{uuid.uuid4().hex[:10]}"
+    yield prefix
+    if _server.url:
+        _forget(prefix)
+
+
+def _forget(prefix: str) -> None:
+    """Delete a test's keys from the real server, which may be shared with other users: the
+    keys under its prefix, and -- rq's keys are not prefixed -- the rq queues, jobs and
+    registries of the robots it registered or ran a network on. Runs after the test's other
+    fixtures (its worker processes are gone)."""
+    import json
+
+    import redis
+    from rq import Queue
+
+    conn = redis.Redis.from_url(_server.url)
+    try:
+        robots = {r.decode() for r in conn.smembers(f"{prefix}:robots")}
+        for graph in conn.scan_iter(match=f"{prefix}:run:*:graph", count=1000):
+            for raw in conn.hvals(graph):
+                try:
+                    robots.add(str(json.loads(raw)["robot"]))
+                except (ValueError, KeyError, TypeError):
+                    pass
+        for robot in robots:
+            Queue(f"robot:{robot}", connection=conn).delete(delete_jobs=True)
+            rq_keys = list(conn.scan_iter(match=f"rq:*:robot:{robot}", count=1000))
+            if rq_keys:
+                conn.delete(*rq_keys)
+        keys = list(conn.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            conn.delete(*keys)
+    except redis.RedisError:
+        pass  # the test stopped the server, or it is gone: nothing left to clean there
+    finally:
+        conn.close()
 
 
 @pytest.fixture
 def real_client(real_redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """A client of the real server, with this process and its child processes pointed at it
     (``REDIS_URL``) under the test's unique key prefix; the prefix's keys and the rq queues
-    of its registered robots are deleted afterwards (rq keys are not prefixed)."""
+    of its robots are deleted afterwards (``key_prefix``: rq keys are not prefixed)."""
     import redis
-    from rq import Queue
 
     monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", key_prefix)
     monkeypatch.setenv("REDIS_URL", real_redis_url)
     conn = redis.Redis.from_url(real_redis_url)
     yield conn
-    for robot in conn.smembers(f"{key_prefix}:robots"):
-        Queue(f"robot:{robot.decode()}", connection=conn).delete(delete_jobs=True)
-    keys = list(conn.scan_iter(match=f"{key_prefix}*", count=1000))
-    if keys:
-        conn.delete(*keys)
-    conn.close()
+    conn.close()  # the key_prefix fixture deletes what the test left
 
 
 @pytest.fixture(params=["fake", "real"])
@@ -173,11 +204,7 @@ def redis_client(request: pytest.FixtureRequest, key_prefix: str, monkeypatch: p
     monkeypatch.setattr(connection, "_clients", {})
     client = redis.Redis.from_url(_server.url, protocol=2)
     yield client
-    # Remove only this test's keys: the server may be shared with other users.
-    keys = list(client.scan_iter(match=f"{key_prefix}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    client.close()  # the key_prefix fixture deletes this test's keys (the server may be shared)
 
 
 @pytest.fixture
