@@ -5,7 +5,9 @@
   the same time (seen in the start/end times the handlers record);
 * ``robot-lab worker --in-flight 4``: tasks and messages of different conversations overlap
   in one process; SIGTERM lets every task and message in hand finish and takes nothing new;
-  after kill -9 every task and message in hand is run again by another worker.
+  after kill -9 every task and message in hand is run again by another worker;
+* ``--in-flight 200``: 200 threads each ``request`` on a conversation of their own;
+* ``--in-flight 8``: ``max_concurrent_robots`` and a run's token budget still hold.
 """
 
 from __future__ import annotations
@@ -189,3 +191,47 @@ def test_200_conversations_request_one_worker_process_at_once(client, real_redis
     assert proc.poll() is None
     log = proc.log_path.read_text(errors="replace")  # type: ignore[attr-defined]
     assert "handler_failed" not in log and "Too many connections" not in log
+
+
+def test_budgets_and_max_concurrent_robots_hold_with_many_in_flight(client, real_redis_url, key_prefix,
+                                                                    processes) -> None:  # noqa: F811
+    """One ``robot-lab worker --in-flight 8`` process, eight slots free: a network limited to
+    two robots at once never has more than two tasks running, and a run's token budget is
+    never exceeded by more than one call, the calls past it refused naming the run's scope."""
+    from robot_lab.runtime.rails.budget import RedisLedger
+    from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS
+
+    bot = build(f"inflight-{uid()}", model="scripted/sleep:300")
+    publish_specs([bot.to_spec()], connection=client)
+    env = child_env(real_redis_url, key_prefix, ROBOT_LAB_TASK_LEASE_MS=str(DEFAULT_LEASE_MS))
+    processes.start([str(VENV_BIN / "robot-lab"), "worker", bot.name, "--in-flight", "8"], env, "worker")
+    wait_for_workers(client, [f"robot:{bot.name}"], timeout=90)
+
+    limited = create_network("limited", config={"max_concurrent_robots": 2})
+    with limited.parallel("all"):
+        for i in range(6):
+            limited.task(f"t{i}", bot)
+    handle = Coordinator(connection=client).submit(limited, "x")
+    assert set(handle.wait(timeout=120).states.values()) == {"done"}
+    spans = {e.task: [e.ts, None] for e in _events(handle.store, "task.started")}
+    for e in _events(handle.store, "task.completed"):
+        spans[e.task][1] = e.ts
+    most = max(sum(1 for a, b in spans.values() if a <= t < b) for t, _ in spans.values())
+    assert most == 2  # two at once, never more, with six slots still free
+
+    budget = 150
+    spend = create_network("budgeted", config={"token_budget": budget})
+    with spend.parallel("all"):
+        for i in range(8):
+            spend.task(f"s{i}", bot)
+    message = "please spend some tokens on this rather long request about invoices " * 2
+    result = Coordinator(connection=client).submit(spend, message).wait(timeout=120)
+    consumed = RedisLedger(f"run:{result.run_id}", redis=client).consumed.get("tokens", 0.0)
+    per_call = max(r.input_tokens + r.output_tokens for r in result.context.values())
+    assert 0 < consumed <= budget + per_call, (consumed, per_call)
+    errors = [r.error for r in result.context.values() if r.error]
+    # the calls past the budget are refused before they run (BudgetExceeded); one that was
+    # already running when the budget ran out fails after it (robot_lab's InferenceError)
+    assert all(f"scope: run:{result.run_id}" in e and ("BudgetExceeded" in e or "Token budget exceeded" in e)
+               for e in errors), "\n".join(errors)
+    assert any("BudgetExceeded" in e for e in errors), "\n".join(errors)
