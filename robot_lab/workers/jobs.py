@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from robot_lab.errors import ConfigurationError, retryable
-from robot_lab.keys import Keys
+from robot_lab.keys import Keys, default_keys  # default_keys: Memory.for_robot's layout
 from robot_lab.logging import get_logger, log_context
 from robot_lab.memory.values import local_writes
 from robot_lab.observability import metrics
@@ -151,7 +151,7 @@ def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) 
     if graph is not None and task in graph.tasks:
         spec = graph.tasks[task]
         version_key = store.keys.memory_version(_memory_scope(store, spec))
-        learnings_key = _robot_memory_keys().memory(f"robot:{spec.robot}")
+        learnings_key = default_keys().memory(f"robot:{spec.robot}")
 
         def also(pipe: Any) -> None:
             pipe.get(version_key)
@@ -160,13 +160,6 @@ def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) 
     start = store.start_task(task, job_id, worker, lease_ms, RUN_FIELDS if graph is not None else [*RUN_FIELDS, "spec"],
                              also=also)
     return start, (start.also if also is not None and start.also else None)
-
-
-def _robot_memory_keys() -> Keys:
-    """The key layout of a robot's inherent memory (Memory.for_robot's default)."""
-    from robot_lab.keys import default_keys
-
-    return default_keys()
 
 
 def _warm() -> None:
@@ -348,7 +341,7 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
     if work.learnings_read:
         from robot_lab.memory.store import Memory
 
-        robot.preload_learnings(Memory.for_robot(robot.name, redis=store.r, keys=_robot_memory_keys()),
+        robot.preload_learnings(Memory.for_robot(robot.name, redis=store.r, keys=default_keys()),
                                 work.learnings)
     message = task_message(graph, task, meta, work.sources)
     work.input = message  # recorded with the result (RunStore.complete)
