@@ -149,8 +149,8 @@ def bench_dag(url: str, workers: int, runs: int, tasks: int) -> float:
     from robot_lab.connection import connect
     from robot_lab.keys import default_keys
     from robot_lab.rq_connection import rq_connection
-    from robot_lab.runtime.network.coordinator import Coordinator
-    from robot_lab.runtime.network.dsl import create_network
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
     from robot_lab.runtime.robot import build
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
     _env(url, prefix)

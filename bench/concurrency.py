@@ -181,8 +181,8 @@ def bus_phase(client, bus, robot: str, count: int) -> dict[str, float]:
 
 
 def network_phase(client, robot_obj, count: int) -> dict[str, float]:
-    from robot_lab.runtime.network.coordinator import Coordinator
-    from robot_lab.runtime.network.dsl import create_network
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
 
     net = create_network(f"fan{count}")
     with net.parallel("fan"):

@@ -43,7 +43,7 @@ def _url() -> str:
 
 def _worker(connection, queues):
     from rq import Queue
-    from robot_lab.runtime.network.serializer import JobSerializer
+    from robot_lab.network.serializer import JobSerializer
     from rq.worker import SimpleWorker
 
     qs = [Queue(q, connection=connection, serializer=JobSerializer) for q in queues]
@@ -52,7 +52,7 @@ def _worker(connection, queues):
 
 def bench_raw_rq(connection, n: int) -> float:
     from rq import Queue
-    from robot_lab.runtime.network.serializer import JobSerializer
+    from robot_lab.network.serializer import JobSerializer
 
     name = f"bench-raw-{uuid.uuid4().hex[:6]}"
     queue = Queue(name, connection=connection, serializer=JobSerializer)
@@ -67,7 +67,7 @@ def bench_raw_rq(connection, n: int) -> float:
 
 
 def fan_network(n: int, model: str, suffix: str):
-    from robot_lab.runtime.network.dsl import create_network
+    from robot_lab.network.dsl import create_network
     from robot_lab.runtime.robot import build
 
     bot = build(f"bench-{suffix}", model=model)
@@ -81,7 +81,7 @@ def fan_network(n: int, model: str, suffix: str):
 
 
 def bench_robot_lab(connection, keys, n: int, stream: bool) -> float:
-    from robot_lab.runtime.network.coordinator import Coordinator
+    from robot_lab.network.coordinator import Coordinator
 
     net, robot = fan_network(n, "scripted/text:ok", uuid.uuid4().hex[:6])
     worker = _worker(connection, [f"robot:{robot}"])
@@ -166,7 +166,7 @@ def _serve(url: str, queue: str, prefix: str) -> None:
 def bench_scaling(url: str, keys, tasks: int, sleep_ms: int, workers: int) -> float:
     import redis
 
-    from robot_lab.runtime.network.coordinator import Coordinator
+    from robot_lab.network.coordinator import Coordinator
 
     connection = redis.Redis.from_url(url)
     net, robot = fan_network(tasks, f"scripted/sleep:{sleep_ms}", uuid.uuid4().hex[:6])

@@ -34,7 +34,7 @@ import fakeredis  # noqa: E402
 from robot_lab.bus import Bus, BusPoller  # noqa: E402
 from robot_lab.keys import Keys  # noqa: E402
 from robot_lab.observability import metrics, otel  # noqa: E402
-from robot_lab.runtime.network.dsl import create_network  # noqa: E402
+from robot_lab.network.dsl import create_network  # noqa: E402
 from robot_lab.runtime.robot import build  # noqa: E402
 
 CHILD = """

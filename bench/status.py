@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from robot_lab.bus import Bus  # noqa: E402
 from robot_lab.keys import Keys  # noqa: E402
-from robot_lab.runtime.network.coordinator import Coordinator  # noqa: E402
-from robot_lab.runtime.network.dsl import create_network  # noqa: E402
+from robot_lab.network.coordinator import Coordinator  # noqa: E402
+from robot_lab.network.dsl import create_network  # noqa: E402
 from robot_lab.runtime.robot import build  # noqa: E402
 from robot_lab.workers.health import WorkerHeartbeat  # noqa: E402
 from robot_lab.workers.status import collect_status  # noqa: E402

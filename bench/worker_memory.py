@@ -65,8 +65,8 @@ def measure(url: str, label: str, model: str, prefix: str, workdir: Path) -> dic
 
     from robot_lab.app import publish_specs
     from robot_lab.keys import Keys
-    from robot_lab.runtime.network.coordinator import Coordinator
-    from robot_lab.runtime.network.dsl import create_network
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
     from robot_lab.runtime.robot import build
 
     connection = redis.Redis.from_url(url)

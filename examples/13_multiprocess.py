@@ -18,7 +18,7 @@ import time
 
 from robot_lab import demo
 from robot_lab.logging import configure_logging
-from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
+from robot_lab.network.coordinator import Coordinator, is_embedded
 
 configure_logging(level="WARNING", force=True)
 MESSAGES = demo.SAMPLE_MESSAGES

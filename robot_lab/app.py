@@ -27,7 +27,7 @@ from robot_lab.runtime.registry import (  # noqa: F401  (publish_specs, publishe
 
 if TYPE_CHECKING:  # pragma: no cover
     from robot_lab.keys import Keys
-    from robot_lab.runtime.network.dsl import Network
+    from robot_lab.network.dsl import Network
     from robot_lab.runtime.robot import Robot
 
 
@@ -83,7 +83,7 @@ class App:
     # --- networks --------------------------------------------------------------------
     def network(self, name: str, **kwargs: Any) -> Network:
         """Create a network bound to this app and register it."""
-        from robot_lab.runtime.network.dsl import create_network
+        from robot_lab.network.dsl import create_network
 
         return self.add_network(create_network(name, app=self, **kwargs))
 
@@ -124,7 +124,7 @@ class App:
         app = cls(name or data.get("name") or path.stem, import_path=str(path))
         for spec in read_yaml_robots(path, data):
             app.add_robot(spec)
-        from robot_lab.runtime.network.dsl import Network
+        from robot_lab.network.dsl import Network
 
         for index, raw in enumerate(data.get("networks") or []):
             try:

@@ -19,9 +19,9 @@ import redis
 
 from robot_lab.app import publish_specs
 from robot_lab.keys import Keys
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
-from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
+from robot_lab.network.run_state import DEFAULT_LEASE_MS
 from robot_lab.runtime.rails.budget import RedisLedger
 from robot_lab.runtime.robot import build
 from tests.redis_server import wait_for

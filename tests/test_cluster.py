@@ -204,7 +204,7 @@ def test_status_reads_the_cluster(fleet: ClusterFleet) -> None:
 
 def test_kill_9_worker_mid_task_is_rerun_by_the_other(fleet: ClusterFleet, redis_cluster) -> None:  # type: ignore[no-untyped-def]
     from robot_lab.connection import connect
-    from robot_lab.runtime.network.run_state import RunStore
+    from robot_lab.network.run_state import RunStore
 
     proc = subprocess.Popen([sys.executable, "tests/cluster_scenarios.py", "slow", fleet.tag], env=fleet.env,
                             cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

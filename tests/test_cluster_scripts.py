@@ -24,7 +24,7 @@ import redis
 
 from robot_lab.bus import scripts as bus_scripts
 from robot_lab.memory import lua as memory_lua
-from robot_lab.runtime.network import transitions
+from robot_lab.network import transitions
 from robot_lab.runtime.rails.budget import scripts as budget_scripts
 from tests.worker_procs import uid
 
@@ -151,8 +151,8 @@ def _exercise_every_script(client: Any) -> None:
     from robot_lab.bus import Bus, BusPoller
     from robot_lab.keys import default_keys
     from robot_lab.memory import Memory
-    from robot_lab.runtime.network.dsl import create_network
-    from robot_lab.runtime.network.run_state import RunStore
+    from robot_lab.network.dsl import create_network
+    from robot_lab.network.run_state import RunStore
     from robot_lab.runtime.rails.budget.redis_ledger import RedisLedger, release_holder
     from robot_lab.schemas import RobotResult, TextMessage
 

@@ -11,12 +11,12 @@ from rq import Queue
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import default_keys
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
-from robot_lab.runtime.network.run_state import RunStore, enqueue_jobs
+from robot_lab.network.run_state import RunStore, enqueue_jobs
 from robot_lab.schemas import RobotResult, RobotSpec, TextMessage
-from robot_lab.runtime.network.embedded import EmbeddedWorkers
+from robot_lab.network.embedded import EmbeddedWorkers
 
 
 @pytest.fixture(autouse=True)

@@ -24,8 +24,8 @@ import pytest
 from robot_lab.app import publish_specs
 from robot_lab.bus import Bus
 from robot_lab.keys import Keys
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from tests.redis_server import wait_for
 from tests.worker_procs import VENV_BIN, child_env, processes, uid  # noqa: F401

@@ -1,4 +1,4 @@
-"""A running task's ``text.delta`` stream (robot_lab/workers/task_io.py DeltaBuffer): chunks
+"""A running task's ``text.delta`` stream (robot_lab/network/lease.py DeltaBuffer): chunks
 are coalesced into windows, what is left goes out with the result, and a flush before any
 other event keeps the stream in the order things happened."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from robot_lab.workers import task_io
-from robot_lab.workers.task_io import DeltaBuffer
+from robot_lab.network import lease as task_io
+from robot_lab.network.lease import DeltaBuffer
 
 
 class Store:

@@ -41,7 +41,7 @@ def boom() -> None:
 def queue(real_client):  # type: ignore[no-untyped-def]
     from rq import Queue
 
-    from robot_lab.runtime.network.serializer import JobSerializer
+    from robot_lab.network.serializer import JobSerializer
 
     q = Queue(f"inflight-{uuid.uuid4().hex[:8]}", connection=real_client, serializer=JobSerializer)
     yield q
@@ -49,7 +49,7 @@ def queue(real_client):  # type: ignore[no-untyped-def]
 
 
 def _worker(queue, in_flight: int):  # type: ignore[no-untyped-def]
-    from robot_lab.runtime.network.serializer import JobSerializer
+    from robot_lab.network.serializer import JobSerializer
 
     cls = in_flight_worker_class()
     return cls([queue], connection=queue.connection, serializer=JobSerializer, in_flight=in_flight)

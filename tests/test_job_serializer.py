@@ -7,7 +7,7 @@ import pickletools
 
 import pytest
 
-from robot_lab.runtime.network.serializer import JobSerializer
+from robot_lab.network.serializer import JobSerializer
 
 PAYLOAD = ("robot_lab.workers.run_task", None, ("robot_lab", "run-1", "classify", "rl-run-1-classify-1"), {})
 

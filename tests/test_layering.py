@@ -8,9 +8,10 @@ Layers, lowest first (a module may import its own layer and those below it):
     schemas     wire types (and the package facade ``robot_lab``, which imports schemas)
     bus         Redis Streams inboxes, replies, dead letters
     memory      shared Memory
-    runtime     Robot, tools, LLM, MCP, rails, networks; ``skills`` beside it
+    runtime     the in-process Robot: tools, LLM, MCP, rails; ``skills`` beside it
+    network     the DAG engine: Network DSL, run state, coordinator, the task job, its lease
     app         App (robots + networks by name), the demo app
-    workers     rq jobs, ``robot-lab worker``, health, status, metrics (Redis gauges)
+    workers     the process: ``robot-lab worker``, in-flight runs, health, status, metrics
     dashboard   ``robot-lab dashboard`` (Starlette app over the workers' readers)
     cli         ``robot-lab`` and its subcommands
 
@@ -38,6 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("bus", ("robot_lab.bus",)),
     ("memory", ("robot_lab.memory",)),
     ("runtime", ("robot_lab.runtime", "robot_lab.skills")),
+    ("network", ("robot_lab.network",)),
     ("app", ("robot_lab.app", "robot_lab.demo")),
     ("workers", ("robot_lab.workers",)),
     ("dashboard", ("robot_lab.dashboard",)),
@@ -183,12 +185,12 @@ def test_an_upward_import_is_reported(tmp_path: Path) -> None:
     root = _tree(tmp_path, {
         "__init__.py": "",
         "bus/__init__.py": "",
-        "bus/core.py": "def f():\n    from robot_lab.workers.jobs import run_task\n",  # bus -> workers
-        "workers/__init__.py": "",
-        "workers/jobs.py": "from robot_lab.bus.core import f\n",
+        "bus/core.py": "def f():\n    from robot_lab.network.task_job import run_task\n",  # bus -> network
+        "network/__init__.py": "",
+        "network/task_job.py": "from robot_lab.bus.core import f\n",
     })
     problems = upward_imports(collect_imports(root))
-    assert problems == ["robot_lab.bus.core (bus) -> robot_lab.workers.jobs (workers): upward import"]
+    assert problems == ["robot_lab.bus.core (bus) -> robot_lab.network.task_job (network): upward import"]
 
 
 def test_a_skills_import_of_runtime_is_reported(tmp_path: Path) -> None:
@@ -215,8 +217,8 @@ def test_a_type_checking_cycle_is_reported(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("module,layer", [
     ("robot_lab.keys", "foundation"), ("robot_lab.schemas.codec", "schemas"), ("robot_lab", "schemas"),
-    ("robot_lab.memory.store", "memory"), ("robot_lab.runtime.network.dsl", "runtime"),
-    ("robot_lab.skills.sandbox", "runtime"), ("robot_lab.workers.jobs", "workers"), ("robot_lab.cli", "cli"),
+    ("robot_lab.memory.store", "memory"), ("robot_lab.network.dsl", "network"), ("robot_lab.runtime.robot.core", "runtime"),
+    ("robot_lab.skills.sandbox", "runtime"), ("robot_lab.network.task_job", "network"), ("robot_lab.workers.process", "workers"), ("robot_lab.cli", "cli"),
 ])
 def test_layer_of(module: str, layer: str) -> None:
     assert layer_of(module) == layer

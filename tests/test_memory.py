@@ -682,7 +682,7 @@ def test_default_client_and_key_layout_come_from_settings(redis_client: Any, sco
 
 def test_local_write_count_moves_with_every_kind_of_write_and_not_with_reads(mem: Memory) -> None:
     """A network task compares this count before and after its robot ran to decide whether
-    it has memory.changed events to report (robot_lab/workers/jobs.py)."""
+    it has memory.changed events to report (robot_lab/network/task_job.py)."""
     from robot_lab.memory.values import local_writes
 
     counts = [local_writes(mem.scope)]

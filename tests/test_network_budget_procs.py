@@ -8,9 +8,9 @@ import pytest
 import redis
 
 from robot_lab.runtime.rails.budget import RedisLedger
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
-from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
+from robot_lab.network.run_state import DEFAULT_LEASE_MS
 from robot_lab.runtime.robot import build
 from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
 

@@ -6,7 +6,7 @@ import pytest
 
 from robot_lab.app import App
 from robot_lab.errors import ConfigurationError
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 
 

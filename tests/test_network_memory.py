@@ -10,7 +10,7 @@ import pytest
 from robot_lab import connection
 from robot_lab.errors import ConfigurationError
 from robot_lab.memory.store import Memory
-from robot_lab.runtime.network.dsl import Network, create_network
+from robot_lab.network.dsl import Network, create_network
 from robot_lab.runtime.robot import build
 from robot_lab.runtime.robot.context import current_memory
 from tests.fixtures import hooks as hook_fixtures

@@ -6,7 +6,7 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from tests.fixtures import hooks as fixture_hooks
 from tests.fixtures.tools import add
@@ -45,7 +45,7 @@ def test_network_token_budget_is_shared_by_all_tasks() -> None:
 
 
 def test_a_loop_across_robots_of_one_run_gets_the_warning() -> None:
-    from robot_lab.runtime.network.coordinator import Coordinator
+    from robot_lab.network.coordinator import Coordinator
 
     connection = fakeredis.FakeRedis()
     net = create_network("loopy")

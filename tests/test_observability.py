@@ -95,7 +95,7 @@ def test_bus_counters_follow_each_message_to_ack_retry_or_dead_letter() -> None:
 
 @pytest.fixture
 def finished_run():
-    from robot_lab.runtime.network.dsl import create_network
+    from robot_lab.network.dsl import create_network
     from robot_lab.runtime.robot import build
 
     connection = fakeredis.FakeRedis()
@@ -188,8 +188,8 @@ def test_a_robot_run_nests_llm_tool_and_mcp_call_spans(spans) -> None:
 
 
 def test_a_running_run_can_be_cancelled_with_the_token() -> None:
-    from robot_lab.runtime.network.coordinator import Coordinator
-    from robot_lab.runtime.network.dsl import create_network
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
     from robot_lab.runtime.robot import build
 
     connection = fakeredis.FakeRedis()

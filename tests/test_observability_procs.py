@@ -18,8 +18,8 @@ from robot_lab.app import publish_specs
 from robot_lab.bus import Bus
 from robot_lab.keys import Keys
 from robot_lab.observability import otel
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from robot_lab.runtime.rails.budget import RedisLedger
 from tests.redis_server import REPO_ROOT, wait_for

@@ -13,8 +13,8 @@ import redis as redis_lib
 
 from robot_lab.keys import Keys
 from robot_lab.memory.store import Memory
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
 from robot_lab.schemas import decode_message
 from tests.fixtures.parity import APP, SKILL_ENV
 from tests.test_parity import parity_env  # noqa: F401

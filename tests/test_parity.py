@@ -26,8 +26,8 @@ import redis as redis_lib
 from robot_lab import connection
 from robot_lab.memory.store import Memory
 from robot_lab.runtime.llm import recording
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import Network, create_network
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import Network, create_network
 from robot_lab.skills.catalog import reset_default_catalog
 from robot_lab.skills.matching import reset_default_matcher
 from tests.fixtures.parity import APP, SKILL_ENV

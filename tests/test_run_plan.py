@@ -16,7 +16,7 @@ import pytest
 import robot_lab
 from robot_lab.errors import ConfigurationError, ToolLoopError
 from robot_lab.runtime.llm import recording
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import Robot, build
 from robot_lab.runtime.run_config import RunConfig
 from robot_lab.schemas import RobotSpec

@@ -8,9 +8,9 @@ import uuid
 
 import msgspec
 
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
-from robot_lab.runtime.network.embedded import EmbeddedWorkers
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
+from robot_lab.network.embedded import EmbeddedWorkers
 from robot_lab.runtime.robot import build
 from robot_lab.schemas import RobotResult, TextMessage
 
@@ -96,7 +96,7 @@ def test_one_keeper_thread_keeps_every_running_tasks_lease(redis_client) -> None
     import time
 
     from robot_lab.outage import OutageTracker
-    from robot_lab.workers.task_io import LeaseHeartbeat
+    from robot_lab.network.lease import LeaseHeartbeat
 
     bot = build(f"hp-{uid()}", model="scripted/echo")
     net = create_network("leases")
@@ -163,7 +163,7 @@ def test_the_first_tasks_of_a_run_arriving_at_once_compile_its_graph_once(redis_
     import threading
     import time
 
-    from robot_lab.runtime.network import coordinator
+    from robot_lab.network import graphs as graph_cache
 
     bot = build(f"hp-{uid()}", model="scripted/echo")
     net = create_network("once")
@@ -172,20 +172,20 @@ def test_the_first_tasks_of_a_run_arriving_at_once_compile_its_graph_once(redis_
             net.task(f"t{i}", bot)
     handle, store, _ = submit(redis_client, net)
     compiled: list[int] = []
-    real = coordinator.compile_network
+    real = graph_cache.compile_network
 
     def slow_compile(spec):  # type: ignore[no-untyped-def]
         compiled.append(1)
         time.sleep(0.2)  # long enough for every thread to arrive meanwhile
         return real(spec)
 
-    monkeypatch.setattr(coordinator, "compile_network", slow_compile)
+    monkeypatch.setattr(graph_cache, "compile_network", slow_compile)
     start = threading.Barrier(20, timeout=10)
     graphs: list[object] = []
 
     def task() -> None:
         start.wait()
-        graphs.append(coordinator.graph_for(store))
+        graphs.append(graph_cache.graph_for(store))
 
     threads = [threading.Thread(target=task) for _ in range(20)]
     for thread in threads:

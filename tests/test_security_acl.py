@@ -157,8 +157,8 @@ def test_a_worker_logged_in_as_its_user_serves_a_message_end_to_end(server: AclS
         raise
     assert reply.content == "echo: hello through ACLs" and reply.from_ == "billing"
     # a network task through rq: the coordinator (its own user) enqueues, billing's worker runs it
-    from robot_lab.runtime.network.coordinator import Coordinator
-    from robot_lab.runtime.network.dsl import create_network
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
     from tests.fixtures.secure import make_app
 
     net = create_network("acl-net")

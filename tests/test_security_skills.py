@@ -343,8 +343,8 @@ def test_a_served_robot_applies_the_workers_ceiling(real_redis_url: str, key_pre
     trusts it (its own setting), which must change nothing: each worker's settings decide."""
     import redis as redis_lib
 
-    from robot_lab.runtime.network.coordinator import Coordinator
-    from robot_lab.runtime.network.dsl import create_network
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
     from tests.fixtures.hostile import APP, SKILL_ENV, make_app
     from tests.worker_procs import VENV_BIN, Processes, child_env, delete_prefix, wait_for_workers
 

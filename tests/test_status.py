@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from robot_lab.bus import Bus, BusPoller
 from robot_lab.cli import main
 from robot_lab.keys import Keys
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from robot_lab.workers import health
 from robot_lab.workers.health import WorkerHeartbeat, check_health, rq_loop_problem

@@ -15,8 +15,8 @@ import redis
 
 from robot_lab.app import publish_specs
 from robot_lab.keys import Keys
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from robot_lab.workers.status import collect_status, rq_registrations
 from tests.redis_server import wait_for

@@ -32,7 +32,7 @@ def test_envelopes_carry_a_traceparent_and_handlers_continue_it(redis_client) ->
 
 
 def test_network_runs_record_the_submitter_trace() -> None:
-    from robot_lab.runtime.network.dsl import create_network
+    from robot_lab.network.dsl import create_network
     from robot_lab.runtime.robot import build
 
     net = create_network("traced")

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from robot_lab.app import publish_specs
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from tests.worker_procs import child_env, uid
 

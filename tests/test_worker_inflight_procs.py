@@ -22,8 +22,8 @@ import pytest
 from robot_lab.app import publish_specs
 from robot_lab.bus import Bus
 from robot_lab.keys import Keys
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from robot_lab.schemas import decode_message
 from tests.redis_server import wait_for
@@ -199,7 +199,7 @@ def test_budgets_and_max_concurrent_robots_hold_with_many_in_flight(client, real
     two robots at once never has more than two tasks running, and a run's token budget is
     never exceeded by more than one call, the calls past it refused naming the run's scope."""
     from robot_lab.runtime.rails.budget import RedisLedger
-    from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS
+    from robot_lab.network.run_state import DEFAULT_LEASE_MS
 
     bot = build(f"inflight-{uid()}", model="scripted/sleep:300")
     publish_specs([bot.to_spec()], connection=client)

@@ -12,10 +12,10 @@ import pytest
 
 from robot_lab.app import publish_specs
 from robot_lab.keys import Keys
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
-from robot_lab.runtime.network.run_state import RunStore
+from robot_lab.network.run_state import RunStore
 from tests.redis_server import wait_for
 from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 COORDINATOR_SCRIPT = r"""
 import sys
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 a, b, c = sys.argv[1:4]
 net = create_network("durable")

@@ -7,8 +7,8 @@ import fakeredis
 import pytest
 import redis
 
-from robot_lab.runtime.network.coordinator import Coordinator
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
 

@@ -39,7 +39,7 @@ def child_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
 
 
 FAN_NETWORK_MODULE = '''
-from robot_lab.runtime.network.dsl import create_network
+from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 
 slow = build({robot!r}, model="scripted/sleep:{sleep_ms}")

@@ -106,7 +106,7 @@ def follow_live(handle: Any, *, title: str, timeout: float | None = None) -> Run
     from rich.console import Console
     from rich.live import Live
 
-    from robot_lab.runtime.network.coordinator import graph_for
+    from robot_lab.network.graphs import graph_for
 
     view = RunView(graph_for(handle.store), title)
     console = Console()
@@ -138,7 +138,7 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
     from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
     from robot_lab.errors import AwaitTimeout
     from robot_lab.memory.store import Memory
-    from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
+    from robot_lab.network.coordinator import Coordinator, is_embedded
     from robot_lab.workers.process import warm_up
 
     if delay_ms is not None and delay_ms < 0:
@@ -150,7 +150,7 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
     embedded = is_embedded(coordinator.connection)
     pool = None
     if embedded:
-        from robot_lab.runtime.network.embedded import EmbeddedWorkers
+        from robot_lab.network.embedded import EmbeddedWorkers
 
         pool = EmbeddedWorkers(coordinator.connection, sorted({t.robot for t in network.spec.tasks}),
                                threads=4).start()

@@ -17,7 +17,7 @@ def resolve_target(target: str) -> Any:
     """``pkg.mod:network``, ``pkg.mod:app`` (its only network), ``pkg.mod:<network name>``
     (of the module's ``app``) or ``file.yml[:network]``."""
     from robot_lab.app import App, load_app
-    from robot_lab.runtime.network.dsl import Network
+    from robot_lab.network.dsl import Network
 
     if ".yml" in target or ".yaml" in target:
         path, _, name = target.partition(".yml") if ".yml" in target else target.partition(".yaml")
@@ -85,7 +85,7 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
     """
     from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
     from robot_lab.errors import AwaitTimeout
-    from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
+    from robot_lab.network.coordinator import Coordinator, is_embedded
 
     network = resolve_target(target)
     ctx = _context(context)
@@ -128,7 +128,7 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
 @click.option("--timeout", type=float, default=None)
 def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None) -> None:
     """Follow RUN_ID until it ends (sweeping lost tasks back to the queues meanwhile)."""
-    from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
+    from robot_lab.network.coordinator import Coordinator, is_embedded
 
     coordinator = Coordinator()
     if is_embedded(coordinator.connection):
@@ -192,7 +192,7 @@ def _watch_all(coordinator: Any) -> None:
 @click.argument("run_id")
 def cancel(run_id: str) -> None:
     """Cancel RUN_ID: queued tasks are dropped, running ones finish but nothing new starts."""
-    from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
+    from robot_lab.network.coordinator import Coordinator, is_embedded
 
     coordinator = Coordinator()
     try:

@@ -95,7 +95,7 @@ class DashboardData:
 
     # --- actions (only when the server has a token) ---------------------------------------
     def cancel(self, run_id: str) -> str:
-        from robot_lab.runtime.network.coordinator import Coordinator
+        from robot_lab.network.coordinator import Coordinator
 
         return Coordinator(connection=self.r, keys=self.keys).cancel(run_id, "cancelled from the dashboard")
 

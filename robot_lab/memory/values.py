@@ -35,7 +35,7 @@ encoder = msgspec.json.Encoder()
 
 # Writes this process has sent, per scope. A network task whose process sent none to its
 # scope while it ran has no ``memory.changed`` event of its own to report, and skips reading
-# the change stream (robot_lab/workers/jobs.py).
+# the change stream (robot_lab/network/task_job.py).
 _local_writes: Counter[str] = Counter()
 _local_writes_lock = threading.Lock()
 

@@ -135,8 +135,13 @@ def configured_robots() -> RobotSource | None:
     from robot_lab.settings import get_settings
 
     path = get_settings().app
-    if not path:
-        return None
+    return robot_source(path) if path else None
+
+
+def robot_source(path: str) -> RobotSource:
+    """The robots of the app at ``path`` (once per process): a Python app is imported, with
+    its side effects (scripted-model scripts, tools registered at import); a YAML app is
+    read for its robots."""
     with _sources_lock:
         cached = _sources.get(path)
     if cached is not None:
@@ -144,7 +149,7 @@ def configured_robots() -> RobotSource | None:
     source: Any = YamlRobots(path) if path.endswith((".yml", ".yaml")) else import_app_object(path)
     if not hasattr(source, "robot_spec"):
         raise ConfigurationError(f"app {path!r} is a {type(source).__name__}, not a robot_lab.App")
-    if not isinstance(source, YamlRobots):
+    if not isinstance(source, YamlRobots):  # a YAML file is read again each time (cheap, and may change)
         remember_app(path, source)
     return source
 

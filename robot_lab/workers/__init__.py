@@ -1,16 +1,16 @@
-"""Workers: rq job functions for network tasks, the robot registry, and ``robot-lab worker``.
+"""Workers: the processes that serve robots.
 
-``robot_lab.workers.run_task`` is the function every task job names (by import path, plain
-data only: :mod:`.serializer`), so ``rq worker robot:<name>`` executes a robot's tasks with nothing but
-this package importable. ``RobotWorker`` (:mod:`.process`) adds the robot's bus poller, the
-lost-work sweeper and graceful shutdown; :mod:`.inflight` runs many tasks and messages at
-once in one process (``--in-flight N``, :class:`RobotPool`); :mod:`.embedded` runs workers as
-threads on the in-process fakeredis.
+``RobotWorker`` (:mod:`.process`) is ``robot-lab worker``: an rq loop for the robots' network
+tasks, a bus poller per robot, the lost-work sweeper and graceful shutdown; :mod:`.inflight`
+runs many tasks and messages at once in one process (``--in-flight N``, :class:`RobotPool`).
+``robot_lab.workers.run_task`` is the name every task job carries (the job itself is
+:func:`robot_lab.network.task_job.run_task`), so ``rq worker robot:<name>`` executes a
+robot's tasks with nothing but this package importable.
 """
 
 from __future__ import annotations
 
+from robot_lab.network.task_job import run_task
 from robot_lab.workers.inflight import RobotPool
-from robot_lab.workers.jobs import run_task
 
 __all__ = ["RobotPool", "run_task"]

@@ -13,7 +13,7 @@ it on a pool thread. rq 3 models a worker with several executions (``Execution``
 the worker's executions set), so every job still goes through rq's own ``perform_job``:
 started registry, result, retries, failure handling -- none of rq's job lifecycle is rewritten
 here. Each job claims its task and keeps its own lease with its own heartbeat
-(:mod:`.jobs`, :mod:`.task_io`), so after a kill -9 every task in hand is re-run when its
+(:mod:`robot_lab.network.task_job`, :mod:`robot_lab.network.lease`), so after a kill -9 every task in hand is re-run when its
 lease expires, and budgets (Redis ledgers, holds per job attempt and thread) and a network's
 ``max_concurrent_robots`` (enforced when tasks are enqueued) hold as with N processes. Job
 timeouts use rq's ``TimerDeathPenalty`` mechanism on one watchdog thread (:mod:`.timeouts`):

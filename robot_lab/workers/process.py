@@ -30,7 +30,7 @@ from typing import Any
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
-from robot_lab.runtime.network.run_state import queue_name
+from robot_lab.network.run_state import queue_name
 from robot_lab.workers.health import LOOP_SLACK
 
 log = get_logger("robot_lab.worker")
@@ -67,7 +67,7 @@ def warm_up(models: Iterable[str] | None = None) -> None:
         llm.LLMGateway(max_retries=0).complete("scripted/text:ok", [{"role": "user", "content": "warm up"}])
     except Exception as exc:  # warming up is an optimisation only
         log.warning("worker.warm_up_failed", error=f"{type(exc).__name__}: {exc}")
-    from robot_lab.workers import jobs  # noqa: F401
+    from robot_lab.network import task_job  # noqa: F401
 
 
 
@@ -100,7 +100,7 @@ def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool, loops: 
 
     from robot_lab.connection import connect
     from robot_lab.rq_connection import rq_connection
-    from robot_lab.runtime.network.serializer import JobSerializer
+    from robot_lab.network.serializer import JobSerializer
     from robot_lab.workers.health import RQ_WORKER_TTL, WorkerHeartbeat, rq_loop_problem
     from robot_lab.workers.supervision import Loops
 
@@ -167,7 +167,7 @@ def _child_main(url: str | None, queues: list[str], name: str, burst: bool, in_f
 
 def _sweeper(connection: Any, keys: Keys, stop: threading.Event, loop: Any) -> None:
     from robot_lab.outage import is_outage
-    from robot_lab.runtime.network.coordinator import Coordinator
+    from robot_lab.network.coordinator import Coordinator
 
     coordinator = Coordinator(connection=connection, keys=keys)
     loop.tick()
@@ -238,7 +238,7 @@ def serving_poller(name: str, spec: Any, connection: Any, in_flight: int) -> Any
 def bus_thread(loops: Any, robot: str, poller: Any, stop: threading.Event) -> threading.Thread:
     """The supervised thread of one robot's bus poller (workers/supervision.py): its rounds
     count as progress, a Redis outage is ridden out, its death fails the health probe."""
-    from robot_lab.runtime.network.run_state import DEFAULT_JOB_TIMEOUT
+    from robot_lab.network.run_state import DEFAULT_JOB_TIMEOUT
     from robot_lab.workers.supervision import JOB_SLACK, LOOP_SLACK, supervise_poller
 
     loop = loops.add(f"bus-{robot}", idle_limit=poller.block_ms / 1000 + LOOP_SLACK)

@@ -9,7 +9,7 @@ rq imports this module in the worker's main process before it starts, so:
 * ``ROBOT_LAB_APP`` (if set) is imported, so its robots' scripts and tools are ready.
 
 No ``-S`` flag is needed: jobs are written with pickle's data-only subset, which rq's
-default serializer reads (see :mod:`robot_lab.runtime.network.serializer`).
+default serializer reads (see :mod:`robot_lab.network.serializer`).
 """
 
 from __future__ import annotations

@@ -493,7 +493,7 @@ class Robot:
     def preload_learnings(self, memory: Any, raw: bytes | str | None) -> None:
         """For a worker that read this robot's stored ``learnings`` field from ``memory``
         (its inherent memory) along with other reads: the next run uses that instead of a
-        round trip of its own (robot_lab/workers/jobs.py)."""
+        round trip of its own (robot_lab/network/task_job.py)."""
         self._learning.preload(memory, raw)
 
     @learnings.setter

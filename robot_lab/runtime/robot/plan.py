@@ -7,7 +7,7 @@ robot's constructor arguments; so the layers here are::
 
     settings  ->  network  ->  robot (front matter < constructor)  ->  task  ->  run call
 
-In-process ``Robot.run``, the bus serve path, network tasks (``workers/jobs.py``),
+In-process ``Robot.run``, the bus serve path, network tasks (``network/task_job.py``),
 delegation and spawn all go through :func:`resolve_plan`, so a robot behaves the same
 wherever it runs. :meth:`RunPlan.describe` is the "config in effect" of a run, with the
 layer each value came from.

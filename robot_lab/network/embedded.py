@@ -12,9 +12,9 @@ import threading
 from typing import Any
 
 from robot_lab.logging import get_logger
-from robot_lab.runtime.network.enqueue import queue_name
+from robot_lab.network.enqueue import queue_name
 
-log = get_logger("robot_lab.runtime.network.embedded")
+log = get_logger("robot_lab.network.embedded")
 
 
 def _worker_class() -> type:
@@ -45,7 +45,7 @@ class EmbeddedWorkers:
 
     def start(self) -> EmbeddedWorkers:
         from rq import Queue
-        from robot_lab.runtime.network.serializer import JobSerializer
+        from robot_lab.network.serializer import JobSerializer
 
         cls = _worker_class()
         for index in range(self.threads_count):

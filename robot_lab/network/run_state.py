@@ -48,9 +48,9 @@ from robot_lab.connection import durable, is_cluster_client
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
 from robot_lab.rq_connection import rq_connection
-from robot_lab.runtime.network import transitions
-from robot_lab.runtime.network.dag import Graph, NetworkSpec
-from robot_lab.runtime.network.enqueue import DEFAULT_JOB_TIMEOUT, JOB_FUNC, enqueue_jobs, queue_name
+from robot_lab.network import transitions
+from robot_lab.network.dag import Graph, NetworkSpec
+from robot_lab.network.enqueue import DEFAULT_JOB_TIMEOUT, JOB_FUNC, enqueue_jobs, queue_name
 from robot_lab.schemas import RobotResult, RunEvent
 
 # Enqueueing lives in .enqueue; re-exported because workers and deploy code import it from here.
@@ -380,7 +380,7 @@ class RunStore:
         could not deserialize it (a worker started with a foreign ``-S`` serializer). Returns
         (task, job_id, error text)."""
         from rq.job import Job, JobStatus
-        from robot_lab.runtime.network.serializer import JobSerializer
+        from robot_lab.network.serializer import JobSerializer
 
         out: list[tuple[str, str, str]] = []
         view = view or self.sweep_view()

@@ -3,7 +3,7 @@
 A :class:`Network` is a DAG of tasks. Each task names a robot; it runs after the tasks it
 ``depends_on`` (a list of task or ``parallel`` group names), or -- for
 ``depends_on="optional"`` -- only when a routing task activates it. ``network.run()``
-hands the DAG to the :mod:`coordinator <robot_lab.runtime.network.coordinator>`, which stores the run
+hands the DAG to the :mod:`coordinator <robot_lab.network.coordinator>`, which stores the run
 in Redis and enqueues each ready task as an rq job on ``robot:<robot>``.
 
 Data flow (robot_lab's ``extract_run_context``): an entry task gets the run's message; a
@@ -23,12 +23,12 @@ from robot_lab.errors import ConfigurationError
 from robot_lab.observability import hooks as observe
 from robot_lab.schemas import RobotSpec, RunConfigData
 from robot_lab.schemas.codec import convert
-from robot_lab.runtime.network import dag
-from robot_lab.runtime.network.dag import OPTIONAL, GroupSpec, NetworkSpec, TaskSpec
+from robot_lab.network import dag
+from robot_lab.network.dag import OPTIONAL, GroupSpec, NetworkSpec, TaskSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from robot_lab.runtime.registry import RobotSource as App  # the App, seen from below: a robot source
-    from robot_lab.runtime.network.coordinator import NetworkResult, RunHandle
+    from robot_lab.network.coordinator import NetworkResult, RunHandle
     from robot_lab.runtime.robot import Robot
 
 
@@ -282,7 +282,7 @@ class Network:
     def submit(self, message: Any = None, *, connection: Any = None, max_concurrent: int | None = None,
                stream: bool = True, run_id: str | None = None, **context: Any) -> RunHandle:
         """Store the run in Redis and enqueue its first tasks; returns at once."""
-        from robot_lab.runtime.network.coordinator import Coordinator
+        from robot_lab.network.coordinator import Coordinator
 
         return Coordinator(connection=connection).submit(
             self, message, context=context, max_concurrent=max_concurrent, stream=stream, run_id=run_id
@@ -312,11 +312,11 @@ class Network:
     def _run(self, message: Any, *, wait: bool, timeout: float | None, connection: Any,
              max_concurrent: int | None, stream: bool, workers: int | None, **context: Any
              ) -> NetworkResult | RunHandle:
-        from robot_lab.runtime.network.coordinator import Coordinator, is_embedded
+        from robot_lab.network.coordinator import Coordinator, is_embedded
 
         coordinator = Coordinator(connection=connection)
         if is_embedded(coordinator.connection):
-            from robot_lab.runtime.network.embedded import EmbeddedWorkers
+            from robot_lab.network.embedded import EmbeddedWorkers
 
             pool = EmbeddedWorkers(
                 coordinator.connection,
@@ -342,7 +342,7 @@ class Network:
 
     def attach(self, run_id: str, *, connection: Any = None) -> RunHandle:
         """Follow a run submitted elsewhere (e.g. by a coordinator that died)."""
-        from robot_lab.runtime.network.coordinator import Coordinator
+        from robot_lab.network.coordinator import Coordinator
 
         return Coordinator(connection=connection).attach(run_id)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from robot_lab.logging import get_logger
 from robot_lab.outage import OutageTracker, is_outage
-from robot_lab.runtime.network.run_state import RunStore
+from robot_lab.network.run_state import RunStore
 
 log = get_logger("robot_lab.workers")
 

@@ -23,50 +23,18 @@ from robot_lab.logging import get_logger
 from robot_lab.observability import hooks as observe
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new_id
-from robot_lab.runtime.network.dag import Graph, NetworkSpec, compile_network
-from robot_lab.runtime.network.enqueue import enqueue_jobs
-from robot_lab.runtime.network.run_state import RunStore
+from robot_lab.network.dag import Graph, NetworkSpec, compile_network
+from robot_lab.network.enqueue import enqueue_jobs
+from robot_lab.network.graphs import graph_for
+from robot_lab.network.run_state import RunStore
 from robot_lab.runtime.rails.budget.redis_ledger import release_holder
 
 log = get_logger("robot_lab.coordinator")
 
 SWEEP_EVERY = 0.5  # seconds between sweeps of a followed run
-_graph_cache: dict[str, Graph] = {}
-_graph_lock = threading.Lock()
-_compiling: dict[str, threading.Lock] = {}  # run key -> held by the thread compiling its graph
-
-
 def is_embedded(connection: Any) -> bool:
     """True for the in-process fakeredis (embedded mode)."""
     return type(connection).__module__.startswith("fakeredis")
-
-
-def cached_graph(store: RunStore) -> Graph | None:
-    """The run's compiled graph if this process has it already (no Redis call)."""
-    with _graph_lock:
-        return _graph_cache.get(f"{store.keys.prefix}:{store.run_id}")
-
-
-def graph_for(store: RunStore, spec_json: str | None = None) -> Graph:
-    """The compiled graph of a run (cached per process: a run's spec never changes);
-    ``spec_json`` is the run record's ``spec`` when the caller has read it already."""
-    key = f"{store.keys.prefix}:{store.run_id}"
-    with _graph_lock:
-        graph = _graph_cache.get(key)
-        if graph is not None:
-            return graph
-        compiling = _compiling.setdefault(key, threading.Lock())
-    with compiling:  # the first tasks of a run arrive at once: one compiles, the rest wait for it
-        with _graph_lock:
-            graph = _graph_cache.get(key)
-        if graph is None:
-            graph = compile_network(load_network_spec(spec_json) if spec_json is not None else store.spec())
-            with _graph_lock:
-                if len(_graph_cache) > 256:
-                    _graph_cache.clear()
-                _graph_cache[key] = graph
-                _compiling.pop(key, None)
-    return graph
 
 
 @dataclass
@@ -340,8 +308,4 @@ class Coordinator:
         return out
 
 
-def load_network_spec(raw: str | bytes) -> NetworkSpec:
-    return msgspec.json.decode(raw, type=NetworkSpec)
-
-
-__all__ = ["Coordinator", "NetworkResult", "RunHandle", "cached_graph", "graph_for", "is_embedded"]
+__all__ = ["Coordinator", "NetworkResult", "RunHandle", "is_embedded"]

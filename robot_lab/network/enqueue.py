@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from robot_lab.keys import Keys
-from robot_lab.runtime.network.dag import Graph
+from robot_lab.network.dag import Graph
 
 JOB_FUNC = "robot_lab.workers.run_task"
 DEFAULT_JOB_TIMEOUT = 600
@@ -31,7 +31,7 @@ def enqueue_jobs(connection: Any, keys: Keys, run_id: str, items: list[tuple[str
         return
     from rq import Queue, Retry
     from robot_lab.rq_connection import rq_connection
-    from robot_lab.runtime.network.serializer import JobSerializer
+    from robot_lab.network.serializer import JobSerializer
 
     connection = rq_connection(connection)  # on Redis Cluster: the node of rq's slot
     pipe = connection.pipeline()

@@ -28,9 +28,10 @@ from robot_lab.memory.values import local_writes
 from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, caused_by_outage
 from robot_lab.schemas import RobotResult
-from robot_lab.runtime.network.run_state import DEFAULT_LEASE_MS, RunStore, enqueue_jobs
-from robot_lab.workers.routing import choose_routes, route_tool_for
-from robot_lab.workers.task_io import DeltaBuffer, LeaseHeartbeat
+from robot_lab.network.run_state import DEFAULT_LEASE_MS, RunStore, enqueue_jobs
+from robot_lab.runtime.registry import robot_source
+from robot_lab.network.routing import choose_routes, route_tool_for
+from robot_lab.network.lease import DeltaBuffer, LeaseHeartbeat
 
 log = get_logger("robot_lab.workers")
 
@@ -77,9 +78,7 @@ def _import_app(path: str) -> None:
             return
         _imported_apps.add(path)
     try:
-        from robot_lab.app import load_app
-
-        load_app(path)
+        robot_source(path)
     except ConfigurationError as exc:
         log.warning("worker.app_import_failed", app=path, error=str(exc))
 
@@ -144,7 +143,7 @@ def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) 
     """Claim the task and read its inputs (one round trip; see RunStore.start_task). With the
     run's graph known here, the task's memory version and its robot's learnings are read in
     the same round trip."""
-    from robot_lab.runtime.network.coordinator import cached_graph
+    from robot_lab.network.graphs import cached_graph
 
     graph = cached_graph(store)
     also = None
@@ -196,7 +195,7 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
 
 def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, worker: str, work: TaskWork,
              outage: OutageTracker | None = None) -> dict[str, Any]:
-    from robot_lab.runtime.network.coordinator import graph_for
+    from robot_lab.network.graphs import graph_for
 
     meta = work.meta
     graph = graph_for(store, meta.pop("spec", None))
@@ -478,7 +477,7 @@ def _sweep_soon(connection: Any, keys: Keys) -> None:
         return
     _last_sweep = now
     try:
-        from robot_lab.runtime.network.coordinator import Coordinator
+        from robot_lab.network.coordinator import Coordinator
 
         Coordinator(connection=connection, keys=keys).sweep()
     except Exception as exc:
