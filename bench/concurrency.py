@@ -251,7 +251,7 @@ def main() -> None:
     prefix = f"bench-conc-{uuid.uuid4().hex[:8]}"
     os.environ["ROBOT_LAB_KEY_PREFIX"] = prefix
     os.environ["REDIS_URL"] = url
-    from robot_lab.app import publish_specs
+    from robot_lab.runtime.registry import publish_specs
     from robot_lab.bus import Bus
     from robot_lab.connection import connect
     from robot_lab.keys import Keys

@@ -63,7 +63,7 @@ def measure(url: str, label: str, model: str, prefix: str, workdir: Path) -> dic
     import redis
     from rq import Queue, Worker
 
-    from robot_lab.app import publish_specs
+    from robot_lab.runtime.registry import publish_specs
     from robot_lab.keys import Keys
     from robot_lab.network.coordinator import Coordinator
     from robot_lab.network.dsl import create_network

@@ -104,7 +104,6 @@ _EXPORTS: dict[str, str] = {
     "Ledger": "robot_lab.runtime.rails.budget",
     "RedisLedger": "robot_lab.runtime.rails.budget",
     "Reservation": "robot_lab.runtime.rails.budget",
-    "reserve_all_remaining": "robot_lab.runtime.rails.budget",
     "check_budgets": "robot_lab.runtime.rails.budget",
     "DoomLoopDetector": "robot_lab.runtime.rails.doom_loop",
     "RedisDoomLoopDetector": "robot_lab.runtime.rails.doom_loop",

@@ -15,11 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.schemas import RobotSpec
-from robot_lab.runtime.registry import (  # noqa: F401  (publish_specs, published_spec, check_importable: re-exported)
-    check_importable,
+from robot_lab.runtime.registry import (
     import_app_object,
     publish_specs,
-    published_spec,
     read_yaml_app,
     read_yaml_robots,
     remember_app,

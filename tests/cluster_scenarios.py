@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Any
 
-from robot_lab.app import publish_specs
+from robot_lab.runtime.registry import publish_specs
 from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from tests.fixtures.tools import add

@@ -16,13 +16,14 @@ import pytest
 from robot_lab.errors import BudgetExceeded, ConfigurationError, InferenceError
 from robot_lab.keys import Keys
 from robot_lab.runtime.rails.budget import (
+    CallEstimate,
     Ledger,
     RedisLedger,
     Reservation,
     check_budgets,
     reconcile,
     release,
-    reserve_all_remaining,
+    reserve_for_call,
     robot_ledger,
 )
 from tests.redis_server import wait_for
@@ -117,19 +118,20 @@ def test_redis_ledger_ttl_set_on_first_write_only(redis_client, key_prefix: str)
         RedisLedger("", redis=redis_client, keys=keys)
 
 
-def test_reserve_all_remaining_and_reconcile(redis_client, key_prefix: str) -> None:
+def test_reserve_for_call_and_reconcile(redis_client, key_prefix: str) -> None:
     own = robot_ledger(token_budget=1000, cost_budget=None)
     assert own is not None and own.limits == {"tokens": 1000.0}
     assert robot_ledger() is None
     shared = RedisLedger("run:r2", {"tokens": 300, "cost": 1.0}, redis=redis_client, keys=Keys(prefix=key_prefix))
-    reservation = reserve_all_remaining([own, None, shared])
+    estimate = CallEstimate(input_tokens=200, output_tokens=100)  # cost unknown: all that is free
+    reservation = reserve_for_call([own, None, shared], estimate, timeout=0)
     assert [(l.scope, k, a) for l, k, a in reservation.entries] == [
-        (None, "tokens", 1000.0), ("run:r2", "cost", 1.0), ("run:r2", "tokens", 300.0)
+        (None, "tokens", 300.0), ("run:r2", "cost", 1.0), ("run:r2", "tokens", 300.0)
     ]
-    assert shared.remaining("tokens") == 0 and own.remaining("tokens") == 0
-    # A concurrent call on the shared budget is refused while everything is held.
-    with pytest.raises(BudgetExceeded, match=r"^budget exceeded for cost: 1 >= 1 \(nothing remaining\) \(scope: run:r2\)$"):
-        reserve_all_remaining([shared])
+    assert shared.remaining("tokens") == 0 and own.remaining("tokens") == 700
+    # A concurrent call on the shared budget waits while everything is held, then is refused.
+    with pytest.raises(BudgetExceeded, match=r"^budget exceeded for cost: .*\(scope: run:r2\)$"):
+        reserve_for_call([shared], estimate, timeout=0)
     reconcile(reservation, tokens=120, cost=0.25)
     reconcile(reservation, tokens=999, cost=9)  # settled: second call is a no-op
     assert own.consumed == {"tokens": 120.0}
@@ -143,22 +145,25 @@ def test_refused_reservation_holds_nothing(redis_client, key_prefix: str) -> Non
     exhausted = RedisLedger("tenant:t", {"tokens": 10}, redis=redis_client, keys=Keys(prefix=key_prefix))
     exhausted.reserve("tokens", 10)
     exhausted.reconcile("tokens", 10, 12)
-    with pytest.raises(BudgetExceeded, match=r"budget exceeded for tokens: 12 > 10 \(scope: tenant:t\)"):
-        reserve_all_remaining([own, exhausted])
+    with pytest.raises(BudgetExceeded, match=r"budget exceeded for tokens: .*\(scope: tenant:t\)"):
+        reserve_for_call([own, exhausted], CallEstimate(input_tokens=5, output_tokens=5), timeout=0)
     assert own.remaining("tokens") == 100  # released again
 
 
-def test_caps_let_parallel_calls_share_a_budget() -> None:
+def test_estimates_let_parallel_calls_share_a_budget() -> None:
     shared = Ledger(limits={"tokens": 100}, scope="run:p")
-    first = reserve_all_remaining([shared], caps={"tokens": 30})
-    second = reserve_all_remaining([shared], caps={"tokens": 30})
+    first = reserve_for_call([shared], CallEstimate(input_tokens=20, output_tokens=10), timeout=0)
+    second = reserve_for_call([shared], CallEstimate(input_tokens=20, output_tokens=10), timeout=0)
     assert [a for _, _, a in first.entries] == [30.0]
     assert shared.remaining("tokens") == 40
-    third = reserve_all_remaining([shared], caps={"tokens": 50})
-    assert [a for _, _, a in third.entries] == [40.0]  # capped by what remains
+    big = CallEstimate(input_tokens=40, output_tokens=10)
+    with pytest.raises(BudgetExceeded, match="did not fit within 0 s while other calls held reservations"):
+        reserve_for_call([shared], big, timeout=0)  # does not fit while the others hold theirs
     release(first)
     release(first)
-    assert shared.remaining("tokens") == 30
+    assert shared.remaining("tokens") == 70
+    third = reserve_for_call([shared], big, timeout=0)
+    assert [a for _, _, a in third.entries] == [50.0]
     reconcile(second, tokens=10)
     reconcile(third, tokens=40)
     assert shared.consumed == {"tokens": 50.0}
@@ -166,11 +171,11 @@ def test_caps_let_parallel_calls_share_a_budget() -> None:
 
 def test_release_on_failed_call() -> None:
     ledger = Ledger(limits={"tokens": 10})
-    reservation = reserve_all_remaining([ledger])
+    reservation = reserve_for_call([ledger], CallEstimate(input_tokens=5, output_tokens=5), timeout=0)
     assert isinstance(reservation, Reservation) and reservation
     release(reservation)
     assert ledger.remaining("tokens") == 10
-    assert not reserve_all_remaining([Ledger()])  # no limits: empty reservation
+    assert not reserve_for_call([Ledger()], CallEstimate(input_tokens=5, output_tokens=5), timeout=0)  # no limits
 
 
 def test_check_budgets_messages() -> None:
@@ -198,7 +203,7 @@ _WORKER = textwrap.dedent(
     import redis
     from robot_lab.errors import BudgetExceeded, InferenceError
     from robot_lab.keys import Keys
-    from robot_lab.runtime.rails.budget import RedisLedger, check_budgets, reconcile, reserve_all_remaining
+    from robot_lab.runtime.rails.budget import CallEstimate, RedisLedger, check_budgets, reconcile, reserve_for_call
 
     url, prefix, scope, seed, mode, cap = sys.argv[1:7]
     cap = int(cap)
@@ -218,7 +223,7 @@ _WORKER = textwrap.dedent(
                 ledger.reserve("tokens", cap)
                 reservation = None
             else:
-                reservation = reserve_all_remaining([ledger], caps={"tokens": cap})
+                reservation = reserve_for_call([ledger], CallEstimate(input_tokens=cap, output_tokens=0), timeout=2)
         except BudgetExceeded as error:
             refused = str(error)
             break
@@ -238,7 +243,7 @@ _WORKER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize(("mode", "budget", "cap"), [("fixed", 2000, 25), ("all_remaining", 2000, 40)])
+@pytest.mark.parametrize(("mode", "budget", "cap"), [("fixed", 2000, 25), ("estimate", 2000, 40)])
 def test_two_processes_share_one_budget(real_redis_url: str, key_prefix: str, mode: str, budget: int, cap: int) -> None:
     import redis
 

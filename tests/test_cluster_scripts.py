@@ -196,7 +196,6 @@ def _exercise_every_script(client: Any) -> None:
     # budgets: every ledger script
     ledger = RedisLedger(f"audit-{uid()}", {"tokens": 100}, redis=client, ttl=60)
     ledger.reserve("tokens", 10)
-    ledger.reserve_remaining("tokens", 5)
     ledger.reserve_call("tokens", 5)
     ledger.reconcile("tokens", 10, 3)
     ledger.release("tokens", 5)

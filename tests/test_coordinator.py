@@ -14,7 +14,8 @@ from robot_lab.keys import default_keys
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
-from robot_lab.network.run_state import RunStore, enqueue_jobs
+from robot_lab.network.enqueue import enqueue_jobs
+from robot_lab.network.run_state import RunStore
 from robot_lab.schemas import RobotResult, RobotSpec, TextMessage
 from robot_lab.network.embedded import EmbeddedWorkers
 
@@ -203,7 +204,7 @@ def test_bad_input_fails_at_submission_before_any_job(redis_client):
 
 
 def test_a_published_robot_spec_is_enough_to_run(redis_client):
-    from robot_lab.app import publish_specs
+    from robot_lab.runtime.registry import publish_specs
 
     name = f"published-{uid()}"
     publish_specs([RobotSpec(name=name, model="scripted/text:from the registry")], connection=redis_client)
@@ -290,3 +291,26 @@ def test_embedded_network_run_uses_in_process_workers(redis_client, request):
     result = net.run("go")
     assert result.status == "completed" and result.reply == "echo: one"
     assert net.attach(result.run_id).status == "completed"
+
+
+def test_enqueueing_a_wide_fan_out_asks_the_server_version_once_per_queue(redis_client, monkeypatch):
+    """rq asks the server's version (an INFO round trip) once per Queue object: a fan-out of
+    40 tasks on two robots makes two such calls, not 40."""
+    from rq import queue as rq_queue
+
+    from robot_lab.keys import Keys
+
+    calls: list[int] = []
+    real = rq_queue.get_version
+    monkeypatch.setattr(rq_queue, "get_version", lambda connection: calls.append(1) or real(connection))
+    run_id = f"fan-{uid()}"
+    robots = [f"fan-a-{uid()}", f"fan-b-{uid()}"]
+    items = [(f"t{i}", f"rl-{run_id}-t{i}-1", robots[i % 2]) for i in range(40)]
+    enqueue_jobs(redis_client, Keys(prefix="x"), run_id, items)
+    assert len(calls) == 2
+    from robot_lab.network.serializer import JobSerializer
+    from robot_lab.rq_connection import rq_connection
+
+    counts = [Queue(f"robot:{r}", connection=rq_connection(redis_client), serializer=JobSerializer).count
+              for r in robots]
+    assert counts == [20, 20]

@@ -83,7 +83,7 @@ def test_every_container_has_an_image_requests_and_a_non_root_pod():
 
 
 def test_each_demo_robot_has_a_worker_deployment_with_meaningful_probes():
-    from robot_lab.network.run_state import DEFAULT_JOB_TIMEOUT
+    from robot_lab.network.enqueue import DEFAULT_JOB_TIMEOUT
 
     deployments = _by_kind("Deployment")
     for robot in _demo_robots():
@@ -141,7 +141,7 @@ def test_each_demo_robot_scales_on_its_queue_and_its_bus_lag():
     from rq import Queue
 
     from robot_lab.keys import Keys
-    from robot_lab.network.run_state import queue_name
+    from robot_lab.network.enqueue import queue_name
 
     prefix = _by_kind("ConfigMap")["robot-lab-config"]["data"]["ROBOT_LAB_KEY_PREFIX"]
     auths = _by_kind("TriggerAuthentication")

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from robot_lab.app import publish_specs
+from robot_lab.runtime.registry import publish_specs
 from robot_lab.bus import Bus
 from robot_lab.keys import Keys
 from robot_lab.observability import otel

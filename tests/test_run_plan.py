@@ -20,7 +20,7 @@ from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import Robot, build
 from robot_lab.runtime.run_config import RunConfig
 from robot_lab.schemas import RobotSpec
-from robot_lab.schemas.codec import convert
+from robot_lab.schemas.validation import convert
 from tests.fixtures.tools import add, lookup_order
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "templates"

@@ -83,7 +83,7 @@ def test_fleet_follows_a_sentinel_failover_and_counts_what_was_lost(sentinel_set
     url = sentinel_set.url
     client = connect(url)
     robot, talker = f"steady-{uid()}", f"talker-{uid()}"
-    from robot_lab.app import publish_specs
+    from robot_lab.runtime.registry import publish_specs
 
     publish_specs([build(robot, model="scripted/sleep:1200").to_spec(), build(talker, model="scripted/echo").to_spec()],
                   connection=client, keys=keys)

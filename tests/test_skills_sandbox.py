@@ -94,7 +94,7 @@ def test_interpreter_choice_and_skips(tmp_path: Path, monkeypatch: pytest.Monkey
     assert tools["exec_tool"].command == [str(directory.resolve() / "scripts" / "exec_tool")]
     assert tools["bang_noexec"].command[0] == "/bin/sh"
     here = python_executable(sys.executable)
-    assert tools["plain"].command[0] == here and tools["plain"].uses_current_python
+    assert tools["plain"].command[0] == here and tools["plain"].python is not None
     assert tools["exec_nobang"].command[0] == here
     assert tools["env_python"].command[0] == here
     assert any(e["event"] == "script_tool.skipped" and "lint.js" in e["script"] for e in logs)

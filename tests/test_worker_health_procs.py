@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from robot_lab.app import publish_specs
+from robot_lab.runtime.registry import publish_specs
 from robot_lab.bus import Bus
 from robot_lab.keys import Keys
 from robot_lab.runtime.robot import build

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from robot_lab.app import publish_specs
+from robot_lab.runtime.registry import publish_specs
 from robot_lab.bus import Bus
 from robot_lab.keys import Keys
 from robot_lab.network.coordinator import Coordinator

@@ -21,7 +21,7 @@ TIMEOUT_EXIT = 124  # like timeout(1): the wait gave up, the run itself may stil
 def serving(connection: Any, keys: Any, robots: list[str]) -> dict[str, bool]:
     """For each robot: does a live worker (robot-lab heartbeat, or a registered plain rq
     worker that is not stale) serve its queue?"""
-    from robot_lab.network.run_state import queue_name
+    from robot_lab.network.enqueue import queue_name
     from robot_lab.workers.status import live_workers, rq_registrations
 
     workers = live_workers(connection, keys)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 
 from robot_lab.app import App
-from robot_lab.network.dsl import create_network
-from robot_lab.runtime.robot import build
 from robot_lab.runtime.llm.scripted import register_script, register_script_family
 
 # The default delay of every scripted call; `robot-lab demo --delay-ms N` picks another per

@@ -9,7 +9,6 @@ go back to the queue, and queued tasks whose rq job vanished are enqueued again.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from robot_lab.logging import get_logger
 from robot_lab.observability import hooks as observe
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new_id
-from robot_lab.network.dag import Graph, NetworkSpec, compile_network
+from robot_lab.network.dag import Graph, compile_network
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.graphs import graph_for
 from robot_lab.network.run_state import RunStore

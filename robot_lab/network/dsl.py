@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from robot_lab.errors import ConfigurationError
 from robot_lab.observability import hooks as observe
 from robot_lab.schemas import RobotSpec, RunConfigData
-from robot_lab.schemas.codec import convert
+from robot_lab.schemas.validation import convert
 from robot_lab.network import dag
 from robot_lab.network.dag import OPTIONAL, GroupSpec, NetworkSpec, TaskSpec
 

@@ -50,12 +50,10 @@ from robot_lab.keys import Keys
 from robot_lab.rq_connection import rq_connection
 from robot_lab.network import transitions
 from robot_lab.network.dag import Graph, NetworkSpec
-from robot_lab.network.enqueue import DEFAULT_JOB_TIMEOUT, JOB_FUNC, enqueue_jobs, queue_name
+from robot_lab.network.enqueue import queue_name
 from robot_lab.schemas import RobotResult, RunEvent
 
-# Enqueueing lives in .enqueue; re-exported because workers and deploy code import it from here.
-__all__ = ["DEFAULT_JOB_TIMEOUT", "DEFAULT_LEASE_MS", "JOB_FUNC", "RUN_TTL", "TERMINAL", "RunStore",
-           "SweepView", "TaskStart", "enqueue_jobs", "queue_name"]
+__all__ = ["DEFAULT_LEASE_MS", "RUN_TTL", "TERMINAL", "RunStore", "SweepView", "TaskStart"]
 
 TERMINAL = frozenset({"done", "failed", "skipped", "cancelled"})
 DEFAULT_LEASE_MS = 5000
@@ -97,7 +95,7 @@ class RunStore:
     """One run's state in Redis: submit, claim, complete, reclaim, cancel, read.
 
     Methods that may make tasks runnable return ``(task, job_id, robot)`` triples; the
-    caller must enqueue them (:func:`enqueue_jobs`) -- a crash in between is repaired by
+    caller must enqueue them (:func:`~robot_lab.network.enqueue.enqueue_jobs`) -- a crash in between is repaired by
     :meth:`repair_queued`, and a duplicate job is harmless because claims are checked here.
     """
 

@@ -28,7 +28,8 @@ from robot_lab.memory.values import local_writes
 from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, caused_by_outage
 from robot_lab.schemas import RobotResult
-from robot_lab.network.run_state import DEFAULT_LEASE_MS, RunStore, enqueue_jobs
+from robot_lab.network.enqueue import enqueue_jobs
+from robot_lab.network.run_state import DEFAULT_LEASE_MS, RunStore
 from robot_lab.runtime.registry import robot_source
 from robot_lab.network.routing import choose_routes, route_tool_for
 from robot_lab.network.lease import DeltaBuffer, LeaseHeartbeat

@@ -24,7 +24,7 @@ import msgspec
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.schemas import RobotSpec
-from robot_lab.schemas.codec import convert
+from robot_lab.schemas.validation import convert
 
 
 class RobotSource(Protocol):

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from robot_lab.errors import ConfigurationError
-from robot_lab.schemas.codec import convert
+from robot_lab.schemas.validation import convert
 from robot_lab.schemas.messages import RunConfigData
 
 LLM_FIELDS = ("model", "temperature", "top_p", "top_k", "max_tokens", "presence_penalty", "frequency_penalty", "stop")

@@ -2,7 +2,6 @@
 
 from robot_lab.schemas.codec import (
     SCHEMA_TYPES,
-    convert,
     decode,
     decode_message,
     encode,
@@ -11,6 +10,7 @@ from robot_lab.schemas.codec import (
     schema_text,
 )
 from robot_lab.schemas.ids import new_id, uuid7
+from robot_lab.schemas.validation import convert
 from robot_lab.schemas.messages import (
     ENVELOPE_VERSION,
     RUN_EVENT_NAMES,

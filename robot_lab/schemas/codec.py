@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from robot_lab.errors import SchemaError
-from robot_lab.schemas.validation import T, convert, schema_error as _schema_error  # noqa: F401 (convert re-exported)
+from robot_lab.schemas.validation import T, schema_error as _schema_error
 from robot_lab.schemas.messages import (
     MemoryChange,
     RobotMessage,

@@ -401,7 +401,6 @@ def run_script(
     python: str | None = None,
     workspace: str | None = None,
     label: str = "",
-    uses_current_python: bool = False,
 ) -> Outcome:
     """Run a script command under the grant, choosing the mode from trust and settings.
 
@@ -435,7 +434,7 @@ def run_script(
         usable, reason = False, "sandboxing is disabled (settings.sandbox.enabled = false)"
     if usable:
         cwd = workspace or choose_cwd(grant, skill_dir)
-        extra = python_roots(python) if (python is not None or uses_current_python) else []
+        extra = python_roots(python) if python is not None else []
         inner = [*rlimit_prefix(Limits.from_sandbox(sandbox), nproc=True), *command]
         argv = bwrap_argv(inner, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=extra,
                           extra_rw=[workspace] if workspace else [])

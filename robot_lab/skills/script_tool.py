@@ -234,12 +234,6 @@ def plan_script(path: Path, python: str | None = None) -> ScriptPlan:
     return ScriptPlan("data", why="not executable, no #! line and no known extension (.py, .sh, .bash, .js)")
 
 
-def resolve_command(path: Path, python: str | None = None) -> tuple[list[str] | None, bool, str]:
-    """``(command, runs_with_python, why_not)``; kept for callers of the first API."""
-    plan = plan_script(path, python)
-    return plan.command, plan.python is not None, plan.why
-
-
 _TOOL_NAME_RE = re.compile(r"[^A-Za-z0-9_-]+")
 NAMESPACE_SEPARATOR = "__"
 
@@ -292,11 +286,6 @@ class ScriptTool(ToolShape):
         self.parameters = dict(ARGS_SCHEMA)
         self.workspace = workspace
         self.last_outcome: Outcome | None = None
-
-    @property
-    def uses_current_python(self) -> bool:
-        """Kept for the first API: whether the script runs with a Python robot-lab chose."""
-        return self.python is not None
 
     @classmethod
     def from_path(

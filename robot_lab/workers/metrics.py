@@ -25,7 +25,7 @@ from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
 from robot_lab.observability import metrics
-from robot_lab.network.run_state import queue_name
+from robot_lab.network.enqueue import queue_name
 from robot_lab.text.strings import as_str as _s
 from robot_lab.workers.status import live_workers
 

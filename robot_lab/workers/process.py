@@ -30,7 +30,7 @@ from typing import Any
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
-from robot_lab.network.run_state import queue_name
+from robot_lab.network.enqueue import queue_name
 from robot_lab.workers.health import LOOP_SLACK
 
 log = get_logger("robot_lab.worker")
@@ -73,7 +73,7 @@ def warm_up(models: Iterable[str] | None = None) -> None:
 
 def resolve_worker_robots(names: list[str], *, connection: Any, keys: Keys, app: Any) -> dict[str, Any]:
     """Each robot's spec, from the app or the Redis registry; unknown names raise."""
-    from robot_lab.app import check_importable, published_spec
+    from robot_lab.runtime.registry import check_importable, published_spec
 
     specs = {}
     for name in names:
@@ -191,7 +191,7 @@ def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: 
     """Serve every robot spawned at run time (``<prefix>:robots:spawned``): a bus poller per
     new name, built from its published spec. A spec that cannot be built is logged and
     retried on the next pass."""
-    from robot_lab.app import published_spec
+    from robot_lab.runtime.registry import published_spec
     from robot_lab.outage import is_outage
 
     loop = loops.loops["spawn-watcher"]
@@ -238,8 +238,9 @@ def serving_poller(name: str, spec: Any, connection: Any, in_flight: int) -> Any
 def bus_thread(loops: Any, robot: str, poller: Any, stop: threading.Event) -> threading.Thread:
     """The supervised thread of one robot's bus poller (workers/supervision.py): its rounds
     count as progress, a Redis outage is ridden out, its death fails the health probe."""
-    from robot_lab.network.run_state import DEFAULT_JOB_TIMEOUT
-    from robot_lab.workers.supervision import JOB_SLACK, LOOP_SLACK, supervise_poller
+    from robot_lab.network.enqueue import DEFAULT_JOB_TIMEOUT
+    from robot_lab.workers.health import JOB_SLACK, LOOP_SLACK
+    from robot_lab.workers.supervision import supervise_poller
 
     loop = loops.add(f"bus-{robot}", idle_limit=poller.block_ms / 1000 + LOOP_SLACK)
     supervise_poller(poller, loop, stop, handler_limit=DEFAULT_JOB_TIMEOUT + JOB_SLACK)

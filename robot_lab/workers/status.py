@@ -231,7 +231,7 @@ def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dic
     from rq.registry import FailedJobRegistry, StartedJobRegistry
 
     from robot_lab.bus import Bus
-    from robot_lab.network.run_state import queue_name
+    from robot_lab.network.enqueue import queue_name
     from robot_lab.network.serializer import JobSerializer
 
     bus = Bus(redis=connection, keys=keys)
@@ -336,7 +336,7 @@ def collect_status(connection: Any = None, keys: Keys | None = None, robots: lis
 def unknown_robots(connection: Any, keys: Keys, names: list[str], workers: list[dict[str, Any]],
                    runs: list[dict[str, Any]]) -> list[str]:
     """The names among ``names`` that nothing of this prefix knows (a typo, another prefix)."""
-    from robot_lab.network.run_state import queue_name
+    from robot_lab.network.enqueue import queue_name
 
     known = set(known_robots(connection, keys, workers, runs))
     candidates = [n for n in names if n not in known]

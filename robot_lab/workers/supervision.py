@@ -28,7 +28,6 @@ from typing import Any
 
 from robot_lab.logging import get_logger
 from robot_lab.outage import OutageTracker, describe, is_outage
-from robot_lab.workers.health import JOB_SLACK, LOOP_SLACK  # noqa: F401  (re-exported for the loops' limits)
 
 log = get_logger("robot_lab.worker")
 

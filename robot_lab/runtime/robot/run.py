@@ -15,7 +15,6 @@ from robot_lab.runtime.rails.hooks import (
     LlmGenerationHookContext,
     RunHookContext,
     hook_scope,
-    run_hooks,
 )
 from robot_lab.runtime.robot.context import RunContext, conversation_scope, running
 from robot_lab.runtime.robot.drive import IO, SYNC

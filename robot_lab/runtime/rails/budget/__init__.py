@@ -1,4 +1,4 @@
-"""Budgets: reserve before each model call, reconcile after (robot_lab's ``Budget::Ledger``).
+"""Budgets: reserve before each model call, reconcile after (the Ruby gem's ``Budget::Ledger``).
 
 Two ledgers with one interface (:class:`BudgetLedger`), and the Robot's per-call helpers:
 
@@ -10,7 +10,7 @@ Two ledgers with one interface (:class:`BudgetLedger`), and the Robot's per-call
 * :mod:`.estimate` -- :func:`estimate_call`: how big a call's reservation is;
 * :mod:`.calls` -- :func:`reserve_for_call` (waits while reservations in flight may come
   back), :func:`reconcile`, :func:`release`, :func:`check_budgets`: what the Robot does
-  around each model call; :func:`reserve_all_remaining` is robot_lab's reserve-everything.
+  around each model call.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from robot_lab.runtime.rails.budget.calls import (
     check_budgets,
     reconcile,
     release,
-    reserve_all_remaining,
     reserve_for_call,
     robot_ledger,
 )
@@ -42,7 +41,6 @@ __all__ = [
     "reconcile",
     "release",
     "release_holder",
-    "reserve_all_remaining",
     "reserve_for_call",
     "robot_ledger",
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,39 +32,13 @@ _MAX_POLL = 0.25
 
 @dataclass
 class Reservation:
-    """What :func:`reserve_all_remaining` held: ``(ledger, dimension, amount)`` entries."""
+    """What :func:`reserve_for_call` held: ``(ledger, dimension, amount)`` entries."""
 
     entries: list[tuple[Any, str, float]] = field(default_factory=list)
     settled: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.entries)
-
-
-def reserve_all_remaining(
-    ledgers: Iterable[BudgetLedger | None],
-    *,
-    caps: Mapping[str, float] | None = None,
-) -> Reservation:
-    """Before a model call: reserve what is left of every limited dimension of every ledger.
-
-    Raises BudgetExceeded (naming the scope) when any dimension has nothing left; what was
-    already reserved in other ledgers is released first, so a refused call holds nothing.
-    ``caps`` (e.g. ``{"tokens": max_tokens}``) reserves at most that much per dimension
-    instead of everything, so parallel robots sharing one budget do not lock each other out.
-    """
-    reservation = Reservation()
-    try:
-        for ledger in ledgers:
-            if ledger is None:
-                continue
-            for key in sorted(ledger.limits):
-                amount = ledger.reserve_remaining(key, (caps or {}).get(key))
-                reservation.entries.append((ledger, key, amount))
-    except BaseException:
-        release(reservation)
-        raise
-    return reservation
 
 
 def reserve_for_call(
@@ -97,7 +71,7 @@ def reserve_for_call(
         try:
             for ledger in active:
                 for key in sorted(ledger.limits):
-                    amount = _reserve_one(ledger, key, estimate.amount(key))
+                    amount = ledger.reserve_call(key, estimate.amount(key))
                     if amount is None:
                         blocked = (ledger, key)
                         break
@@ -122,13 +96,6 @@ def reserve_for_call(
         waited_for = blocked
         time.sleep(min(left, pause * random.uniform(0.5, 1.5)))
         pause = min(pause * 2, _MAX_POLL)
-
-
-def _reserve_one(ledger: Any, key: str, amount: float | None) -> float | None:
-    reserve_call = getattr(ledger, "reserve_call", None)
-    if reserve_call is None:  # a ledger of the older interface: reserve what remains, at most the estimate
-        return float(ledger.reserve_remaining(key, amount))
-    return reserve_call(key, amount)
 
 
 def _wait_timed_out(ledger: Any, key: str, wanted: float | None, timeout: float) -> BudgetExceeded:

@@ -77,7 +77,7 @@ class BudgetLedger(Protocol):
 
     def reserve(self, key: str, amount: float) -> None: ...
 
-    def reserve_remaining(self, key: str, cap: float | None = None) -> float: ...
+    def reserve_call(self, key: str, amount: float | None) -> float | None: ...
 
     def reconcile(self, key: str, reserved: float, actual: float) -> None: ...
 
@@ -134,25 +134,6 @@ class Ledger:
             if committed + amount > limit:
                 raise exceeded(self.scope, key, committed + amount, limit)
             self._reserved[key] = self._reserved.get(key, 0.0) + amount
-
-    def reserve_remaining(self, key: str, cap: float | None = None) -> float:
-        """Reserve everything left, or at most ``cap``; 0.0 if unlimited (nothing to hold).
-
-        A budget with nothing left refuses (BudgetExceeded): the call could only overspend.
-        Returns the amount reserved.
-        """
-        cap_amount = None if cap is None else parse_amount(cap, "cap")
-        with self._lock:
-            limit = self._limits.get(key)
-            if limit is None:
-                return 0.0
-            committed = self._consumed.get(key, 0.0) + self._reserved.get(key, 0.0)
-            remaining = limit - committed
-            if remaining <= 0:
-                raise exceeded(self.scope, key, committed, limit, nothing_left=True)
-            amount = remaining if cap_amount is None else min(remaining, cap_amount)
-            self._reserved[key] = self._reserved.get(key, 0.0) + amount
-            return amount
 
     def reserve_call(self, key: str, amount: float | None) -> float | None:
         """One model call's reservation, by the rule of :meth:`RedisLedger.reserve_call

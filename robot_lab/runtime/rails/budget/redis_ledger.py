@@ -101,7 +101,6 @@ class RedisLedger:
         self._holder_id = holder.id if holder is not None else ""
         self._registered = holder is None
         self._reserve = self.redis.register_script(scripts.RESERVE)
-        self._reserve_remaining = self.redis.register_script(scripts.RESERVE_REMAINING)
         self._reserve_call = self.redis.register_script(scripts.RESERVE_CALL)
         self._reconcile = self.redis.register_script(scripts.RECONCILE)
         self._release = self.redis.register_script(scripts.RELEASE)
@@ -166,18 +165,6 @@ class RedisLedger:
         result = self._reserve(keys=[self.key], args=[self.ttl, key, repr(amount), self._holder_id])
         if int(result[0]) == 1:
             raise exceeded(self.scope, key, _num(result[1]), _num(result[2]))
-
-    def reserve_remaining(self, key: str, cap: float | None = None) -> float:
-        """Atomically reserve everything left (or at most ``cap``); see Ledger."""
-        cap_arg = "" if cap is None else repr(parse_amount(cap, "cap"))
-        self._register()
-        result = self._reserve_remaining(keys=[self.key], args=[self.ttl, key, cap_arg, self._holder_id])
-        status = int(result[0])
-        if status == 2:
-            return 0.0
-        if status == 1:
-            raise exceeded(self.scope, key, _num(result[1]), _num(result[2]), nothing_left=True)
-        return _num(result[1])
 
     def reserve_call(self, key: str, amount: float | None) -> float | None:
         """One model call's reservation: ``amount`` (its estimate; None = all that is free).

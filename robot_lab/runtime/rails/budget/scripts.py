@@ -73,23 +73,6 @@ touch(ARGV[1])
 return {0}
 """
 
-# ARGV: ttl, key, cap ('' = none), holder -> {0, reserved} | {1, committed, limit} nothing left
-#                                            | {2} unlimited
-RESERVE_REMAINING = _LIB + """
-local limit = redis.call('HGET', KEYS[1], 'limit:' .. ARGV[2])
-if not limit then return {2} end
-limit = tonumber(limit)
-local committed = num('consumed:' .. ARGV[2]) + num('reserved:' .. ARGV[2])
-local amount = limit - committed
-if amount <= 0 then
-  return {1, fmt(committed), fmt(limit)}
-end
-if ARGV[3] ~= '' and tonumber(ARGV[3]) < amount then amount = tonumber(ARGV[3]) end
-add_reserved(ARGV[2], ARGV[4], amount)
-touch(ARGV[1])
-return {0, fmt(amount)}
-"""
-
 # One model call's reservation (see RedisLedger.reserve_call for the rule).
 # ARGV: ttl, key, amount ('' = all that is free), holder
 #   -> {0, reserved} | {1, committed, limit} refused | {2} unlimited | {3, free, in_flight} wait
