@@ -1,4 +1,4 @@
-"""Benchmark: many runs in flight in ONE worker process (issue 15).
+"""Benchmark: many runs in flight in ONE worker process.
 
 Run: ``.venv/bin/python bench/concurrency.py [--count 200] [--sleep-ms 400] [--in-flight 200]
 [--sequential-count 10]`` (uses ``--url`` / REDIS_URL, else starts a private redis-server on a

@@ -75,7 +75,7 @@ def replies(bus: Bus, stream: str) -> dict[str, list[RobotMessage]]:
 
 
 def test_reclaimed_head_runs_first_and_the_conversation_follows_in_order(bus: Bus) -> None:
-    """The issue 20 scenario in one process: the survivor has read the rest of the
+    """A stalled conversation in one process: the survivor has read the rest of the
     conversation before it reclaims the head from the consumer that died running it."""
     def die(message: RobotMessage) -> None:
         raise Died()
@@ -140,7 +140,7 @@ def test_status_reports_a_head_nobody_runs_but_not_a_long_handler(bus: Bus, monk
     runner = poller(bus, "runner", claim_interval=3600, batch_size=1, block_ms=20,
                     visibility_timeout=vis).on_message(long_handler)
     holder.poll(), dead.poll()  # registered; their one sweep at start is behind them
-    # c-held: read and heart-beaten by a consumer that never runs it (the stall of issue 20)
+    # c-held: read and heart-beaten by a consumer that never runs it (a stalled head)
     bus.publish("talk", "held", conversation_id="c-held")
     holder._read()
     # c-dead: granted to a consumer that then stopped heart-beating (killed mid-handler)

@@ -1,4 +1,4 @@
-"""The memory a robot runs with (issue 12): the run's shared memory in a network task,
+"""The memory a robot runs with: the run's shared memory in a network task,
 ``task(memory=...)``, ``run(memory=...)``; tools reach it through ``current_memory()`` and
 hooks through ``ctx.memory``, always writing as the robot."""
 

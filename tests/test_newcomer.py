@@ -1,6 +1,5 @@
 """Each mistake a newcomer or an operator makes, run through the real ``robot-lab`` command:
-one clear line, no traceback, a non-zero exit where the command failed (issue 18, issue 13
-item 7). ``--debug`` is the one way to see a traceback.
+one clear line, no traceback, a non-zero exit where the command failed. ``--debug`` is the one way to see a traceback.
 
 Most cases run the installed console script in a subprocess, as a user would, so that what
 is asserted is exactly what reaches the terminal.
@@ -76,7 +75,7 @@ def test_bad_redis_url(url: str, expected: str) -> None:
 
 
 def test_unix_socket_url_with_credentials_connects_or_says_why(tmp_path: Path) -> None:
-    """``unix://user:pw@/path`` used to raise IndexError deep in redis-py."""
+    """``unix://user:pw@/path`` gets a clear error, not an IndexError deep in redis-py."""
     sock = tmp_path / "nothing.sock"
     assert_one_clear_line(cli("status", REDIS_URL=f"unix://user:s3cret@{sock}"), "cannot reach Redis at unix://user:***@")
 

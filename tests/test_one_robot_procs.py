@@ -1,4 +1,4 @@
-"""Acceptance of issue 12 with real processes on a real Redis: a robot served by
+"""Location transparency with real processes on a real Redis: a robot served by
 ``robot-lab worker`` answers a ``redis-cli XADD`` by calling its tool, and two parallel
 tasks on two worker processes share memory (one writes ``k``, the other waits for it)."""
 

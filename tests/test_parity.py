@@ -1,4 +1,4 @@
-"""One robot, wherever it runs (issue 12): a table of scenarios, each run three ways --
+"""One robot, wherever it runs: a table of scenarios, each run three ways --
 
 * ``inprocess``: ``Robot.run`` in this process, as a user calls it;
 * ``embedded``: a network run on fakeredis with in-process rq workers;

@@ -1,4 +1,4 @@
-"""One run plan (issue 12): the cascade settings -> network -> robot -> task -> run call,
+"""One run plan: the cascade settings -> network -> robot -> task -> run call,
 every RobotSpec field round-tripping, the finite global max_tool_rounds, provider reaching
 litellm, nothing accepted and ignored, and the serving policy of a served robot."""
 

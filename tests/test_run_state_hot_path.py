@@ -1,4 +1,4 @@
-"""The task's round trips, batched (issue 15 item 4): the claim reads what the job needs in the
+"""The task's round trips, batched: the claim reads what the job needs in the
 same script, and the result goes out with the events the task still owes and the input its
 robot received -- the same events, in the same order, as when each was its own call."""
 

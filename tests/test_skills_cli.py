@@ -104,7 +104,7 @@ def test_match_scores_every_skill(runner: CliRunner, root: Path) -> None:
     assert "Odd_Name" in lines[1] and "yes" not in lines[1]
 
 
-# --- issue 16 papercuts ------------------------------------------------------------------------------
+# --- CLI papercuts ------------------------------------------------------------------------------------
 
 
 def test_create_quotes_a_description_with_a_colon(runner: CliRunner, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Loop supervision and outage riding, unit level (issue 13, items 2 and 3): which errors
+"""Loop supervision and outage riding, unit level: which errors
 count as an outage, the backoff's bounds, one log line per state change, and when a loop
 is dead, stuck, busy or starting. The real-process counterparts are
 tests/test_worker_health_procs.py and tests/test_redis_restart.py."""

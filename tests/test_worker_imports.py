@@ -1,4 +1,4 @@
-"""What a worker process loads (issue 15 item 5): a ``robot-lab worker`` whose robots run on
+"""What a worker process loads: a ``robot-lab worker`` whose robots run on
 the scripted model handles its tasks without importing litellm, fastembed or MCP; one whose robot names a provider model imports litellm while warming up,
 before its first task. Figures: bench/worker_memory.py, docs/operations.md ("Memory")."""
 

@@ -1,4 +1,4 @@
-"""Many runs in flight per worker process (issue 15), with real processes on a real Redis:
+"""Many runs in flight per worker process, with real processes on a real Redis:
 
 * bus consumers with ``in_flight`` 4 in two processes: each conversation in order and never
   two of its messages at once, while one process runs messages of different conversations at

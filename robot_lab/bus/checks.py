@@ -1,5 +1,5 @@
-"""Checking one inbox entry before anything handles it (issue 13: a consumer never dies of
-its input).
+"""Checking one inbox entry before anything handles it, so that a consumer never dies of
+its input.
 
 :func:`check_entry` turns any stream entry -- arbitrary field names and bytes, any JSON,
 pathological nesting, huge values, wrong types -- into a :class:`Verdict`: the message to

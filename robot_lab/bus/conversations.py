@@ -1,10 +1,10 @@
-"""Conversations whose head nobody runs: what ``robot-lab status`` reports (issue 20).
+"""Conversations whose head nobody runs: what ``robot-lab status`` reports.
 
 Entries of one conversation run one at a time, in stream order: only the conversation's
 head in the inbox's conversation queue may run (see :mod:`robot_lab.bus.scripts`). A head
 that has been waiting longer than the visibility timeout plus one reclaim sweep, without a live consumer running
 it, means the conversation is stalled: its consumer died and nobody reclaimed the entry, or
-a consumer holds it without running it (the bug of issue 20), or a consumer is busy for that
+a consumer holds it without running it (a reclaimed head queued behind later entries), or a consumer is busy for that
 long with other entries. Each is worth a look, so status lists them.
 
 "Running" is read from the conversation heads hash (``Keys.conversation_heads``): ACQUIRE

@@ -72,8 +72,8 @@ def _scripted(model: str) -> bool:
 def count_input_tokens(model: str, messages: Sequence[Any], tools: Sequence[Any] | None = None) -> int:
     """Input tokens of a call as litellm counts them (chars / 4 if it cannot). The scripted
     model's are the ones it will report, counted as it counts them, without litellm: a worker
-    serving only scripted robots never imports litellm (it used to, under a task's lease, the
-    first time a budget applied)."""
+    serving only scripted robots never imports litellm (which would cost seconds under a task's
+    lease the first time a budget applies)."""
     if _scripted(model):
         from robot_lab.runtime.llm.scripted import prompt_tokens
 
