@@ -5,7 +5,9 @@ and dead letters; ``BusPoller`` consumes one robot's inbox as one consumer of it
 See docs/bus.md.
 """
 
-from robot_lab.bus.core import REPLY_PREFIX, Bus, check_robot_name
+from robot_lab.bus.core import Bus
+from robot_lab.bus.names import check_robot_name
+from robot_lab.bus.requests import REPLY_PREFIX
 from robot_lab.bus.delivery import Delivery
 from robot_lab.bus.poller import BusPoller, default_consumer_name, flatten_content
 from robot_lab.bus.records import DeadLetter, InboxStats, OutboxEntry

@@ -22,7 +22,7 @@ import msgspec
 
 from robot_lab.errors import BusError, SchemaError
 from robot_lab.schemas import RobotMessage, decode_message
-from robot_lab.bus.core import check_robot_name
+from robot_lab.bus.names import check_robot_name
 
 SUPPORTED_VERSION = 1
 SUPPORTED_KINDS = ("message", "reply", "error")

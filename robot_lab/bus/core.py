@@ -8,51 +8,37 @@ The port of robot_lab's TypedBus + BusMessaging publishing half: ``publish`` (an
 channel raises, as robot_lab's "Unknown channel"), ``send_message`` with an outbox kept in
 Redis so the reply is matched on whichever worker it lands, ``send_reply``, and
 ``request`` which blocks for the reply. ``apublish`` / ``arequest`` are the same on
-redis-py's asyncio client (docs/async.md). Dead-letter and statistics helpers live here too
-because the CLI and tests use them without a poller.
+redis-py's asyncio client (docs/async.md). Each concern beyond publishing is a mixin of its
+own module: :mod:`.requests` (request / reply), :mod:`.outbox` (``send_message`` and its
+outbox), :mod:`.dlq` (dead letters); statistics stay here because the CLI and tests use them
+without a poller.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as _dt
-import re
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import redis as _redis
 
-from robot_lab.errors import AwaitTimeout, BusError, RemoteError, SchemaError
+from robot_lab.errors import BusError, SchemaError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
 from robot_lab.observability import hooks as observe
-from robot_lab.schemas import RobotMessage, decode_message, encode_message, new_id, utcnow
-from robot_lab.bus.replies import REPLY_STREAM_PREFIX
+from robot_lab.schemas import RobotMessage, encode_message, utcnow
 from robot_lab.settings import BusSettings, get_settings
 from robot_lab.text.strings import as_str as _s
 from robot_lab.bus import scripts
 from robot_lab.bus.dlq import DeadLetters
-from robot_lab.bus.records import InboxStats, OutboxEntry
+from robot_lab.bus.names import check_robot_name
+from robot_lab.bus.outbox import Outbox
+from robot_lab.bus.requests import Requests
+from robot_lab.bus.records import InboxStats
 from robot_lab.bus.signing import Keyring, default_keyring
 
 log = get_logger("robot_lab.bus")
-
-# A robot name becomes part of Redis keys: ':' would let "x:dlq" alias robot x's DLQ,
-# braces would break cluster hash tags, whitespace breaks the CLI.
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.@/+\-]{1,200}$")
-REPLY_PREFIX = REPLY_STREAM_PREFIX  # reply streams: "_reply.<from>.<id>" (replies.reply_allowed lets them through)
-
-
-def check_robot_name(name: Any, field: str = "robot") -> str:
-    """Return ``name`` if it is usable as a robot / channel name, else raise BusError."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise BusError(
-            f"invalid {field} name {name!r}: use 1-200 characters from letters, digits and "
-            "_ . @ / + - (no ':', braces or spaces)"
-        )
-    return name
-
 
 def _deadline(value: _dt.datetime | _dt.timedelta | float | int | None) -> _dt.datetime | None:
     """Absolute deadline from a datetime, a timedelta or seconds from now."""
@@ -120,7 +106,7 @@ def _trim_refused(exc: Exception, inbox: str) -> None:
     log.debug("bus.trim_not_permitted", stream=inbox)
 
 
-class Bus(DeadLetters):
+class Bus(Requests, Outbox, DeadLetters):
     """Inbox streams of robots on one Redis: register, publish, reply, request, inspect."""
 
     def __init__(
@@ -346,27 +332,6 @@ class Bus(DeadLetters):
         self._since_trim[robot] = 0 if due else n
         return maxlen if due else 0
 
-    def send_message(
-        self, to: str, content: str | Mapping[str, Any], *, from_: str, **kwargs: Any
-    ) -> RobotMessage:
-        """robot_lab's ``send_message``: publish and record ``outbox[id] = sent`` for
-        ``from_``, so the reply is correlated (status ``replied``) by whichever worker of
-        ``from_`` consumes it. ``reply_to`` defaults to ``from_``."""
-        check_robot_name(from_, "sender")
-        message = self.publish(to, content, from_=from_, **kwargs)
-        self._record_sent(from_, message)
-        return message
-
-    def _record_sent(self, robot: str, message: RobotMessage) -> None:
-        key = self.keys.outbox_entry(robot, message.id)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(
-            key,
-            mapping={"message": encode_message(message), "status": "sent", "sent_at": utcnow().isoformat()},
-        )
-        pipe.expire(key, int(self.settings.reply_ttl))
-        pipe.execute()
-
     def send_reply(
         self,
         original: RobotMessage,
@@ -416,183 +381,6 @@ class Bus(DeadLetters):
         if reply.signature is None:
             reply = self.keyring.sign(reply)
         return self._append(reply.to, encode_message(reply), mode="reply")
-
-    # --- request / reply --------------------------------------------------------------
-    def request(
-        self,
-        to: str,
-        content: str | Mapping[str, Any],
-        *,
-        timeout: float = 30.0,
-        from_: str = "client",
-        conversation_id: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        deadline: _dt.datetime | _dt.timedelta | float | None = None,
-    ) -> RobotMessage:
-        """Publish to ``to`` and block until its reply arrives; returns the reply envelope.
-
-        Replies go to a private stream ``<prefix>:bus:_reply.<from_>.<id>`` (created here with a
-        TTL, deleted afterwards), so the caller needs no inbox or worker of its own.
-        Raises AwaitTimeout naming the robot and the seconds waited.
-        """
-        reply_name, reply_key, ttl = self._reply_stream(from_, timeout)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
-        pipe.expire(reply_key, ttl)
-        pipe.execute()
-        try:
-            message = self.publish(
-                to,
-                content,
-                from_=from_,
-                reply_to=reply_name,
-                conversation_id=conversation_id,
-                headers=headers,
-                deadline=deadline,
-            )
-            return self._await_reply(reply_key, message, to, timeout)
-        finally:
-            self.redis.delete(reply_key)
-
-    async def arequest(
-        self,
-        to: str,
-        content: str | Mapping[str, Any],
-        *,
-        timeout: float = 30.0,
-        from_: str = "client",
-        conversation_id: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        deadline: _dt.datetime | _dt.timedelta | float | None = None,
-    ) -> RobotMessage:
-        """:meth:`request` on the asyncio client: the wait for the reply is an awaited
-        ``XREAD BLOCK``, so one event loop waits on many requests at once."""
-        reply_name, reply_key, ttl = self._reply_stream(from_, timeout)
-        r = self.aredis
-        pipe = r.pipeline(transaction=False)
-        pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
-        pipe.expire(reply_key, ttl)
-        await pipe.execute()
-        try:
-            message = await self.apublish(to, content, from_=from_, reply_to=reply_name,
-                                          conversation_id=conversation_id, headers=headers, deadline=deadline)
-            end = time.monotonic() + timeout
-            cursor = "0-0"
-            while True:
-                block = self._block_ms(end, timeout, message, to)
-                result = await r.xread({reply_key: cursor}, count=16, block=block)
-                cursor, reply = self._match_reply(reply_key, result, cursor, message, to)
-                if reply is not None:
-                    return reply
-        finally:
-            await r.delete(reply_key)
-
-    def _reply_stream(self, from_: str, timeout: float) -> tuple[str, str, int]:
-        """(name, key, TTL) of a new private reply stream for one request, named after the
-        sender, so a Redis ACL can give each sender its own reply streams (robot-lab acl:
-        ``~<prefix>:bus:_reply.<from>.*``); a name too long for that stays anonymous."""
-        reply_name = f"{REPLY_PREFIX}{from_}.{new_id()}" if len(from_) <= 150 else f"{REPLY_PREFIX}{new_id()}"
-        return reply_name, self.keys.inbox(reply_name), max(60, int(timeout) + 60)
-
-    def _await_reply(self, reply_key: str, message: RobotMessage, to: str, timeout: float) -> RobotMessage:
-        end = time.monotonic() + timeout
-        cursor = "0-0"
-        while True:
-            block = self._block_ms(end, timeout, message, to)
-            result = self.redis.xread({reply_key: cursor}, count=16, block=block)
-            cursor, reply = self._match_reply(reply_key, result, cursor, message, to)
-            if reply is not None:
-                return reply
-
-    @staticmethod
-    def _block_ms(end: float, timeout: float, message: RobotMessage, to: str) -> int:
-        """Milliseconds of the next XREAD BLOCK; AwaitTimeout once the request timed out."""
-        remaining = end - time.monotonic()
-        if remaining <= 0:
-            raise AwaitTimeout(f"no reply from robot {to!r} within {timeout:g} s (message {message.id})")
-        # short blocks: redis-py 8 clients default to a 5 s socket timeout
-        return max(1, int(min(remaining, 1.0) * 1000))
-
-    def _match_reply(self, reply_key: str, result: Any, cursor: str, message: RobotMessage, to: str
-                     ) -> tuple[str, RobotMessage | None]:
-        """(new cursor, the authentic reply to ``message`` among the XREAD ``result`` or
-        None); RemoteError when the reply is an error envelope."""
-        for _stream, entries in result or []:
-            for entry_id, fields in entries:
-                cursor = _s(entry_id)
-                raw = fields.get(b"envelope", b"")
-                try:
-                    reply = decode_message(raw)
-                except SchemaError as exc:
-                    log.warning("bus.bad_reply", stream=reply_key, error=str(exc))
-                    continue
-                if reply.in_reply_to == message.id and self._authentic_reply(raw, reply, to):
-                    if reply.kind == "error":
-                        raise RemoteError(
-                            f"robot {to!r} could not handle message {message.id}: {reply.content}",
-                            reason=reply.headers.get("error"),
-                        )
-                    return cursor, reply
-        return cursor, None
-
-    def _authentic_reply(self, raw: bytes, reply: RobotMessage, to: str) -> bool:
-        """Under ``verify`` warn/require a reply must come from ``to`` and be signed with
-        one of its keys; require skips (and logs) any other, warn only logs it."""
-        if self.verify == "off":
-            return True
-        problem = (f"a reply from {reply.from_!r} to a request sent to {to!r}" if reply.from_ != to
-                   else self.keyring.problem(raw, reply))
-        if not problem:
-            return True
-        log.warning("bus.unauthenticated", robot=to, message_id=reply.id, sender=reply.from_, error=problem,
-                    mode=self.verify, where="request")
-        return self.verify != "require"
-
-    def outbox(self, robot: str, message_id: str) -> OutboxEntry | None:
-        """The outbox record of a message ``robot`` sent with ``send_message``."""
-        key = self.keys.outbox_entry(robot, message_id)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(key)
-        pipe.lrange(f"{key}:replies", 0, -1)
-        data, replies = pipe.execute()
-        if not data:
-            return None
-        raw = data.get(b"message")
-        return OutboxEntry(
-            message_id=message_id,
-            status=_s(data.get(b"status")),
-            message=decode_message(raw) if raw else None,
-            replies=[decode_message(r) for r in replies],
-            sent_at=_s(data.get(b"sent_at")),
-            replied_at=_s(data.get(b"replied_at")),
-        )
-
-    def wait_for_reply(self, robot: str, message_id: str, timeout: float = 30.0) -> RobotMessage:
-        """Block until a reply to ``message_id`` (sent by ``robot``) has been correlated by
-        any worker of ``robot``; returns the first reply."""
-        key = self.keys.outbox_entry(robot, message_id)
-        end = time.monotonic() + timeout
-        while True:
-            entry = self.outbox(robot, message_id)
-            if entry is None:
-                raise BusError(f"robot {robot!r} has no outbox entry for message {message_id!r}")
-            if entry.replies:
-                return entry.replies[0]
-            remaining = end - time.monotonic()
-            if remaining <= 0:
-                raise AwaitTimeout(f"no reply to {robot!r}'s message {message_id} within {timeout:g} s")
-            self.redis.blpop([f"{key}:signal"], timeout=min(remaining, 1.0))
-
-    def correlate_reply(self, robot: str, reply: RobotMessage) -> bool:
-        """Mark ``outbox[reply.in_reply_to]`` of ``robot`` replied; False when not ours."""
-        if not reply.in_reply_to:
-            return False
-        key = self.keys.outbox_entry(robot, reply.in_reply_to)
-        done = self._outbox_reply(
-            keys=[key, f"{key}:replies", f"{key}:signal"],
-            args=[encode_message(reply), int(self.settings.reply_ttl), utcnow().isoformat(), reply.id],
-        )
-        return bool(done)
 
     # --- statistics -------------------------------------------------------------------
     def stats(self, robots: Iterable[str] | None = None) -> list[InboxStats]:

@@ -45,7 +45,8 @@ from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.threads import warm_pool
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
 from robot_lab.bus.conversations import sweep_interval
-from robot_lab.bus.core import Bus, check_robot_name
+from robot_lab.bus.core import Bus
+from robot_lab.bus.names import check_robot_name
 from robot_lab.bus.delivery import Delivery
 from robot_lab.bus.handling import Handling
 from robot_lab.bus.intake import Intake

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robot_lab.bus.core import check_robot_name
+from robot_lab.bus.names import check_robot_name
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
 

@@ -1,7 +1,9 @@
 """The offline scripted model: deterministic replies, tool calls, routes, sleeps and token
-counts, with no network. Served to the rest of the code through litellm's custom-provider
-seam (see :mod:`.llm`) as ``model="scripted/<behaviour>"``, so the robot, the tool loop,
-streaming and usage accounting run exactly as with a real provider.
+counts, with no network, as ``model="scripted/<behaviour>"``. The gateway answers it
+directly, in litellm's response shape, without importing litellm; when a litellm callback is
+registered it goes through litellm's custom-provider seam instead, so the callbacks see it
+(docs/scripted-model.md, "Without litellm"). Either way the robot, the tool loop, streaming
+and usage accounting run exactly as with a real provider.
 
 Behaviours (the part after ``scripted/``):
 
