@@ -12,9 +12,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-
 from robot_lab.errors import ConfigurationError
-from robot_lab.schemas import RobotSpec
 from robot_lab.runtime.registry import (
     import_app_object,
     publish_specs,
@@ -22,6 +20,7 @@ from robot_lab.runtime.registry import (
     read_yaml_robots,
     remember_app,
 )
+from robot_lab.schemas import RobotSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from robot_lab.keys import Keys
@@ -53,7 +52,7 @@ class App:
 
     def robot(self, name: str, **kwargs: Any) -> Robot:
         """Build a robot (``robot_lab.build`` arguments) and register it."""
-        from robot_lab.runtime.robot import build
+        from robot_lab.runtime.robot import build  # lazy: start-up time
 
         return self.add_robot(build(name, **kwargs))
 
@@ -74,14 +73,14 @@ class App:
 
     def build_robot(self, name: str, **overrides: Any) -> Robot:
         """A fresh robot (empty conversation) built from the definition."""
-        from robot_lab.runtime.robot import Robot
+        from robot_lab.runtime.robot import Robot  # lazy: start-up time
 
         return Robot.from_spec(self.robot_spec(name), **overrides)
 
     # --- networks --------------------------------------------------------------------
     def network(self, name: str, **kwargs: Any) -> Network:
         """Create a network bound to this app and register it."""
-        from robot_lab.network.dsl import create_network
+        from robot_lab.network.dsl import create_network  # lazy: start-up time
 
         return self.add_network(create_network(name, app=self, **kwargs))
 
@@ -122,7 +121,7 @@ class App:
         app = cls(name or data.get("name") or path.stem, import_path=str(path))
         for spec in read_yaml_robots(path, data):
             app.add_robot(spec)
-        from robot_lab.network.dsl import Network
+        from robot_lab.network.dsl import Network  # lazy: start-up time
 
         for index, raw in enumerate(data.get("networks") or []):
             try:
@@ -164,7 +163,7 @@ def load_app(path: str) -> App:
 
 def configured_app() -> App | None:
     """The app named by ``ROBOT_LAB_APP`` / ``settings.app``, if any."""
-    from robot_lab.settings import get_settings
+    from robot_lab.settings import get_settings  # lazy: start-up time
 
     path = get_settings().app
     return load_app(path) if path else None

@@ -110,6 +110,6 @@ def main(ctx: click.Context, verbose: int, debug: bool) -> None:
     level = "DEBUG" if debug or verbose > 1 else "INFO" if verbose else None
     if level is None and (ctx.invoked_subcommand in SERVICE_COMMANDS or "ROBOT_LAB_LOG_LEVEL" in os.environ):
         return
-    from robot_lab.logging import configure_logging
+    from robot_lab.logging import configure_logging  # lazy: start-up time
 
     configure_logging(level=level or "WARNING", force=True)

@@ -57,14 +57,14 @@ def embedded_server() -> Any:
     global _embedded_server
     with _embedded_lock:
         if _embedded_server is None:
-            import fakeredis
+            import fakeredis  # lazy: start-up time
 
             _embedded_server = fakeredis.FakeServer()
         return _embedded_server
 
 
 def embedded_client() -> redis.Redis:
-    import fakeredis
+    import fakeredis  # lazy: start-up time
 
     return fakeredis.FakeRedis(server=embedded_server(), max_connections=SYNC_MAX_CONNECTIONS)
 
@@ -84,8 +84,8 @@ SYNC_MAX_CONNECTIONS = 10_000
 def embedded_async_client(server: Any = None) -> Any:
     """An asyncio fakeredis client on the embedded server (or ``server``): it sees exactly
     what the sync embedded clients see."""
-    import fakeredis.aioredis
-    from redis.asyncio import BlockingConnectionPool
+    import fakeredis.aioredis  # lazy: start-up time
+    from redis.asyncio import BlockingConnectionPool  # lazy: start-up time
 
     return fakeredis.aioredis.FakeRedis(server=server if server is not None else embedded_server(),
                                         connection_pool_class=BlockingConnectionPool,
@@ -124,7 +124,7 @@ def _driver_info() -> Any:
         try:
             from importlib.metadata import PackageNotFoundError, version
 
-            from redis.driver_info import DriverInfo
+            from redis.driver_info import DriverInfo  # lazy: start-up time
         except ImportError:  # redis-py < 7: the version is read once, at import
             _DRIVER_INFO.append(None)
             return None
@@ -171,7 +171,7 @@ def sentinel_kwargs(parsed: RedisURL, **kwargs: Any) -> tuple[dict[str, Any], di
 
 def cluster_kwargs(parsed: RedisURL, **kwargs: Any) -> dict[str, Any]:
     """Keyword arguments for ``redis.cluster.RedisCluster`` (startup nodes, auth, TLS)."""
-    from redis.cluster import ClusterNode
+    from redis.cluster import ClusterNode  # lazy: start-up time
 
     conn = _defaults({**_typed_options(parsed), **kwargs})
     conn.pop("health_check_interval", None)  # per-node pools manage their own checks
@@ -217,9 +217,10 @@ def _checked_connect(url: str, kwargs: dict[str, Any], *, aio: bool) -> Any:
 
 def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = False) -> Any:
     if aio:
-        import redis.asyncio as flavour
-        from redis.asyncio.cluster import ClusterNode as AsyncClusterNode, RedisCluster as AsyncRedisCluster
-        from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+        import redis.asyncio as flavour  # lazy: start-up time
+        from redis.asyncio.cluster import ClusterNode as AsyncClusterNode  # lazy: start-up time
+        from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+        from redis.asyncio.sentinel import Sentinel as AsyncSentinel  # lazy: start-up time
     else:
         flavour = redis  # type: ignore[assignment]
     if parsed.kind == "standalone":
@@ -246,7 +247,7 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = 
         options.setdefault("max_connections", SYNC_MAX_CONNECTIONS)
         return flavour.Redis.from_url(f"{scheme}://{rest}", **options)
     if parsed.kind == "sentinel":
-        from redis.sentinel import Sentinel
+        from redis.sentinel import Sentinel  # lazy: start-up time
 
         conn, sentinel = sentinel_kwargs(parsed, **kwargs)
         if aio:
@@ -254,7 +255,7 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = 
             return AsyncSentinel(list(parsed.hosts), sentinel_kwargs=sentinel, **conn).master_for(parsed.service)
         conn.setdefault("max_connections", SYNC_MAX_CONNECTIONS)
         return Sentinel(list(parsed.hosts), sentinel_kwargs=sentinel, **conn).master_for(parsed.service)
-    from redis.cluster import RedisCluster
+    from redis.cluster import RedisCluster  # lazy: start-up time
 
     options = cluster_kwargs(parsed, **kwargs)
     if aio:
@@ -292,7 +293,7 @@ def async_twin(client: Any) -> Any:
             f"cannot derive an asyncio client from {type(client).__name__}: build it with "
             "robot_lab.connection.connect(url), or pass the asyncio client yourself (aredis=...)"
         )
-    import redis.asyncio as aredis
+    import redis.asyncio as aredis  # lazy: start-up time
 
     # type(v) is object: redis-py's "unset" sentinel (socket_keepalive_options)
     kwargs = {k: options[k] for k in _TWIN_OPTIONS if k in options and type(options[k]) is not object}
@@ -354,7 +355,7 @@ def durable(client: Any, write: Any) -> Any:
     Off (a plain call) when the setting is 0, on the embedded fakeredis, and on Redis
     Cluster clients: redis-py's cluster pipeline sends a keyless WAIT to a node of its
     choosing, not over the connection that wrote."""
-    from robot_lab.settings import get_settings
+    from robot_lab.settings import get_settings  # lazy: start-up time
 
     settings = get_settings()
     replicas = int(settings.redis_wait_replicas)
@@ -365,7 +366,7 @@ def durable(client: Any, write: Any) -> Any:
     pipe.execute_command("WAIT", replicas, int(settings.redis_wait_timeout_ms))
     result, acked = pipe.execute()
     if int(acked) < replicas:
-        from robot_lab.logging import get_logger
+        from robot_lab.logging import get_logger  # lazy: start-up time
 
         get_logger("robot_lab.redis").warning("redis.replication_lag", wanted=replicas, acked=int(acked),
                                               timeout_ms=int(settings.redis_wait_timeout_ms))
@@ -375,7 +376,7 @@ def durable(client: Any, write: Any) -> Any:
 def get_redis(url: str | None = None) -> redis.Redis:
     """A shared client per URL (clients are thread-safe connection pools)."""
     if url is None:
-        from robot_lab.settings import get_settings
+        from robot_lab.settings import get_settings  # lazy: start-up time
 
         url = get_settings().redis_url
     key = url or "embedded"

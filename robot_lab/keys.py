@@ -144,7 +144,7 @@ class Keys:
 def default_keys() -> Keys:
     """Keys of the configured prefix; cluster hash tags when the ``cluster`` setting is on or
     ``REDIS_URL`` is a ``redis+cluster://`` URL."""
-    from robot_lab.settings import get_settings
+    from robot_lab.settings import get_settings  # lazy: start-up time
 
     settings = get_settings()
     return Keys(prefix=settings.key_prefix, cluster=settings.cluster_keys)

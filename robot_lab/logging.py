@@ -83,7 +83,7 @@ def configure_logging(level: str | None = None, fmt: str | None = None, *, force
     global _configured
     if _configured and not force:
         return
-    from robot_lab.settings import get_settings
+    from robot_lab.settings import get_settings  # lazy: start-up time
 
     settings = get_settings()
     level = (level or settings.log_level).upper()
@@ -117,7 +117,7 @@ def configure_logging(level: str | None = None, fmt: str | None = None, *, force
 def _warn_unknown_variables() -> None:
     """Once per process: a misspelt ``ROBOT_LAB_*`` variable would otherwise be ignored
     without a word (pydantic-settings ignores extra variables)."""
-    from robot_lab.settings import unknown_variables
+    from robot_lab.settings import unknown_variables  # lazy: start-up time
 
     for name, suggestion in unknown_variables():
         hint = f"; did you mean {suggestion}?" if suggestion else ""

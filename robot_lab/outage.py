@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import redis.exceptions as rx
 
 from robot_lab.logging import get_logger
+from robot_lab.settings import get_settings
 
 log = get_logger("robot_lab.redis")
 
@@ -76,8 +77,6 @@ class Backoff:
     def __init__(self, initial: float | None = None, cap: float | None = None,
                  rng: random.Random | None = None) -> None:
         if initial is None or cap is None:
-            from robot_lab.settings import get_settings
-
             settings = get_settings()
             initial = settings.redis_retry_initial if initial is None else initial
             cap = settings.redis_retry_max if cap is None else cap

@@ -30,7 +30,7 @@ _TAG = re.compile(r"\{([^}]+)\}")
 
 
 def rq_prefix() -> str:
-    from rq.defaults import RQ_KEY_PREFIX
+    from rq.defaults import RQ_KEY_PREFIX  # lazy: start-up time
 
     return RQ_KEY_PREFIX
 

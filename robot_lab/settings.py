@@ -10,9 +10,10 @@ tools that change ``HOME`` or the working directory see their own files.
 
 from __future__ import annotations
 
+import difflib
 import os
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal, get_origin
 
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
@@ -22,6 +23,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+
+from robot_lab.redis_url import is_cluster_url
 
 SCRIPTED_DEFAULT_MODEL = "scripted/echo"
 DEFAULT_MAX_TOOL_ROUNDS = 25
@@ -358,8 +361,6 @@ class Settings(BaseSettings):
     @property
     def cluster_keys(self) -> bool:
         """Whether keys need cluster hash tags (``cluster`` or a ``redis+cluster://`` URL)."""
-        from robot_lab.redis_url import is_cluster_url
-
         return self.cluster or is_cluster_url(self.redis_url)
 
     @property
@@ -402,8 +403,6 @@ def _setting_paths(model: type[BaseModel], prefix: str = "") -> tuple[set[str], 
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
     """``ROBOT_LAB_*`` variables that no setting reads (a misspelling is otherwise silently
     ignored), each with the closest known name, or None. Values are never looked at."""
-    import difflib
-
     env = os.environ if environ is None else environ
     known, dicts = _setting_paths(Settings)
     # compared without the common prefix, which would make every name look close

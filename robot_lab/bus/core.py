@@ -23,6 +23,14 @@ from typing import Any
 
 import redis as _redis
 
+from robot_lab.bus import scripts
+from robot_lab.bus.dlq import DeadLetters
+from robot_lab.bus.names import check_robot_name
+from robot_lab.bus.outbox import Outbox
+from robot_lab.bus.records import InboxStats
+from robot_lab.bus.requests import Requests
+from robot_lab.bus.signing import Keyring, default_keyring
+from robot_lab.connection import async_client_for, get_redis
 from robot_lab.errors import BusError, SchemaError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
@@ -30,13 +38,7 @@ from robot_lab.observability import hooks as observe
 from robot_lab.schemas import RobotMessage, encode_message, utcnow
 from robot_lab.settings import BusSettings, get_settings
 from robot_lab.text.strings import as_str as _s
-from robot_lab.bus import scripts
-from robot_lab.bus.dlq import DeadLetters
-from robot_lab.bus.names import check_robot_name
-from robot_lab.bus.outbox import Outbox
-from robot_lab.bus.requests import Requests
-from robot_lab.bus.records import InboxStats
-from robot_lab.bus.signing import Keyring, default_keyring
+from robot_lab.tracing import outgoing_traceparent
 
 log = get_logger("robot_lab.bus")
 
@@ -56,13 +58,9 @@ def _deadline(value: _dt.datetime | _dt.timedelta | float | int | None) -> _dt.d
 def _with_traceparent(headers: Mapping[str, str] | None) -> dict[str, str]:
     """Every envelope carries a W3C ``traceparent``: the caller's, else a child of the
     current trace, else a new one."""
-    from robot_lab.tracing import outgoing_traceparent
-
     result = dict(headers or {})
     result.setdefault("traceparent", outgoing_traceparent())
     return result
-
-
 
 
 def build_message(
@@ -124,8 +122,6 @@ class Bus(Requests, Outbox, DeadLetters):
         (:func:`robot_lab.connection.async_client_for`)."""
         self._aredis = aredis
         if redis is None:
-            from robot_lab.connection import get_redis
-
             redis = get_redis()
         self.redis = redis
         self.keys = keys or default_keys()
@@ -260,7 +256,6 @@ class Bus(Requests, Outbox, DeadLetters):
         """The asyncio client (must be read inside the event loop that uses it)."""
         if self._aredis is not None:
             return self._aredis
-        from robot_lab.connection import async_client_for
 
         return async_client_for(self.redis)
 

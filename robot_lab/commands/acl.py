@@ -14,9 +14,12 @@ from pathlib import Path
 
 import click
 
+from robot_lab.errors import BusError, ConfigurationError
+from robot_lab.keys import default_keys
+
 
 def _robots_from(app_path: str | None) -> list[str]:
-    from robot_lab.app import load_app
+    from robot_lab.app import load_app  # lazy: start-up time
 
     return list(load_app(app_path).robot_names) if app_path else []
 
@@ -42,13 +45,11 @@ def acl(robots: tuple[str, ...], publishers: tuple[str, ...], app_path: str | No
     its own; a worker cannot read, trim or delete another robot's inbox, DLQ, conversations
     or spec. Needs Redis >= 7. Prints ACL SETUSER lines unless --apply.
     """
-    from robot_lab.errors import BusError, ConfigurationError
-    from robot_lab.keys import default_keys
-    from robot_lab.workers.acl import acl_users, apply_users, password_for
+    from robot_lab.workers.acl import acl_users, apply_users, password_for  # lazy: start-up time
 
     names = [*robots, *_robots_from(app_path)]
     if registry:
-        from robot_lab.bus import Bus
+        from robot_lab.bus import Bus  # lazy: start-up time
 
         names += Bus().robots()
     if not names and not publishers:

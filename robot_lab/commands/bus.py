@@ -16,13 +16,13 @@ from robot_lab.errors import AwaitTimeout, BusError, SchemaError
 
 
 def _bus() -> Any:
-    from robot_lab.bus import Bus
+    from robot_lab.bus import Bus  # lazy: start-up time
 
     return Bus()
 
 
 def _embedded() -> bool:
-    from robot_lab.settings import get_settings
+    from robot_lab.settings import get_settings  # lazy: start-up time
 
     return get_settings().embedded
 
@@ -105,7 +105,7 @@ def send(
 
 
 def _format_entry(entry_id: str, fields: dict[bytes, bytes], as_json: bool) -> str:
-    from robot_lab.schemas import decode_message
+    from robot_lab.schemas import decode_message  # lazy: start-up time
 
     raw = fields.get(b"envelope")
     if as_json:
@@ -172,8 +172,8 @@ def stats(robots: tuple[str, ...], as_json: bool) -> None:
     if not rows:
         click.echo(EMBEDDED_NOTE if _embedded() else "no inboxes yet (a worker registers its robots' inboxes)")
         return
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy: start-up time
+    from rich.table import Table  # lazy: start-up time
 
     table = Table("robot", "length", "groups", "consumers", "pending", "lag", "dlq")
     for r in rows:

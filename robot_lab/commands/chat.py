@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from robot_lab.errors import RobotLabError
+
 
 @click.command()
 @click.argument("message")
@@ -46,8 +48,7 @@ def chat(
       robot-lab chat --tool mypkg.tools:lookup "find order 42"
       robot-lab chat --skills pdf --attach form.pdf "fill out this form for me"
     """
-    from robot_lab.errors import RobotLabError
-    from robot_lab.runtime.robot import build
+    from robot_lab.runtime.robot import build  # lazy: start-up time
 
     try:
         robot = build(

@@ -14,6 +14,9 @@ from typing import Any
 
 import click
 
+from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
+from robot_lab.errors import AwaitTimeout
+
 STYLE = {
     "pending": ("·", "dim"),
     "queued": ("◔", "yellow"),
@@ -69,7 +72,7 @@ class RunView:
             self.state[task] = "retrying"
 
     def render(self) -> Any:
-        from rich.table import Table
+        from rich.table import Table  # lazy: start-up time
 
         table = Table(title=f"{self.title} — {self.run_state}", expand=True, show_lines=False)
         table.add_column("stage", justify="right", width=5)
@@ -103,10 +106,10 @@ def print_event(event: Any) -> None:
 
 def follow_live(handle: Any, *, title: str, timeout: float | None = None) -> RunView:
     """Render the run live until it ends; returns the final view."""
-    from rich.console import Console
-    from rich.live import Live
+    from rich.console import Console  # lazy: start-up time
+    from rich.live import Live  # lazy: start-up time
 
-    from robot_lab.network.graphs import graph_for
+    from robot_lab.network.graphs import graph_for  # lazy: start-up time
 
     view = RunView(graph_for(handle.store), title)
     console = Console()
@@ -131,15 +134,13 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
     workers of the Procfile (`honcho start`), and a note names any queue no live worker
     serves.
     """
-    from rich.console import Console
-    from rich.panel import Panel
+    from rich.console import Console  # lazy: start-up time
+    from rich.panel import Panel  # lazy: start-up time
 
-    from robot_lab import demo as demo_app
-    from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
-    from robot_lab.errors import AwaitTimeout
-    from robot_lab.memory.store import Memory
-    from robot_lab.network.coordinator import Coordinator, is_embedded
-    from robot_lab.workers.process import warm_up
+    from robot_lab import demo as demo_app  # lazy: start-up time
+    from robot_lab.memory.store import Memory  # lazy: start-up time
+    from robot_lab.network.coordinator import Coordinator, is_embedded  # lazy: start-up time
+    from robot_lab.workers.process import warm_up  # lazy: start-up time
 
     if delay_ms is not None and delay_ms < 0:
         raise click.BadParameter("must be >= 0", param_hint="--delay-ms")
@@ -150,7 +151,7 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
     embedded = is_embedded(coordinator.connection)
     pool = None
     if embedded:
-        from robot_lab.network.embedded import EmbeddedWorkers
+        from robot_lab.network.embedded import EmbeddedWorkers  # lazy: start-up time
 
         pool = EmbeddedWorkers(coordinator.connection, sorted({t.robot for t in network.spec.tasks}),
                                threads=4).start()

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import traceback
 
+from robot_lab.errors import RobotLabError
+
 DEBUG_HINT = "rerun with --debug for the traceback"
 
 
@@ -76,7 +78,6 @@ def one_line(exc: BaseException) -> str:
     redis_line = _from_redis(exc) or _from_settings(exc)
     if redis_line is not None:
         return redis_line
-    from robot_lab.errors import RobotLabError
 
     if isinstance(exc, RobotLabError):
         return _first_line(exc)

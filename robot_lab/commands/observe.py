@@ -8,6 +8,10 @@ import threading
 
 import click
 
+from robot_lab.errors import ConfigurationError
+from robot_lab.keys import default_keys
+from robot_lab.observability import metrics
+
 
 @click.command("metrics")
 @click.option("--port", type=int, default=9808, show_default=True, help="Port of the /metrics endpoint")
@@ -18,12 +22,9 @@ def metrics_cmd(port: int, addr: str, robots: tuple[str, ...], url: str | None) 
     """Serve queue depth, stream lag, DLQ size, live workers, active runs and budget
     remaining, read from Redis at each scrape. Run one per deployment; each worker's own
     counters come from `robot-lab worker --metrics-port`."""
-    from robot_lab.connection import connect, get_redis
-    from robot_lab.errors import ConfigurationError
-    from robot_lab.keys import default_keys
-    from robot_lab.logging import get_logger
-    from robot_lab.observability import metrics
-    from robot_lab.workers.metrics import RedisCollector
+    from robot_lab.connection import connect, get_redis  # lazy: start-up time
+    from robot_lab.logging import get_logger  # lazy: start-up time
+    from robot_lab.workers.metrics import RedisCollector  # lazy: start-up time
 
     _warn_if_embedded(url)
     try:
@@ -40,7 +41,7 @@ def metrics_cmd(port: int, addr: str, robots: tuple[str, ...], url: str | None) 
 
 def _warn_if_embedded(url: str | None) -> None:
     """Without a Redis URL these commands would read this process's own empty fakeredis."""
-    from robot_lab.settings import get_settings
+    from robot_lab.settings import get_settings  # lazy: start-up time
 
     if not (url or get_settings().redis_url):
         click.echo("warning: no REDIS_URL (or --url): showing this process's embedded Redis, which is empty",
@@ -48,9 +49,7 @@ def _warn_if_embedded(url: str | None) -> None:
 
 
 def _serve_only(port: int, addr: str, collector: object) -> tuple:
-    from prometheus_client import CollectorRegistry, start_http_server
-
-    from robot_lab.errors import ConfigurationError
+    from prometheus_client import CollectorRegistry, start_http_server  # lazy: start-up time
 
     registry = CollectorRegistry()
     registry.register(collector)  # type: ignore[arg-type]
@@ -78,8 +77,6 @@ def _wait_for_signal() -> None:
 def dashboard(host: str, port: int, url: str | None, allow_actions: bool, token: str | None) -> None:
     """Robots, workers, queues, the DLQ and live network runs (DAG, streamed text, memory
     changes, tokens, cost) in a browser, updated over server-sent events."""
-    from robot_lab.errors import ConfigurationError
-
     try:
         from robot_lab.dashboard.server import serve
     except ImportError as exc:

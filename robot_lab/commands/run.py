@@ -10,14 +10,16 @@ from typing import Any
 
 import click
 
-from robot_lab.errors import ConfigurationError
+from robot_lab.commands.demo import follow_live, print_event
+from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
+from robot_lab.errors import AwaitTimeout, ConfigurationError
 
 
 def resolve_target(target: str) -> Any:
     """``pkg.mod:network``, ``pkg.mod:app`` (its only network), ``pkg.mod:<network name>``
     (of the module's ``app``) or ``file.yml[:network]``."""
-    from robot_lab.app import App, load_app
-    from robot_lab.network.dsl import Network
+    from robot_lab.app import App, load_app  # lazy: start-up time
+    from robot_lab.network.dsl import Network  # lazy: start-up time
 
     if ".yml" in target or ".yaml" in target:
         path, _, name = target.partition(".yml") if ".yml" in target else target.partition(".yaml")
@@ -26,7 +28,7 @@ def resolve_target(target: str) -> Any:
     module_name, sep, attr = target.rpartition(":")
     if not sep:
         raise ConfigurationError(f"target {target!r} must look like 'package.module:network'")
-    from robot_lab.runtime.registry import import_user_module
+    from robot_lab.runtime.registry import import_user_module  # lazy: start-up time
 
     module = import_user_module(module_name, repr(module_name))
     obj = getattr(module, attr, None)
@@ -83,9 +85,7 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
     waits on a queue that no live worker serves, a note says so every few seconds); without,
     they run in this process.
     """
-    from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
-    from robot_lab.errors import AwaitTimeout
-    from robot_lab.network.coordinator import Coordinator, is_embedded
+    from robot_lab.network.coordinator import Coordinator, is_embedded  # lazy: start-up time
 
     network = resolve_target(target)
     ctx = _context(context)
@@ -128,7 +128,7 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
 @click.option("--timeout", type=float, default=None)
 def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None) -> None:
     """Follow RUN_ID until it ends (sweeping lost tasks back to the queues meanwhile)."""
-    from robot_lab.network.coordinator import Coordinator, is_embedded
+    from robot_lab.network.coordinator import Coordinator, is_embedded  # lazy: start-up time
 
     coordinator = Coordinator()
     if is_embedded(coordinator.connection):
@@ -142,7 +142,6 @@ def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None
         handle = coordinator.attach(run_id)
     except ConfigurationError as exc:
         raise click.ClickException(str(exc)) from exc
-    from robot_lab.commands.demo import follow_live, print_event
 
     if plain:
         for event in handle.follow(timeout=timeout):
@@ -155,12 +154,12 @@ def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None
 def _watch_all(coordinator: Any) -> None:
     """Long-running coordinator process (Procfile): sweep all runs, print finished ones.
     A Redis outage is ridden out (backoff with jitter, one lost/back log line pair)."""
-    from robot_lab.logging import get_logger
-    from robot_lab.outage import OutageTracker, is_outage
+    from robot_lab.logging import get_logger  # lazy: start-up time
+    from robot_lab.outage import OutageTracker, is_outage  # lazy: start-up time
 
     root = click.get_current_context().find_root()
     if not root.params.get("verbose") and not root.params.get("debug"):
-        from robot_lab.logging import configure_logging
+        from robot_lab.logging import configure_logging  # lazy: start-up time
 
         configure_logging(force=True)  # a service: its log lines (settings' level, JSON) are its output
     log = get_logger("robot_lab.coordinator")
@@ -192,7 +191,7 @@ def _watch_all(coordinator: Any) -> None:
 @click.argument("run_id")
 def cancel(run_id: str) -> None:
     """Cancel RUN_ID: queued tasks are dropped, running ones finish but nothing new starts."""
-    from robot_lab.network.coordinator import Coordinator, is_embedded
+    from robot_lab.network.coordinator import Coordinator, is_embedded  # lazy: start-up time
 
     coordinator = Coordinator()
     try:

@@ -7,6 +7,8 @@ import json
 
 import click
 
+from robot_lab.commands.status import EMBEDDED_NOTE
+
 
 @click.command("runs")
 @click.option("--limit", "-n", type=int, default=20, show_default=True)
@@ -14,24 +16,22 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON")
 def runs(limit: int, status_filter: str | None, as_json: bool) -> None:
     """Recent runs: status, duration, tasks, tokens and cost (newest first)."""
-    from robot_lab.workers.status import recent_runs
+    from robot_lab.workers.status import recent_runs  # lazy: start-up time
 
     rows = recent_runs(limit=limit, status=status_filter)
     if as_json:
         click.echo(json.dumps(rows))
         return
     if not rows:
-        from robot_lab.settings import get_settings
+        from robot_lab.settings import get_settings  # lazy: start-up time
 
         which = f"{status_filter} runs" if status_filter else "runs"
         click.echo(f"no {which} yet")
         if get_settings().embedded:
-            from robot_lab.commands.status import EMBEDDED_NOTE
-
             click.echo(EMBEDDED_NOTE)
         return
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy: start-up time
+    from rich.table import Table  # lazy: start-up time
 
     table = Table(title=f"recent runs ({len(rows)})")
     for col, justify in (("run", "left"), ("network", "left"), ("status", "left"), ("started", "left"),

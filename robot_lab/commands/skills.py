@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,9 +48,7 @@ print("hello from {name}:", " ".join(sys.argv[1:]) or "(no args)")
 def _console(*, tables: bool = False) -> Any:
     """A console; for ``tables``, one that never wraps names when piped: a file or pipe
     gets a very wide page (unless COLUMNS says otherwise), a terminal its own width."""
-    import os
-
-    from rich.console import Console
+    from rich.console import Console  # lazy: start-up time
 
     console = Console(soft_wrap=False)
     if tables and not console.is_terminal and not os.environ.get("COLUMNS"):
@@ -57,13 +57,11 @@ def _console(*, tables: bool = False) -> Any:
 
 
 def _echo_json(data: Any) -> None:
-    import json
-
     click.echo(json.dumps(data, indent=2, default=str))
 
 
 def _catalog(roots: tuple[str, ...]) -> Any:
-    from robot_lab.skills.catalog import Root, SkillCatalog, default_roots
+    from robot_lab.skills.catalog import Root, SkillCatalog, default_roots  # lazy: start-up time
 
     extra = [Root(Path(r).expanduser(), "--root") for r in roots]
     return SkillCatalog([*extra, *default_roots()])
@@ -90,7 +88,7 @@ def skills() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the skills and skipped bundles as JSON.")
 def list_skills(roots: tuple[str, ...], as_json: bool) -> None:
     """Every skill in the catalog, and the bundles that did not load."""
-    from rich.table import Table
+    from rich.table import Table  # lazy: start-up time
 
     catalog = _catalog(roots)
     if as_json:
@@ -119,8 +117,8 @@ def list_skills(roots: tuple[str, ...], as_json: bool) -> None:
 
 def _mode(skill: Any, grant: Any) -> str:
     """How this skill's scripts would run here."""
-    from robot_lab.settings import get_settings
-    from robot_lab.skills.sandbox import bwrap_status
+    from robot_lab.settings import get_settings  # lazy: start-up time
+    from robot_lab.skills.sandbox import bwrap_status  # lazy: start-up time
 
     if grant.core:
         return "unconfined (trust: core granted by skills.core_trusted)"
@@ -141,10 +139,10 @@ def _caps_line(caps: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print what the skill asks for and gets as JSON.")
 def show(name: str, roots: tuple[str, ...], as_json: bool) -> None:
     """Front matter, asked vs granted capabilities, limits, script tools and instructions."""
-    from robot_lab.settings import get_settings
-    from robot_lab.skills.limits import limit_status
-    from robot_lab.skills.sandbox import bwrap_status
-    from robot_lab.skills.trust import describe
+    from robot_lab.settings import get_settings  # lazy: start-up time
+    from robot_lab.skills.limits import limit_status  # lazy: start-up time
+    from robot_lab.skills.sandbox import bwrap_status  # lazy: start-up time
+    from robot_lab.skills.trust import describe  # lazy: start-up time
 
     catalog = _catalog(roots)
     try:
@@ -205,8 +203,8 @@ def _bundles(path: Path) -> list[Path]:
 def validate_cmd(strict: bool, as_json: bool, paths: tuple[str, ...]) -> None:
     """Check skill bundles (a skill folder, its SKILL.md, or a folder of skills), and what
     each asks for against what this operator's settings grant."""
-    from robot_lab.skills.skill import validate
-    from robot_lab.skills.trust import describe
+    from robot_lab.skills.skill import validate  # lazy: start-up time
+    from robot_lab.skills.trust import describe  # lazy: start-up time
 
     failed = 0
     report = []
@@ -242,12 +240,12 @@ def validate_cmd(strict: bool, as_json: bool, paths: tuple[str, ...]) -> None:
 @click.option("--description", default=None, help="The description (what the skill does and when to use it).")
 def create(name: str, root: str, description: str | None) -> None:
     """Create a template skill bundle NAME (SKILL.md and scripts/hello.py)."""
-    from robot_lab.skills.skill import MAX_NAME, NAME_RE
+    from robot_lab.skills.skill import MAX_NAME, NAME_RE  # lazy: start-up time
 
     if not NAME_RE.match(name) or len(name) > MAX_NAME:
         raise click.ClickException(
             f"skill name {name!r} must be 1-{MAX_NAME} lowercase letters, digits and single hyphens")
-    import yaml
+    import yaml  # lazy: start-up time
 
     folder = Path(root).expanduser() / name
     if folder.exists():
@@ -273,11 +271,11 @@ def create(name: str, root: str, description: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
 def match(message: str, roots: tuple[str, ...], threshold: float | None, embedder: str, as_json: bool) -> None:
     """Score MESSAGE against every skill in the catalog, and show which the rule picks."""
-    from rich.table import Table
+    from rich.table import Table  # lazy: start-up time
 
-    from robot_lab.settings import get_settings
-    from robot_lab.skills.embedding import TfidfEmbedder, load_embedder
-    from robot_lab.skills.matching import SkillMatcher, select
+    from robot_lab.settings import get_settings  # lazy: start-up time
+    from robot_lab.skills.embedding import TfidfEmbedder, load_embedder  # lazy: start-up time
+    from robot_lab.skills.matching import SkillMatcher, select  # lazy: start-up time
 
     settings = get_settings()
     if embedder == "tfidf":
@@ -333,10 +331,10 @@ def eval_cmd(prompts: str, roots: tuple[str, ...], embedder: str, max_fp: float,
     Prints top-1 accuracy, recall and false positives of the configured rule, and the rule
     the evidence picks (put it in skills.match_rules).
     """
-    from robot_lab.settings import get_settings
-    from robot_lab.skills.embedding import TfidfEmbedder, load_embedder
-    from robot_lab.skills.evaluation import choose_rule, evaluate, load_prompts, score_all
-    from robot_lab.skills.matching import SkillMatcher
+    from robot_lab.settings import get_settings  # lazy: start-up time
+    from robot_lab.skills.embedding import TfidfEmbedder, load_embedder  # lazy: start-up time
+    from robot_lab.skills.evaluation import choose_rule, evaluate, load_prompts, score_all  # lazy: start-up time
+    from robot_lab.skills.matching import SkillMatcher  # lazy: start-up time
 
     settings = get_settings()
     chosen_embedder: Any = TfidfEmbedder() if embedder == "tfidf" else load_embedder(settings)

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from typing import Any
 
 import click
+
+from robot_lab.keys import default_keys
 
 
 def _fmt_age(seconds: float) -> str:
@@ -15,8 +18,8 @@ def _fmt_age(seconds: float) -> str:
 
 
 def render_status(data: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy: start-up time
+    from rich.table import Table  # lazy: start-up time
 
     console = Console()
     if not console.is_terminal and "COLUMNS" not in __import__("os").environ:
@@ -50,7 +53,7 @@ EMBEDDED_NOTE = ("embedded mode (no REDIS_URL): this command sees only its own i
 
 
 def _robots_table(data: dict[str, Any]) -> Any:
-    from rich.table import Table
+    from rich.table import Table  # lazy: start-up time
 
     table = Table(title="robots", expand=False)
     for col, justify in (("robot", "left"), ("queued", "right"), ("started", "right"), ("failed", "right"),
@@ -77,7 +80,7 @@ def status(robots: tuple[str, ...], as_json: bool) -> None:
     robot this key prefix knows), and a problem line for each thing that needs a human.
     Exit 1 when a named robot is unknown. It never requeues anything; it only drops rq's
     registrations of workers that are certainly dead."""
-    from robot_lab.workers.status import collect_status
+    from robot_lab.workers.status import collect_status  # lazy: start-up time
 
     data = collect_status(robots=list(robots) or None)
     if as_json:
@@ -99,14 +102,11 @@ def health(worker: str | None, max_age: float | None, ready: bool) -> None:
     Liveness reads only the local heartbeat files (a Redis outage must not restart every
     worker); --ready also checks Redis.
     """
-    from robot_lab.workers.health import check_health, health_dir
+    from robot_lab.workers.health import check_health, health_dir  # lazy: start-up time
 
     ok, lines = check_health(worker=worker, max_age=max_age)
     if ok and ready:
-        import socket
-
-        from robot_lab.connection import get_redis
-        from robot_lab.keys import default_keys
+        from robot_lab.connection import get_redis  # lazy: start-up time
 
         try:
             client = get_redis()

@@ -21,8 +21,8 @@ TIMEOUT_EXIT = 124  # like timeout(1): the wait gave up, the run itself may stil
 def serving(connection: Any, keys: Any, robots: list[str]) -> dict[str, bool]:
     """For each robot: does a live worker (robot-lab heartbeat, or a registered plain rq
     worker that is not stale) serve its queue?"""
-    from robot_lab.network.enqueue import queue_name
-    from robot_lab.workers.status import live_workers, rq_registrations
+    from robot_lab.network.enqueue import queue_name  # lazy: start-up time
+    from robot_lab.workers.status import live_workers, rq_registrations  # lazy: start-up time
 
     workers = live_workers(connection, keys)
     live = {w["name"] for w in workers}
@@ -34,7 +34,7 @@ def serving(connection: Any, keys: Any, robots: list[str]) -> dict[str, bool]:
 
 def waiting_for(handle: Any) -> list[str]:
     """What the run of ``handle`` waits for now, one phrase per robot queue."""
-    from robot_lab.network.graphs import graph_for
+    from robot_lab.network.graphs import graph_for  # lazy: start-up time
 
     store = handle.store
     states = store.states()

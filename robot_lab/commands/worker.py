@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+
 import click
+
+from robot_lab.errors import ConfigurationError
 
 
 @click.command("worker")
@@ -26,8 +30,7 @@ def worker(robots: tuple[str, ...], in_flight: int | None, concurrency: int, app
     (messages of one conversation stay in order). SIGTERM takes nothing new, lets every task
     and message in hand finish, then exits.
     """
-    from robot_lab.errors import ConfigurationError
-    from robot_lab.workers.process import run_worker
+    from robot_lab.workers.process import run_worker  # lazy: start-up time
 
     try:
         if metrics_port is not None:
@@ -40,6 +43,5 @@ def worker(robots: tuple[str, ...], in_flight: int | None, concurrency: int, app
         raise click.ClickException(str(exc)) from exc
     # The interpreter's final garbage collection walks litellm's whole heap: seconds on a busy
     # machine, past honcho's / Kubernetes' kill timeout. The work is done; skip that walk.
-    import gc
 
     gc.freeze()

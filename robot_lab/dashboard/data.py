@@ -14,6 +14,7 @@ from typing import Any
 from robot_lab.bus import Bus
 from robot_lab.errors import BusError, ConfigurationError
 from robot_lab.keys import Keys
+from robot_lab.network.coordinator import Coordinator
 from robot_lab.text.strings import as_str as _s
 from robot_lab.workers.status import collect_status, recent_runs
 
@@ -95,8 +96,6 @@ class DashboardData:
 
     # --- actions (only when the server has a token) ---------------------------------------
     def cancel(self, run_id: str) -> str:
-        from robot_lab.network.coordinator import Coordinator
-
         return Coordinator(connection=self.r, keys=self.keys).cancel(run_id, "cancelled from the dashboard")
 
     def replay(self, robot: str, ids: list[str] | None) -> list[str]:

@@ -25,9 +25,10 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from robot_lab.connection import connect, get_redis
 from robot_lab.dashboard.data import FINISHED_RUN, DashboardData
 from robot_lab.errors import ConfigurationError
-from robot_lab.keys import Keys
+from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
 
 log = get_logger("robot_lab.dashboard")
@@ -159,10 +160,7 @@ async def _feed(data: DashboardData, snapshot: dict[str, Any], events_at: str, m
 
 def serve(*, host: str, port: int, url: str | None = None, token: str | None = None) -> None:
     """Run the app under uvicorn until SIGINT / SIGTERM."""
-    import uvicorn
-
-    from robot_lab.connection import connect, get_redis
-    from robot_lab.keys import default_keys
+    import uvicorn  # lazy: start-up time
 
     connection = connect(url) if url else get_redis()
     app = create_app(connection, default_keys(), token=token)

@@ -28,6 +28,7 @@ from typing import Any
 
 import redis as redis_lib
 
+from robot_lab.connection import async_client_for, get_redis
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.memory.feed import Feed
@@ -84,8 +85,6 @@ class Memory:
         if changes_maxlen < 1:
             raise ConfigurationError(f"memory {scope!r}: changes_maxlen must be >= 1, got {changes_maxlen}")
         if redis is None:
-            from robot_lab.connection import get_redis
-
             redis = get_redis()
         self.scope = scope
         self.redis = redis
@@ -215,8 +214,6 @@ class Memory:
     def aredis(self) -> Any:
         """The asyncio client of :meth:`aget`: one to the same server as ``redis`` per event
         loop (:func:`robot_lab.connection.async_client_for`)."""
-        from robot_lab.connection import async_client_for
-
         return async_client_for(self.redis)
 
     def _read_args(self, keys: tuple[str, ...], wait: bool | float | None) -> tuple[list[str], bool, float | None]:

@@ -16,17 +16,20 @@ from typing import Any
 
 import msgspec
 
+from robot_lab.connection import get_redis
 from robot_lab.errors import AwaitTimeout, ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
-from robot_lab.observability import hooks as observe
-from robot_lab.outage import OutageTracker, is_outage
-from robot_lab.schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new_id
 from robot_lab.network.dag import Graph, compile_network
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.graphs import graph_for
 from robot_lab.network.run_state import RunStore
+from robot_lab.observability import hooks as observe
+from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.runtime.rails.budget.redis_ledger import release_holder
+from robot_lab.runtime.registry import check_importable, configured_robots, publish_specs, published_spec
+from robot_lab.runtime.tools import import_object
+from robot_lab.schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new_id
 
 log = get_logger("robot_lab.coordinator")
 
@@ -153,8 +156,6 @@ class Coordinator:
 
     def __init__(self, connection: Any = None, keys: Keys | None = None) -> None:
         if connection is None:
-            from robot_lab.connection import get_redis
-
             connection = get_redis()
         self.connection = connection
         self.keys = keys or default_keys()
@@ -164,8 +165,6 @@ class Coordinator:
         """Each task's robot as a spec: the network's own robots, then its app's, then the
         configured app's, then the Redis registry. Unknown robots and unimportable tools or
         routers raise here, before anything is enqueued."""
-        from robot_lab.runtime.registry import check_importable, configured_robots, published_spec
-        from robot_lab.runtime.tools import import_object
 
         apps = [a for a in (getattr(network, "app", None),) if a is not None]
         try:
@@ -206,7 +205,6 @@ class Coordinator:
                max_concurrent: int | None = None, stream: bool = True, run_id: str | None = None) -> RunHandle:
         graph = network.validate() if hasattr(network, "validate") else compile_network(network)
         specs = self.resolve_robots(network, graph)
-        from robot_lab.runtime.registry import publish_specs
 
         publish_specs(list(specs.values()), connection=self.connection, keys=self.keys)
         run_id = run_id or new_id()

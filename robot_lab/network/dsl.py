@@ -20,15 +20,17 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ConfigurationError
-from robot_lab.observability import hooks as observe
-from robot_lab.schemas import RobotSpec, RunConfigData
-from robot_lab.schemas.validation import convert
 from robot_lab.network import dag
 from robot_lab.network.dag import OPTIONAL, GroupSpec, NetworkSpec, TaskSpec
+from robot_lab.network.embedded import EmbeddedWorkers
+from robot_lab.observability import hooks as observe
+from robot_lab.runtime.rails.hooks import HookRegistry, NetworkRunHookContext, hook_scope, run_hooks
+from robot_lab.schemas import RobotSpec, RunConfigData
+from robot_lab.schemas.validation import convert
 
 if TYPE_CHECKING:  # pragma: no cover
-    from robot_lab.runtime.registry import RobotSource as App  # the App, seen from below: a robot source
     from robot_lab.network.coordinator import NetworkResult, RunHandle
+    from robot_lab.runtime.registry import RobotSource as App  # the App, seen from below: a robot source
     from robot_lab.runtime.robot import Robot
 
 
@@ -49,7 +51,6 @@ class Network:
     def __init__(self, name: str, *, app: App | None = None, config: Any = None,
                  description: str | None = None) -> None:
         dag._check_name("network", name)
-        from robot_lab.runtime.rails.hooks import HookRegistry
 
         self.hooks = HookRegistry()
         self.name = name
@@ -227,7 +228,7 @@ class Network:
 
     def to_dict(self) -> dict[str, Any]:
         """robot_lab's ``to_h``: name, robots, tasks, optional tasks, config."""
-        import msgspec
+        import msgspec  # lazy: start-up time
 
         return {
             "name": self.name,
@@ -282,7 +283,7 @@ class Network:
     def submit(self, message: Any = None, *, connection: Any = None, max_concurrent: int | None = None,
                stream: bool = True, run_id: str | None = None, **context: Any) -> RunHandle:
         """Store the run in Redis and enqueue its first tasks; returns at once."""
-        from robot_lab.network.coordinator import Coordinator
+        from robot_lab.network.coordinator import Coordinator  # lazy: start-up time
 
         return Coordinator(connection=connection).submit(
             self, message, context=context, max_concurrent=max_concurrent, stream=stream, run_id=run_id
@@ -298,8 +299,6 @@ class Network:
         Embedded mode (no REDIS_URL, or a fakeredis ``connection``): in-process workers
         (``workers`` threads, default 4) execute the tasks for the duration of the call.
         """
-        from robot_lab.runtime.rails.hooks import NetworkRunHookContext, hook_scope, run_hooks
-
         ctx = NetworkRunHookContext(network=self, config=self.config, context=dict(context))
         with hook_scope(self.hooks):
             return run_hooks(
@@ -312,12 +311,10 @@ class Network:
     def _run(self, message: Any, *, wait: bool, timeout: float | None, connection: Any,
              max_concurrent: int | None, stream: bool, workers: int | None, **context: Any
              ) -> NetworkResult | RunHandle:
-        from robot_lab.network.coordinator import Coordinator, is_embedded
+        from robot_lab.network.coordinator import Coordinator, is_embedded  # lazy: start-up time
 
         coordinator = Coordinator(connection=connection)
         if is_embedded(coordinator.connection):
-            from robot_lab.network.embedded import EmbeddedWorkers
-
             pool = EmbeddedWorkers(
                 coordinator.connection,
                 queues=sorted({t.robot for t in self._tasks}),
@@ -342,7 +339,7 @@ class Network:
 
     def attach(self, run_id: str, *, connection: Any = None) -> RunHandle:
         """Follow a run submitted elsewhere (e.g. by a coordinator that died)."""
-        from robot_lab.network.coordinator import Coordinator
+        from robot_lab.network.coordinator import Coordinator  # lazy: start-up time
 
         return Coordinator(connection=connection).attach(run_id)
 

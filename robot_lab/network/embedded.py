@@ -13,13 +13,14 @@ from typing import Any
 
 from robot_lab.logging import get_logger
 from robot_lab.network.enqueue import queue_name
+from robot_lab.network.serializer import JobSerializer
 
 log = get_logger("robot_lab.network.embedded")
 
 
 def _worker_class() -> type:
-    from rq.timeouts import TimerDeathPenalty
-    from rq.worker import SimpleWorker
+    from rq.timeouts import TimerDeathPenalty  # lazy: start-up time
+    from rq.worker import SimpleWorker  # lazy: start-up time
 
     class ThreadWorker(SimpleWorker):
         death_penalty_class = TimerDeathPenalty
@@ -44,8 +45,7 @@ class EmbeddedWorkers:
         self._workers: list[Any] = []
 
     def start(self) -> EmbeddedWorkers:
-        from rq import Queue
-        from robot_lab.network.serializer import JobSerializer
+        from rq import Queue  # lazy: start-up time
 
         cls = _worker_class()
         for index in range(self.threads_count):
@@ -61,7 +61,7 @@ class EmbeddedWorkers:
         return self
 
     def _loop(self, worker: Any) -> None:
-        from rq import Queue
+        from rq import Queue  # lazy: start-up time
 
         worker.register_birth()
         try:

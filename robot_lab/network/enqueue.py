@@ -14,6 +14,7 @@ from typing import Any
 
 from robot_lab.keys import Keys
 from robot_lab.network.dag import Graph
+from robot_lab.network.serializer import JobSerializer
 
 JOB_FUNC = "robot_lab.workers.run_task"
 DEFAULT_JOB_TIMEOUT = 600
@@ -29,9 +30,9 @@ def enqueue_jobs(connection: Any, keys: Keys, run_id: str, items: list[tuple[str
     """
     if not items:
         return
-    from rq import Queue, Retry
-    from robot_lab.rq_connection import rq_connection
-    from robot_lab.network.serializer import JobSerializer
+    from rq import Queue, Retry  # lazy: start-up time
+
+    from robot_lab.rq_connection import rq_connection  # lazy: start-up time
 
     connection = rq_connection(connection)  # on Redis Cluster: the node of rq's slot
     pipe = connection.pipeline()

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from robot_lab.errors import ConfigurationError
+from robot_lab.runtime.tools import Tool, import_object
 from robot_lab.schemas import RobotResult
 
 ROUTE_TOOL = "route"
@@ -23,8 +24,6 @@ ROUTE_TOOL = "route"
 
 def route_tool_for(routes: list[str]) -> Any:
     """A ``route`` tool for this task's allowed routes (built per task: the enum differs)."""
-    from robot_lab.runtime.tools import Tool
-
     class RouteTool(Tool):
         name = ROUTE_TOOL
         description = (
@@ -86,8 +85,6 @@ def choose_routes(task: Any, result: RobotResult, *, message: str = "", run_id: 
     if result.failed:
         return chosen
     if task.router:
-        from robot_lab.runtime.tools import import_object
-
         fn = import_object(task.router)
         if not callable(fn):
             raise ConfigurationError(f"router {task.router!r} is not callable")

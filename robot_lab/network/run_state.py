@@ -47,11 +47,13 @@ from redis.exceptions import NoScriptError
 from robot_lab.connection import durable, is_cluster_client
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
-from robot_lab.rq_connection import rq_connection
 from robot_lab.network import transitions
 from robot_lab.network.dag import Graph, NetworkSpec
 from robot_lab.network.enqueue import queue_name
-from robot_lab.schemas import RobotResult, RunEvent
+from robot_lab.network.serializer import JobSerializer
+from robot_lab.rq_connection import rq_connection
+from robot_lab.schemas import RobotResult, RobotSpec, RunEvent
+from robot_lab.tracing import outgoing_traceparent
 
 __all__ = ["DEFAULT_LEASE_MS", "RUN_TTL", "TERMINAL", "RunStore", "SweepView", "TaskStart"]
 
@@ -289,7 +291,7 @@ class RunStore:
         """rq status of each queued task's job (None: no such job), one pipeline, kept on
         the view: both :meth:`repair_queued` and :meth:`failed_jobs` ask."""
         if view.job_statuses is None:
-            from rq.job import Job
+            from rq.job import Job  # lazy: start-up time
 
             queued = [(task, view.jobs[task]) for task, state in view.states.items()
                       if state == "queued" and view.jobs.get(task)]
@@ -349,7 +351,7 @@ class RunStore:
         LPOS per queued task, then one SET NX + PTTL per one off its queue."""
         if not tasks:
             return []
-        from rq import Queue
+        from rq import Queue  # lazy: start-up time
 
         rq = rq_connection(self.r)
         pipe = rq.pipeline(transaction=False)
@@ -377,8 +379,7 @@ class RunStore:
         """Queued tasks whose rq job failed *outside* our job function -- e.g. a worker that
         could not deserialize it (a worker started with a foreign ``-S`` serializer). Returns
         (task, job_id, error text)."""
-        from rq.job import Job, JobStatus
-        from robot_lab.network.serializer import JobSerializer
+        from rq.job import Job, JobStatus  # lazy: start-up time
 
         out: list[tuple[str, str, str]] = []
         view = view or self.sweep_view()
@@ -419,8 +420,6 @@ class RunStore:
 
     def robot_specs(self, meta: dict[str, str] | None = None) -> dict[str, Any]:
         """Robot name -> RobotSpec, as resolved when the run was submitted."""
-        from robot_lab.schemas import RobotSpec
-
         raw = meta["robots"] if meta is not None and "robots" in meta else self.r.hget(self.key, "robots")
         data = json.loads(raw) if raw else {}
         return {name: msgspec.json.decode(text, type=RobotSpec) for name, text in data.items()}
@@ -476,6 +475,4 @@ class RunStore:
 
 
 def _outgoing_traceparent() -> str:
-    from robot_lab.tracing import outgoing_traceparent
-
     return outgoing_traceparent()

@@ -14,6 +14,7 @@ lease expires and a sweeper requeues the task as a new attempt.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -21,18 +22,28 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from robot_lab.connection import get_redis
 from robot_lab.errors import ConfigurationError, retryable
 from robot_lab.keys import Keys, default_keys  # default_keys: Memory.for_robot's layout
 from robot_lab.logging import get_logger, log_context
+from robot_lab.memory.store import Memory
 from robot_lab.memory.values import local_writes
+from robot_lab.network.enqueue import enqueue_jobs
+from robot_lab.network.graphs import cached_graph, graph_for
+from robot_lab.network.lease import DeltaBuffer, LeaseHeartbeat
+from robot_lab.network.routing import choose_routes, route_tool_for
+from robot_lab.network.run_state import DEFAULT_LEASE_MS, RunStore
 from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, caused_by_outage
-from robot_lab.schemas import RobotResult
-from robot_lab.network.enqueue import enqueue_jobs
-from robot_lab.network.run_state import DEFAULT_LEASE_MS, RunStore
+from robot_lab.rq_connection import data_connection
+from robot_lab.runtime.rails.budget import BudgetHolder, RedisLedger
+from robot_lab.runtime.rails.doom_loop import DEFAULT_THRESHOLD, RedisDoomLoopDetector
+from robot_lab.runtime.rails.hooks import HookRegistry, TaskHookContext, hook_scope, run_hooks
 from robot_lab.runtime.registry import robot_source
-from robot_lab.network.routing import choose_routes, route_tool_for
-from robot_lab.network.lease import DeltaBuffer, LeaseHeartbeat
+from robot_lab.runtime.run_config import RunConfig
+from robot_lab.schemas import RobotResult
+from robot_lab.settings import get_settings
+from robot_lab.tracing import continue_trace
 
 log = get_logger("robot_lab.workers")
 
@@ -48,7 +59,7 @@ _apps_lock = threading.Lock()
 def worker_identity() -> str:
     """Who holds a lease: the rq worker's name when there is one, else host:pid:thread."""
     try:
-        from rq import get_current_job
+        from rq import get_current_job  # lazy: start-up time
 
         job = get_current_job()
         if job is not None and job.worker_name:
@@ -59,14 +70,11 @@ def worker_identity() -> str:
 
 
 def _connection() -> Any:
-    from rq import get_current_job
+    from rq import get_current_job  # lazy: start-up time
 
     job = get_current_job()
     if job is not None:
-        from robot_lab.rq_connection import data_connection
-
         return data_connection(job.connection)  # the cluster client behind rq's node connection
-    from robot_lab.connection import get_redis
 
     return get_redis()
 
@@ -99,8 +107,6 @@ def task_message(graph: Any, task: str, meta: dict[str, str], sources: list[str 
     """What the task's robot receives (see docs/networks.md, "Context passing"). ``sources``
     are what :meth:`RunStore.start_task` read with the claim: the parents' results, or for a
     routed task its activators' inputs, in graph order (None where there is none)."""
-    import json
-
     spec = graph.tasks[task]
     if spec.optional:
         # A router hands the request on: the routed task gets what its activator received
@@ -112,7 +118,7 @@ def task_message(graph: Any, task: str, meta: dict[str, str], sources: list[str 
         if message is None:
             return ""
         return message if isinstance(message, str) else json.dumps(message)
-    import msgspec
+    import msgspec  # lazy: start-up time
 
     ran = [(p, msgspec.json.decode(raw, type=RobotResult)) for p, raw in zip(parents, sources) if raw is not None]
     if len(ran) == 1:
@@ -144,8 +150,6 @@ def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) 
     """Claim the task and read its inputs (one round trip; see RunStore.start_task). With the
     run's graph known here, the task's memory version and its robot's learnings are read in
     the same round trip."""
-    from robot_lab.network.graphs import cached_graph
-
     graph = cached_graph(store)
     also = None
     if graph is not None and task in graph.tasks:
@@ -163,14 +167,13 @@ def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) 
 
 
 def _warm() -> None:
-    from robot_lab.runtime import robot  # noqa: F401
+    from robot_lab.runtime import robot  # noqa: F401; lazy: import order
 
 
 def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]:
     """The rq job. Returns a small JSON summary (rq stores it as the job result)."""
     _warm()  # heavy imports before the claim: the lease must only cover the robot's work
     connection = _connection()
-    from robot_lab.settings import get_settings
 
     keys = Keys(prefix=prefix, cluster=get_settings().cluster_keys)  # same layout as the coordinator
     store = RunStore(connection, keys, run_id)
@@ -196,8 +199,6 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
 
 def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, worker: str, work: TaskWork,
              outage: OutageTracker | None = None) -> dict[str, Any]:
-    from robot_lab.network.graphs import graph_for
-
     meta = work.meta
     graph = graph_for(store, meta.pop("spec", None))
     spec = graph.tasks[task]
@@ -206,7 +207,6 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         _import_app(meta["app"])
     started = time.monotonic()
     activate: list[str] = []
-    from robot_lab.tracing import continue_trace
 
     with log_context(robot=robot_name), continue_trace(meta.get("traceparent"), "task", flush=True, run_id=run_id,
                                                        task=task, robot=robot_name):
@@ -266,7 +266,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
 
 def _retries_left() -> int:
     try:
-        from rq import get_current_job
+        from rq import get_current_job  # lazy: start-up time
 
         job = get_current_job()
         return int(job.retries_left or 0) if job is not None else 0
@@ -277,8 +277,6 @@ def _retries_left() -> int:
 def _write_memory(store: RunStore, keys: Keys, meta: dict[str, str], key: str, result: RobotResult,
                   task: str) -> None:
     try:
-        from robot_lab.memory.store import Memory
-
         memory = Memory.for_run(store.run_id, network_name=meta.get("network"), redis=store.r, keys=keys,
                                 writer=task)
         memory.set(key, result.reply)
@@ -290,8 +288,6 @@ def _run_task_hooks(store: RunStore, graph: Any, task: str, job_id: str, worker:
                     ) -> tuple[RobotResult, list[str]]:
     """The ``task`` hook family fires here, in the worker, around the robot's run; the
     network's hooks (import paths in its spec) also reach the robot's own families."""
-    from robot_lab.runtime.rails.hooks import HookRegistry, TaskHookContext, hook_scope, run_hooks
-
     registry = HookRegistry(graph.spec.hooks)
     spec = graph.tasks[task]
     memory = _task_memory(store, work.meta, spec)
@@ -314,10 +310,7 @@ def _run_task_hooks(store: RunStore, graph: Any, task: str, job_id: str, worker:
 
 def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str, memory: Any, work: TaskWork,
                network_hooks: Any = None) -> tuple[RobotResult, list[str]]:
-    import json
-
-    from robot_lab.runtime.robot import Robot
-    from robot_lab.runtime.run_config import RunConfig
+    from robot_lab.runtime.robot import Robot  # lazy: start-up time
 
     meta = work.meta
     spec = graph.tasks[task]
@@ -339,8 +332,6 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
 
     robot = Robot.from_spec(robot_spec, on_tool_call=on_tool_call, on_tool_result=on_tool_result)
     if work.learnings_read:
-        from robot_lab.memory.store import Memory
-
         robot.preload_learnings(Memory.for_robot(robot.name, redis=store.r, keys=default_keys()),
                                 work.learnings)
     message = task_message(graph, task, meta, work.sources)
@@ -400,8 +391,6 @@ def _memory_scope(store: RunStore, spec: Any) -> str:
 def _task_memory(store: RunStore, meta: dict[str, str], spec: Any) -> Any:
     """The task's active memory: ``task(memory="scope")`` names one, else the run's shared
     ``Memory.for_run``; rebuilt from its scope name on this worker's Redis."""
-    from robot_lab.memory.store import Memory
-
     return Memory(_memory_scope(store, spec), redis=store.r, keys=store.keys, network_name=meta.get("network"))
 
 
@@ -435,7 +424,6 @@ def _run_budgets(store: RunStore, network_config: Any, job_id: str, worker: str)
               if v is not None}
     if not limits:
         return []
-    from robot_lab.runtime.rails.budget import BudgetHolder, RedisLedger
 
     holder = BudgetHolder(id=f"{job_id}@{worker}", registry=store.budget_holds_key(job_id))
     return [RedisLedger(f"run:{store.run_id}", limits, redis=store.r, keys=store.keys, ttl=7 * 86_400,
@@ -458,8 +446,6 @@ def _release_budget_holds(store: RunStore, job_id: str) -> None:
 def _run_doom_loop(store: RunStore, network_config: Any) -> Any:
     """The run's tool-call sequence lives in Redis, so a loop bouncing between robots on
     different workers is seen."""
-    from robot_lab.runtime.rails.doom_loop import DEFAULT_THRESHOLD, RedisDoomLoopDetector
-
     return RedisDoomLoopDetector(store.run_id, redis=store.r, keys=store.keys,
                                  threshold=network_config.doom_loop_threshold or DEFAULT_THRESHOLD)
 

@@ -13,6 +13,7 @@ grow the series without bound.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from collections.abc import Iterable
@@ -29,7 +30,7 @@ class _Metrics:
     """The process's metric objects (created once: prometheus_client refuses duplicates)."""
 
     def __init__(self) -> None:
-        from prometheus_client import Counter, Gauge, Histogram
+        from prometheus_client import Counter, Gauge, Histogram  # lazy: start-up time
 
         self.handled = Counter("robot_lab_messages_handled", "Bus messages handled and acked", ["robot"])
         self.failed = Counter("robot_lab_messages_failed", "Bus message handlings that failed (nacked)", ["robot"])
@@ -62,8 +63,6 @@ def enabled() -> bool:
 def require() -> None:
     """Raise a clear error when the metrics extra is missing (for the CLI). Finds the module
     without importing it: multiprocess mode must be chosen before the first import."""
-    import importlib.util
-
     if importlib.util.find_spec("prometheus_client") is None:
         raise ConfigurationError(
             "metrics need prometheus_client: pip install 'robot-lab[metrics]'"
@@ -71,7 +70,7 @@ def require() -> None:
 
 
 def _robot_label() -> str:
-    import structlog
+    import structlog  # lazy: start-up time
 
     return str(structlog.contextvars.get_contextvars().get("robot") or "-")
 
@@ -160,11 +159,11 @@ def multiprocess_dir() -> str | None:
 def registry(collectors: Iterable[Any] = ()) -> Any:
     """The registry to expose: this process's metrics (or every process's, in multiprocess
     mode) plus ``collectors`` (e.g. the Redis gauges of workers/metrics.py)."""
-    from prometheus_client import REGISTRY, CollectorRegistry
+    from prometheus_client import REGISTRY, CollectorRegistry  # lazy: start-up time
 
     path = multiprocess_dir()
     if path:
-        from prometheus_client import multiprocess
+        from prometheus_client import multiprocess  # lazy: start-up time
 
         reg = CollectorRegistry()
         multiprocess.MultiProcessCollector(reg, path=path)
@@ -190,7 +189,7 @@ class _Forward:
 
 def serve(port: int, collectors: Iterable[Any] = (), addr: str = "0.0.0.0") -> Any:
     """Serve ``/metrics`` on ``port`` from a daemon thread; returns (server, thread)."""
-    from prometheus_client import start_http_server
+    from prometheus_client import start_http_server  # lazy: start-up time
 
     try:
         return start_http_server(port, addr=addr, registry=registry(collectors))

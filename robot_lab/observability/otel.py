@@ -92,7 +92,7 @@ def _resolve() -> Any:
     if not configured and "opentelemetry.trace" not in sys.modules:
         return None  # nobody set up OpenTelemetry: do not even import it
     try:
-        from opentelemetry import trace
+        from opentelemetry import trace  # lazy: start-up time
     except ImportError:
         if configured:
             log.warning("otel.not_installed", hint="pip install 'robot-lab[otel]' to export traces")
@@ -110,10 +110,10 @@ def _resolve() -> Any:
 def _install_sdk_provider() -> Any:
     """An SDK provider exporting by the OTEL_* variables (the exporters read them themselves)."""
     try:
-        from opentelemetry import trace
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+        from opentelemetry import trace  # lazy: start-up time
+        from opentelemetry.sdk.resources import Resource  # lazy: start-up time
+        from opentelemetry.sdk.trace import TracerProvider  # lazy: start-up time
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter  # lazy: start-up time
     except ImportError:
         log.warning("otel.sdk_not_installed", hint="pip install 'robot-lab[otel]' to export traces")
         return None
@@ -124,11 +124,11 @@ def _install_sdk_provider() -> Any:
         if kind == "console":
             exporter: Any = ConsoleSpanExporter()
         elif os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf").startswith("grpc"):
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # lazy: start-up time
 
             exporter = OTLPSpanExporter()
         else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # lazy: start-up time
 
             exporter = HttpExporter()
     except ImportError as exc:
@@ -145,7 +145,7 @@ def flush(timeout_ms: int = 5000) -> None:
     child) never runs the SDK's atexit flush."""
     if tracer() is None:
         return
-    from opentelemetry import trace
+    from opentelemetry import trace  # lazy: start-up time
 
     force = getattr(trace.get_tracer_provider(), "force_flush", None)
     if force is not None:
@@ -196,11 +196,11 @@ def span(name: str, attributes: Attrs | None = None, *, parent: str | None = Non
     t = tracer()
     if t is None:
         return NULL_SPAN
-    from opentelemetry import trace
+    from opentelemetry import trace  # lazy: start-up time
 
     context = None
     if parent:
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # lazy: start-up time
 
         context = TraceContextTextMapPropagator().extract({"traceparent": parent})
     attrs = {_attr_name(k): _attr_value(v) for k, v in (attributes or {}).items() if v is not None}
@@ -258,7 +258,7 @@ def current_traceparent() -> str | None:
     """The current OpenTelemetry span as a traceparent (None when tracing is off or no span)."""
     if tracer() is None:
         return None
-    from opentelemetry import trace
+    from opentelemetry import trace  # lazy: start-up time
 
     return format_traceparent(trace.get_current_span().get_span_context())
 

@@ -23,14 +23,14 @@ class ConversationStore:
     def __init__(self, redis: Any = None, keys: Keys | None = None, ttl: int = DEFAULT_TTL,
                  max_messages: int | None = None) -> None:
         if redis is None:
-            from robot_lab.connection import get_redis
+            from robot_lab.connection import get_redis  # lazy: start-up time
 
             redis = get_redis()
         self.redis = redis
         self.keys = keys or default_keys()
         self.ttl = ttl
         if max_messages is None:
-            from robot_lab.settings import get_settings
+            from robot_lab.settings import get_settings  # lazy: start-up time
 
             max_messages = get_settings().conversation_max_messages
         self.max_messages = int(max_messages)
@@ -55,7 +55,7 @@ class ConversationStore:
                                  ex=self.ttl)
 
     def _aredis(self) -> Any:
-        from robot_lab.connection import async_client_for
+        from robot_lab.connection import async_client_for  # lazy: start-up time
 
         return async_client_for(self.redis)
 

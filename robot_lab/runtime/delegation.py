@@ -61,7 +61,7 @@ class DelegationFuture:
 
 
 def _remote(to: str, task: str, *, delegated_by: str, timeout: float, bus: Any = None) -> RobotResult:
-    from robot_lab.bus import Bus
+    from robot_lab.bus import Bus  # lazy: start-up time
 
     bus = bus or Bus()
     started = time.monotonic()

@@ -61,7 +61,7 @@ class YamlRobots:
 
 def read_yaml_app(path: str | Path) -> dict[str, Any]:
     """The mapping of a YAML app file, checked for shape (``name``, ``robots``, ``networks``)."""
-    import yaml
+    import yaml  # lazy: start-up time
 
     path = Path(path)
     try:
@@ -132,7 +132,7 @@ def import_app_object(path: str) -> Any:
 
 def configured_robots() -> RobotSource | None:
     """The robots of the app named by ``ROBOT_LAB_APP`` / ``settings.app``, if any."""
-    from robot_lab.settings import get_settings
+    from robot_lab.settings import get_settings  # lazy: start-up time
 
     path = get_settings().app
     return robot_source(path) if path else None
@@ -156,7 +156,7 @@ def robot_source(path: str) -> RobotSource:
 
 def publish_specs(specs: list[RobotSpec], *, connection: Any = None, keys: Keys | None = None) -> None:
     """Write robot specs to the Redis registry, so any worker can build them by name."""
-    from robot_lab.connection import get_redis
+    from robot_lab.connection import get_redis  # lazy: start-up time
 
     connection = connection if connection is not None else get_redis()
     keys = keys or default_keys()
@@ -168,7 +168,7 @@ def publish_specs(specs: list[RobotSpec], *, connection: Any = None, keys: Keys 
 
 def published_spec(name: str, *, connection: Any = None, keys: Keys | None = None) -> RobotSpec | None:
     """A robot spec from the Redis registry, or None."""
-    from robot_lab.connection import get_redis
+    from robot_lab.connection import get_redis  # lazy: start-up time
 
     connection = connection if connection is not None else get_redis()
     keys = keys or default_keys()
@@ -178,7 +178,7 @@ def published_spec(name: str, *, connection: Any = None, keys: Keys | None = Non
 
 def check_importable(spec: RobotSpec) -> None:
     """Import every tool path of ``spec`` now, so a typo fails before any job is enqueued."""
-    from robot_lab.runtime.tools import import_object
+    from robot_lab.runtime.tools import import_object  # lazy: start-up time
 
     for path in spec.local_tools:
         try:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from robot_lab.keys import default_keys
+from robot_lab.runtime.registry import check_importable, publish_specs
 from robot_lab.schemas.messages import RobotMessage, RobotSpec
 
 
@@ -38,10 +40,8 @@ class SpawnedRobot:
 
 def spawn(spec: RobotSpec, *, connection: Any = None, keys: Any = None) -> SpawnedRobot:
     """Publish ``spec`` for the generic worker pool and return a handle on it."""
-    from robot_lab.runtime.registry import check_importable, publish_specs
-    from robot_lab.bus import Bus
-    from robot_lab.connection import get_redis
-    from robot_lab.keys import default_keys
+    from robot_lab.bus import Bus  # lazy: start-up time
+    from robot_lab.connection import get_redis  # lazy: start-up time
 
     check_importable(spec)  # an unimportable tool fails here, not later on a worker
     connection = connection if connection is not None else get_redis()

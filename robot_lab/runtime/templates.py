@@ -21,6 +21,7 @@ import jinja2
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
+from robot_lab.settings import get_settings
 from robot_lab.text.frontmatter import split_front_matter
 
 log = get_logger("robot_lab.templates")
@@ -79,8 +80,6 @@ class Template:
 
 
 def template_dirs() -> list[Path]:
-    from robot_lab.settings import get_settings
-
     return [Path(p).expanduser() for p in get_settings().template_path]
 
 

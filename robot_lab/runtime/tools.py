@@ -11,10 +11,13 @@ Errors never escape to the model loop: robot_lab returns ``"Error (name): msg"``
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import inspect
 import json
 import re
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, get_type_hints
 
 import pydantic
@@ -177,8 +180,6 @@ class _AdHocTool(Tool):
 def run_awaitable(awaitable: Any) -> Any:
     """The result of an async tool called from sync code: ``asyncio.run`` here, or in a
     helper thread when this thread already runs an event loop (it cannot be re-entered)."""
-    import asyncio
-
     async def wait() -> Any:
         return await awaitable
 
@@ -186,7 +187,6 @@ def run_awaitable(awaitable: Any) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(wait())
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(1, thread_name_prefix="robot-lab-async-tool") as pool:
         return pool.submit(asyncio.run, wait()).result()
@@ -294,8 +294,6 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, descr
 
 def import_object(path: str) -> Any:
     """Resolve ``"pkg.mod:attr"`` (or ``"pkg.mod.attr"``) with a clear error."""
-    import importlib
-
     module_name, sep, attr = path.partition(":")
     if not sep:
         module_name, _, attr = path.rpartition(".")

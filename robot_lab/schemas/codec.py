@@ -14,8 +14,8 @@ from typing import Any
 import msgspec
 
 from robot_lab.errors import SchemaError
-from robot_lab.schemas.validation import T, schema_error as _schema_error
 from robot_lab.schemas.messages import (
+    DATE_TIME_FIELDS,
     MemoryChange,
     RobotMessage,
     RobotResult,
@@ -23,6 +23,8 @@ from robot_lab.schemas.messages import (
     RunConfigData,
     RunEvent,
 )
+from robot_lab.schemas.validation import T
+from robot_lab.schemas.validation import schema_error as _schema_error
 
 _encoder = msgspec.json.Encoder()
 _ENVELOPE_FIELDS = frozenset(
@@ -120,8 +122,6 @@ def _hoist_docs(prop: dict[str, Any]) -> None:
 
 
 def _document_envelope(definition: dict[str, Any]) -> None:
-    from robot_lab.schemas.messages import DATE_TIME_FIELDS
-
     definition["properties"].pop("extensions", None)
     definition["additionalProperties"] = True
     definition["description"] = (

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from robot_lab.schemas.ids import new_id
+from robot_lab.schemas.validation import convert
 
 ENVELOPE_VERSION = 1
 
@@ -205,8 +206,6 @@ class RobotResult(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RobotResult:
-        from robot_lab.schemas.validation import convert
-
         return convert(data, cls)
 
     @classmethod

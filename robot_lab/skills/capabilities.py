@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from robot_lab.settings import get_settings
+
 DEFAULT_TIMEOUT = 60.0
 TRUST_LEVELS = ("core", "external")
 # Names a skill can never set: they would let a script redirect the loader or the shell.
@@ -132,8 +134,6 @@ class Capabilities:
         the process settings). Without ``skill``: the global ceiling (never core).
         """
         if sandbox is None or (skill is not None and skills is None):
-            from robot_lab.settings import get_settings
-
             sandbox = get_settings().sandbox if sandbox is None else sandbox
             skills = get_settings().skills if skills is None else skills
         grant = (getattr(skills, "grants", None) or {}).get(skill) if skill is not None else None

@@ -30,6 +30,7 @@ from typing import Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
+from robot_lab.settings import get_settings
 from robot_lab.skills.skill import SKILL_FILE, AgentSkill
 
 log = get_logger("robot_lab.skills.catalog")
@@ -94,8 +95,6 @@ def entry_point_roots(group: str = ENTRY_POINT_GROUP) -> list[Root]:
 def default_roots(settings: Any = None, *, entry_points: bool = True) -> list[Root]:
     """The standard root order (see the module docstring)."""
     if settings is None:
-        from robot_lab.settings import get_settings
-
         settings = get_settings()
     roots = [
         Root(Path(USER_ROOT).expanduser(), "user"),
@@ -247,7 +246,6 @@ def default_catalog() -> SkillCatalog:
     Rebuilt when the process's settings object is replaced (``configure``,
     ``reload_settings``), so new ``skills.roots`` take effect instead of a stale scan."""
     global _default, _default_settings
-    from robot_lab.settings import get_settings
 
     settings = get_settings()
     with _default_lock:

@@ -29,7 +29,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from robot_lab.connection import mget
+from robot_lab.keys import default_keys
 from robot_lab.logging import get_logger
+from robot_lab.settings import get_settings
 from robot_lab.text.analysis import TfidfModel, tokenize
 
 log = get_logger("robot_lab.skills.embedding")
@@ -145,7 +147,7 @@ def infer_model_name(path: str | None, configured: str, default: str) -> str:
         return configured
     folder = Path(path).name.lower()
     try:
-        from fastembed import TextEmbedding
+        from fastembed import TextEmbedding  # lazy: start-up time
 
         supported = [m["model"] for m in TextEmbedding.list_supported_models()]
     except Exception:
@@ -163,7 +165,7 @@ def infer_model_name(path: str | None, configured: str, default: str) -> str:
 def _quiet_fastembed() -> Iterator[None]:
     """fastembed logs each failed download source at ERROR through loguru; we log one warning."""
     try:
-        from loguru import logger
+        from loguru import logger  # lazy: start-up time
     except ImportError:  # pragma: no cover - fastembed depends on loguru
         yield
         return
@@ -225,8 +227,6 @@ def load_embedder(settings: Any = None, *, quiet: bool = False) -> Embedder:
     The fallback embedder carries ``fallback_from`` (the model that did not load), so a
     command can say so in its own output; ``quiet`` leaves the log warning to such callers."""
     if settings is None:
-        from robot_lab.settings import get_settings
-
         settings = get_settings()
     skills = getattr(settings, "skills", settings)
     kind = skills.embedder
@@ -282,8 +282,6 @@ class EmbeddingCache:
                  max_local: int = 10_000) -> None:
         self.redis = redis
         if keys is None and redis is not None:
-            from robot_lab.keys import default_keys
-
             keys = default_keys()
         self.keys = keys
         self.ttl = ttl

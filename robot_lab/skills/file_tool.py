@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from robot_lab.settings import get_settings
 from robot_lab.skills.capabilities import is_under
 from robot_lab.skills.skill import AgentSkill
 from robot_lab.skills.tool_shape import ToolShape
@@ -27,8 +28,6 @@ class SkillFileTool(ToolShape):
     def __init__(self, skills: Sequence[AgentSkill], *, max_bytes: int | None = None) -> None:
         self.skills: dict[str, AgentSkill] = {s.name: s for s in skills}
         if max_bytes is None:
-            from robot_lab.settings import get_settings
-
             max_bytes = int(get_settings().skills.max_file_read_bytes)
         self.max_bytes = max_bytes
         self.name = TOOL_NAME

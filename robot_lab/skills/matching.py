@@ -30,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from robot_lab.connection import get_redis
+from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
-from robot_lab.settings import DEFAULT_MATCH_RULES, MatchRule
+from robot_lab.settings import DEFAULT_MATCH_RULES, MatchRule, get_settings
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.embedding import Embedder, EmbeddingCache, load_embedder
 from robot_lab.skills.skill import AgentSkill
@@ -145,8 +147,6 @@ class SkillMatcher:
         settings: Any = None,
     ) -> None:
         if settings is None:
-            from robot_lab.settings import get_settings
-
             settings = get_settings()
         self.settings = settings
         self._embedder = embedder
@@ -159,8 +159,6 @@ class SkillMatcher:
     def _default_cache(settings: Any) -> EmbeddingCache:
         if not settings.redis_url:
             return EmbeddingCache()
-        from robot_lab.connection import get_redis
-        from robot_lab.keys import Keys
 
         return EmbeddingCache(get_redis(settings.redis_url), keys=Keys(prefix=settings.key_prefix),
                               ttl=settings.skills.embedding_cache_ttl)

@@ -39,6 +39,7 @@ from typing import Any
 
 from robot_lab.errors import SandboxError
 from robot_lab.logging import declare_secret, get_logger
+from robot_lab.settings import get_settings
 from robot_lab.skills import reaper
 from robot_lab.skills.capabilities import Capabilities, is_under
 from robot_lab.skills.limits import CallCgroup, Limits, rlimit_prefix
@@ -415,8 +416,6 @@ def run_script(
     read-write, unless the operator turned workspaces off (``sandbox.workspace = false``).
     """
     if sandbox is None:
-        from robot_lab.settings import get_settings
-
         sandbox = get_settings().sandbox
     max_output = int(getattr(sandbox, "max_output_bytes", 64 * 1024))
     skill_dir = os.path.realpath(skill_dir)

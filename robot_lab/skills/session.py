@@ -28,7 +28,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from robot_lab.connection import get_redis
+from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
+from robot_lab.settings import get_settings
 from robot_lab.skills.file_tool import SkillFileTool, bundle_files
 from robot_lab.skills.matching import SkillMatcher, default_matcher, filter_tools
 from robot_lab.skills.skill import AgentSkill
@@ -208,13 +211,9 @@ def session_for(robot: str, scope: str | None, *, settings: Any = None) -> Skill
             _sessions.move_to_end(key)
             return session
     if settings is None:
-        from robot_lab.settings import get_settings
-
         settings = get_settings()
     redis = keys = None
     if settings.redis_url:
-        from robot_lab.connection import get_redis
-        from robot_lab.keys import Keys
 
         redis, keys = get_redis(settings.redis_url), Keys(prefix=settings.key_prefix, cluster=settings.cluster_keys)
     session = SkillSession(robot, scope, settings=settings, redis=redis, keys=keys)

@@ -25,6 +25,7 @@ from typing import Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
+from robot_lab.settings import get_settings
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.frontmatter import SkillHead, read_body, read_head
 from robot_lab.skills.script_tool import ScriptPlan, ScriptTool, plan_script
@@ -74,8 +75,6 @@ def _allowed_tools(value: Any) -> tuple[str, ...] | None:
 
 def _settings(settings: Any) -> Any:
     if settings is None:
-        from robot_lab.settings import get_settings
-
         return get_settings().skills
     return getattr(settings, "skills", settings)
 
@@ -134,8 +133,6 @@ class AgentSkill:
     def review(self, *, sandbox: Any = None) -> TrustReview:
         """What this skill asks for, what the operator's ceiling grants it, and why not the rest."""
         if sandbox is None:
-            from robot_lab.settings import get_settings
-
             sandbox = get_settings().sandbox
         return review(self.name, self.capabilities, sandbox=sandbox, skills=self._skills_settings)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from robot_lab.settings import get_settings
 from robot_lab.skills.capabilities import Capabilities, expand_path
 
 
@@ -68,8 +69,6 @@ def review(skill: str, asked: Capabilities, *, sandbox: Any = None, skills: Any 
     ``skills.script_timeout``.
     """
     if sandbox is None or skills is None:
-        from robot_lab.settings import get_settings
-
         sandbox = get_settings().sandbox if sandbox is None else sandbox
         skills = get_settings().skills if skills is None else skills
     ceiling = Capabilities.ceiling(sandbox, skill=skill, skills=skills)

@@ -37,6 +37,7 @@ from typing import Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
+from robot_lab.settings import get_settings
 from robot_lab.skills.capabilities import expand_path, is_under
 
 log = get_logger("robot_lab.skills.workspace")
@@ -53,8 +54,6 @@ def _segment(text: str) -> str:
 
 def _sandbox(sandbox: Any) -> Any:
     if sandbox is None:
-        from robot_lab.settings import get_settings
-
         return get_settings().sandbox
     return sandbox
 
@@ -62,8 +61,6 @@ def _sandbox(sandbox: Any) -> Any:
 def workspace_root(settings: Any = None) -> Path:
     """``skills.workspace_root``, else ``<tmp>/robot_lab-workspaces-<uid>``."""
     if settings is None:
-        from robot_lab.settings import get_settings
-
         settings = get_settings()
     skills = getattr(settings, "skills", settings)
     configured = getattr(skills, "workspace_root", None)

@@ -37,6 +37,7 @@ from typing import Any
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
 from robot_lab.outage import OutageTracker, is_outage
+from robot_lab.settings import get_settings
 
 log = get_logger("robot_lab.health")
 
@@ -52,8 +53,6 @@ def health_dir() -> Path:
     """``ROBOT_LAB_HEALTH_DIR``, else ``<tmp>/robot-lab-health-<user>/<key prefix>``: one
     folder per user and worker group (key prefix), so a probe on a shared host judges only
     its own workers, never another user's or another prefix's."""
-    from robot_lab.settings import get_settings
-
     settings = get_settings()
     if settings.health_dir:
         return Path(settings.health_dir)
@@ -114,8 +113,6 @@ class WorkerHeartbeat:
     def __init__(self, connection: Any, keys: Keys, name: str, robots: list[str], *, role: str,
                  checks: list[Check] | None = None, info: Callable[[], dict[str, Any]] | None = None,
                  interval: float | None = None, directory: Path | None = None) -> None:
-        from robot_lab.settings import get_settings
-
         self.connection = connection
         self.keys = keys
         self.name = name

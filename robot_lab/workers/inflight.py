@@ -39,8 +39,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from robot_lab.logging import get_logger
+from robot_lab.outage import is_outage
 from robot_lab.threads import warm_pool
 from robot_lab.workers.health import JOB_SLACK, LOOP_SLACK
+from robot_lab.workers.supervision import RidesOutages
 
 log = get_logger("robot_lab.worker")
 
@@ -69,7 +71,7 @@ class RobotPool:
 
     def __init__(self, spec: Any, build: Callable[[], Any] | None = None) -> None:
         if build is None:
-            from robot_lab.runtime.robot import Robot
+            from robot_lab.runtime.robot import Robot  # lazy: start-up time
 
             def build() -> Any:
                 return Robot.from_spec(spec)
@@ -113,12 +115,10 @@ class RobotPool:
 def in_flight_worker_class() -> type:
     """The rq worker class of ``robot-lab worker --in-flight N`` (N > 1); see the module
     docstring. Built on first use: rq is imported lazily."""
-    from rq.exceptions import StopRequested
-    from rq.worker import SimpleWorker, WorkerStatus
+    from rq.exceptions import StopRequested  # lazy: start-up time
+    from rq.worker import SimpleWorker, WorkerStatus  # lazy: start-up time
 
-    from robot_lab.outage import is_outage
-    from robot_lab.workers.supervision import RidesOutages
-    from robot_lab.workers.timeouts import SharedTimerDeathPenalty
+    from robot_lab.workers.timeouts import SharedTimerDeathPenalty  # lazy: start-up time
 
     class InFlightWorker(RidesOutages, SimpleWorker):
         """rq SimpleWorker running up to ``in_flight`` jobs at once on pool threads."""
@@ -179,8 +179,8 @@ def in_flight_worker_class() -> type:
             the intermediate list for a single queue, LPOP across several), so a job taken
             here is in the same place as one taken by rq, and a crash leaves it where rq's
             intermediate-queue cleanup and the sweeper look."""
-            from rq.job import Job
-            from rq.utils import as_text, get_version
+            from rq.job import Job  # lazy: start-up time
+            from rq.utils import as_text, get_version  # lazy: start-up time
 
             queues = list(self._ordered_queues)
             single = len(queues) == 1 and get_version(self.connection) >= (6, 2, 0)

@@ -16,16 +16,19 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 from robot_lab.bus import Bus
+from robot_lab.connection import connect, get_redis
 from robot_lab.errors import ConfigurationError
-from robot_lab.keys import Keys
+from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
-from robot_lab.observability import metrics
 from robot_lab.network.enqueue import queue_name
+from robot_lab.observability import metrics
+from robot_lab.rq_connection import rq_connection
 from robot_lab.text.strings import as_str as _s
 from robot_lab.workers.status import live_workers
 
@@ -46,7 +49,7 @@ class RedisCollector:
         return []  # no describe-time Redis reads: registering must not need Redis up
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import GaugeMetricFamily  # lazy: start-up time
 
         bus = Bus(redis=self.connection, keys=self.keys)
         up = GaugeMetricFamily("robot_lab_redis_up", "1 when the last scrape could read Redis")
@@ -91,9 +94,7 @@ class RedisCollector:
         yield from (live, runs, remaining)
 
     def _rq_depths(self, robots: list[str]) -> dict[str, int]:
-        from rq import Queue
-
-        from robot_lab.rq_connection import rq_connection
+        from rq import Queue  # lazy: start-up time
 
         rq = rq_connection(self.connection)
         pipe = rq.pipeline(transaction=False)
@@ -133,8 +134,6 @@ def prepare_worker_metrics(concurrency: int) -> None:
     prometheus_client's multiprocess mode in a private directory (removed at exit)."""
     metrics.require()
     if concurrency > 1 and not metrics.multiprocess_dir():
-        import sys
-
         if "prometheus_client" in sys.modules:
             raise ConfigurationError("set PROMETHEUS_MULTIPROC_DIR before prometheus_client is imported")
         path = tempfile.mkdtemp(prefix="robot-lab-metrics-")
@@ -145,8 +144,6 @@ def prepare_worker_metrics(concurrency: int) -> None:
 def serve_worker_metrics(port: int, robots: list[str], *, connection: Any = None, keys: Keys | None = None,
                          addr: str = "0.0.0.0") -> Any:
     """``robot-lab worker --metrics-port``: this worker's counters + its robots' Redis gauges."""
-    from robot_lab.connection import get_redis
-    from robot_lab.keys import default_keys
 
     metrics.enable()
     collector = RedisCollector(connection or get_redis(), keys or default_keys(), robots or None)
@@ -157,7 +154,5 @@ def serve_worker_metrics(port: int, robots: list[str], *, connection: Any = None
 
 def start_worker_metrics(port: int, robots: list[str], *, concurrency: int, url: str | None = None) -> Any:
     """What ``robot-lab worker --metrics-port`` does before starting its robots."""
-    from robot_lab.connection import connect
-
     prepare_worker_metrics(concurrency)
     return serve_worker_metrics(port, robots, connection=connect(url) if url else None)

@@ -27,11 +27,29 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from robot_lab.app import load_app
+from robot_lab.bus import BusPoller
+from robot_lab.connection import connect
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
-from robot_lab.network.enqueue import queue_name
-from robot_lab.workers.health import LOOP_SLACK
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.enqueue import DEFAULT_JOB_TIMEOUT, queue_name
+from robot_lab.network.serializer import JobSerializer
+from robot_lab.outage import is_outage
+from robot_lab.rq_connection import rq_connection
+from robot_lab.runtime.registry import check_importable, published_spec
+from robot_lab.settings import get_settings
+from robot_lab.workers.health import (
+    JOB_SLACK,
+    LOOP_SLACK,
+    RQ_WORKER_TTL,
+    LoopProgress,
+    WorkerHeartbeat,
+    rq_loop_problem,
+)
+from robot_lab.workers.inflight import RobotPool, in_flight_worker_class
+from robot_lab.workers.supervision import Loops, RidesOutages, supervise_poller
 
 log = get_logger("robot_lab.worker")
 
@@ -43,10 +61,7 @@ DRAIN_LIMIT = 600.0
 
 def robot_worker_class() -> type:
     """rq SimpleWorker (no fork per job: the robot runtime stays warm), data-only job serializer."""
-    from rq.worker import SimpleWorker
-
-    from robot_lab.workers.health import LoopProgress
-    from robot_lab.workers.supervision import RidesOutages
+    from rq.worker import SimpleWorker  # lazy: start-up time
 
     class RobotWorker(LoopProgress, RidesOutages, SimpleWorker):
         """Records loop progress for the heartbeat (workers/health.py) and rides out Redis
@@ -59,7 +74,7 @@ def warm_up(models: Iterable[str] | None = None) -> None:
     """Make one offline scripted call and import the job code, so the first task of a worker
     (or of the demo) does not pay lazy imports; litellm (200 MB, seconds) only when one of
     ``models`` needs it (None: not known, so yes). See docs/operations.md, "Memory"."""
-    from robot_lab.runtime.llm import gateway as llm
+    from robot_lab.runtime.llm import gateway as llm  # lazy: start-up time
 
     if models is None or not all(llm.is_scripted(model) for model in models):
         llm.litellm_module()
@@ -67,14 +82,11 @@ def warm_up(models: Iterable[str] | None = None) -> None:
         llm.LLMGateway(max_retries=0).complete("scripted/text:ok", [{"role": "user", "content": "warm up"}])
     except Exception as exc:  # warming up is an optimisation only
         log.warning("worker.warm_up_failed", error=f"{type(exc).__name__}: {exc}")
-    from robot_lab.network import task_job  # noqa: F401
-
+    from robot_lab.network import task_job  # noqa: F401  (the job's imports, before the first job)
 
 
 def resolve_worker_robots(names: list[str], *, connection: Any, keys: Keys, app: Any) -> dict[str, Any]:
     """Each robot's spec, from the app or the Redis registry; unknown names raise."""
-    from robot_lab.runtime.registry import check_importable, published_spec
-
     specs = {}
     for name in names:
         spec = app.robot_spec(name) if app is not None and app.has_robot(name) else None
@@ -96,20 +108,12 @@ def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool, loops: 
     progress joins ``loops`` (the main process's registry), or -- in an rq child process --
     a heartbeat of its own. ``in_flight`` > 1 runs that many jobs at once (workers/inflight.py);
     ``on_stop`` is called when a warm shutdown starts."""
-    from rq import Queue
-
-    from robot_lab.connection import connect
-    from robot_lab.rq_connection import rq_connection
-    from robot_lab.network.serializer import JobSerializer
-    from robot_lab.workers.health import RQ_WORKER_TTL, WorkerHeartbeat, rq_loop_problem
-    from robot_lab.workers.supervision import Loops
+    from rq import Queue  # lazy: start-up time
 
     data = connect(url)
     connection = rq_connection(data)  # on Redis Cluster: a plain client of rq's slot owner
     qs = [Queue(q, connection=connection, serializer=JobSerializer) for q in queues]
     if in_flight > 1:
-        from robot_lab.workers.inflight import in_flight_worker_class
-
         worker = in_flight_worker_class()(qs, connection=connection, serializer=JobSerializer, name=name,
                                           worker_ttl=RQ_WORKER_TTL, in_flight=in_flight, on_stop=on_stop)
     else:
@@ -153,7 +157,6 @@ def served_models(specs: dict[str, Any], spawned: bool) -> list[str] | None:
     """The models the served robots call (None when spawned robots may bring any)."""
     if spawned:
         return None
-    from robot_lab.settings import get_settings
 
     return [spec.model or get_settings().default_model() for spec in specs.values()]
 
@@ -166,8 +169,6 @@ def _child_main(url: str | None, queues: list[str], name: str, burst: bool, in_f
 
 
 def _sweeper(connection: Any, keys: Keys, stop: threading.Event, loop: Any) -> None:
-    from robot_lab.outage import is_outage
-    from robot_lab.network.coordinator import Coordinator
 
     coordinator = Coordinator(connection=connection, keys=keys)
     loop.tick()
@@ -191,8 +192,6 @@ def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: 
     """Serve every robot spawned at run time (``<prefix>:robots:spawned``): a bus poller per
     new name, built from its published spec. A spec that cannot be built is logged and
     retried on the next pass."""
-    from robot_lab.runtime.registry import published_spec
-    from robot_lab.outage import is_outage
 
     loop = loops.loops["spawn-watcher"]
     while not stop.is_set():
@@ -223,12 +222,9 @@ def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: 
 def serving_poller(name: str, spec: Any, connection: Any, in_flight: int) -> Any:
     """The bus poller serving robot ``name``: ``in_flight`` messages at once, each run on a
     robot of its own (workers/inflight.py RobotPool) when more than one."""
-    from robot_lab.bus import BusPoller
-    from robot_lab.runtime.robot import Robot
+    from robot_lab.runtime.robot import Robot  # lazy: start-up time
 
     if in_flight > 1:
-        from robot_lab.workers.inflight import RobotPool
-
         robot: Any = RobotPool(spec)
     else:
         robot = Robot.from_spec(spec)
@@ -238,9 +234,6 @@ def serving_poller(name: str, spec: Any, connection: Any, in_flight: int) -> Any
 def bus_thread(loops: Any, robot: str, poller: Any, stop: threading.Event) -> threading.Thread:
     """The supervised thread of one robot's bus poller (workers/supervision.py): its rounds
     count as progress, a Redis outage is ridden out, its death fails the health probe."""
-    from robot_lab.network.enqueue import DEFAULT_JOB_TIMEOUT
-    from robot_lab.workers.health import JOB_SLACK, LOOP_SLACK
-    from robot_lab.workers.supervision import supervise_poller
 
     loop = loops.add(f"bus-{robot}", idle_limit=poller.block_ms / 1000 + LOOP_SLACK)
     supervise_poller(poller, loop, stop, handler_limit=DEFAULT_JOB_TIMEOUT + JOB_SLACK)
@@ -252,9 +245,6 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
                in_flight: int | None = None) -> None:
     """The body of ``robot-lab worker``. ``in_flight``: tasks, and messages per robot, run at
     once by each process (default: setting ``worker.in_flight``)."""
-    from robot_lab.app import load_app
-    from robot_lab.connection import connect
-    from robot_lab.settings import get_settings
 
     settings = get_settings()
     url = url or settings.redis_url
@@ -330,7 +320,7 @@ def _publish_app(app: Any, connection: Any, keys: Keys) -> None:
     """Publish the app's robot specs. A worker logged in as its robot's ACL user (robot-lab
     acl) may write only its own spec: the others are refused, which is logged, not fatal
     (the pipeline has written every spec it was allowed to)."""
-    import redis
+    import redis  # lazy: start-up time
 
     try:
         app.publish(connection=connection, keys=keys)
@@ -343,8 +333,6 @@ def _publish_app(app: Any, connection: Any, keys: Keys) -> None:
 def _supervision(connection: Any, keys: Keys, base: str, robots: list[str], queues: list[str],
                  children: list[Any]) -> tuple[Any, Any]:
     """The main process's loop registry and its heartbeat (started)."""
-    from robot_lab.workers.health import WorkerHeartbeat
-    from robot_lab.workers.supervision import Loops
 
     loops = Loops()
     for child in children:

@@ -20,14 +20,22 @@ registrations of workers that are certainly dead (see :func:`rq_registrations`),
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import socket
 import time
 from typing import Any
 
-from robot_lab.connection import mget
-from robot_lab.rq_connection import rq_connection
-from robot_lab.keys import Keys
+from robot_lab.bus import Bus
+from robot_lab.bus.conversations import stalled_conversations
+from robot_lab.connection import get_redis, mget, redact_url
+from robot_lab.keys import Keys, default_keys
+from robot_lab.network.enqueue import queue_name
+from robot_lab.network.serializer import JobSerializer
+from robot_lab.rq_connection import rq_connection, rq_prefix
+from robot_lab.settings import get_settings
 from robot_lab.text.strings import as_str as _s
+from robot_lab.workers.health import RQ_WORKER_TTL, pid_alive
 
 FINISHED = ("done", "failed", "skipped", "cancelled")
 
@@ -57,14 +65,10 @@ ROBOT_LAB_WORKER_PREFIX = "robot-lab."
 
 def _rq_key(suffix: str) -> str:
     """An rq key under rq's prefix (``RQ_KEY_PREFIX``: ``{rq}`` on Redis Cluster)."""
-    from robot_lab.rq_connection import rq_prefix
-
     return f"{rq_prefix()}:{suffix}"
 
 
 def _rq_heartbeat_age(value: Any, now: float) -> float | None:
-    import datetime as dt
-
     if not value:
         return None
     try:
@@ -88,10 +92,6 @@ def rq_registrations(connection: Any, queues: list[str], live_names: set[str], *
     worker refreshes it every 30 s when idle; a busy one keeps beating in robot-lab's own
     heartbeat, which is checked first).
     """
-    import socket
-
-    from robot_lab.workers.health import RQ_WORKER_TTL, pid_alive
-
     host = socket.gethostname()
     now = time.time()
     connection = rq_connection(connection)
@@ -142,7 +142,7 @@ def _run_ids(connection: Any, keys: Keys) -> list[str]:
 def active_runs(connection: Any, keys: Keys) -> list[dict[str, Any]]:
     """Each unfinished run: progress, running / abandoned / lost tasks (three pipelined round
     trips in all, whatever the number of runs)."""
-    from rq.job import Job
+    from rq.job import Job  # lazy: start-up time
 
     job_key = Job.redis_job_namespace_prefix
     now = time.time()
@@ -227,12 +227,8 @@ def known_robots(connection: Any, keys: Keys, workers: list[dict[str, Any]], run
 
 def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dict[str, Any]],
                runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from rq import Queue
-    from rq.registry import FailedJobRegistry, StartedJobRegistry
-
-    from robot_lab.bus import Bus
-    from robot_lab.network.enqueue import queue_name
-    from robot_lab.network.serializer import JobSerializer
+    from rq import Queue  # lazy: start-up time
+    from rq.registry import FailedJobRegistry, StartedJobRegistry  # lazy: start-up time
 
     bus = Bus(redis=connection, keys=keys)
     inbox = {s.robot: s for s in bus.stats(robots)} if robots else {}
@@ -272,8 +268,6 @@ def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dic
 def stalled_conversation_problems(connection: Any, keys: Keys, robots: list[str]) -> list[str]:
     """One line per conversation whose head has waited longer than the visibility timeout
     plus one reclaim sweep with no live consumer running it (bus/conversations.py)."""
-    from robot_lab.bus import Bus
-    from robot_lab.bus.conversations import stalled_conversations
 
     bus = Bus(connection, keys=keys)
     return [s.describe() for robot in robots for s in stalled_conversations(bus, robot)]
@@ -281,9 +275,6 @@ def stalled_conversation_problems(connection: Any, keys: Keys, robots: list[str]
 
 def collect_status(connection: Any = None, keys: Keys | None = None, robots: list[str] | None = None) -> dict[str, Any]:
     """The whole ``robot-lab status --json`` document."""
-    from robot_lab.connection import get_redis, redact_url
-    from robot_lab.keys import default_keys
-    from robot_lab.settings import get_settings
 
     connection = connection if connection is not None else get_redis()
     keys = keys or default_keys()
@@ -336,8 +327,6 @@ def collect_status(connection: Any = None, keys: Keys | None = None, robots: lis
 def unknown_robots(connection: Any, keys: Keys, names: list[str], workers: list[dict[str, Any]],
                    runs: list[dict[str, Any]]) -> list[str]:
     """The names among ``names`` that nothing of this prefix knows (a typo, another prefix)."""
-    from robot_lab.network.enqueue import queue_name
-
     known = set(known_robots(connection, keys, workers, runs))
     candidates = [n for n in names if n not in known]
     if not candidates:
@@ -380,8 +369,6 @@ def orphan_inbox_problems(connection: Any, keys: Keys, rows: list[dict[str, Any]
 def recent_runs(connection: Any = None, keys: Keys | None = None, limit: int = 20,
                 status: str | None = None) -> list[dict[str, Any]]:
     """The latest runs (newest first): status, duration, task counts, tokens and cost."""
-    from robot_lab.connection import get_redis
-    from robot_lab.keys import default_keys
 
     connection = connection if connection is not None else get_redis()
     keys = keys or default_keys()

@@ -254,7 +254,7 @@ class RidesOutages:
         def retrying() -> None:
             self.loop_beat = time.monotonic()  # reconnecting is progress, not a wedged loop
             if getattr(self, "_stop_requested", False):
-                from rq.exceptions import StopRequested
+                from rq.exceptions import StopRequested  # lazy: start-up time
 
                 raise StopRequested()
 
@@ -317,7 +317,7 @@ class RidesOutages:
 def _requeue_interrupted(job: Any, queue: Any) -> None:
     """Put an rq job whose execution an outage cut short back on its queue (unless it
     finished after all): out of the started registry, status queued, id pushed again."""
-    from rq.job import JobStatus
+    from rq.job import JobStatus  # lazy: start-up time
 
     status = job.get_status(refresh=True)
     if status in (JobStatus.FINISHED, JobStatus.QUEUED, None):

@@ -27,6 +27,7 @@ from robot_lab.errors import ConfigurationError, InferenceError
 from robot_lab.logging import get_logger
 from robot_lab.observability import hooks as observe
 from robot_lab.runtime.llm import recording, scripted
+from robot_lab.settings import get_settings
 
 log = get_logger("robot_lab.llm")
 
@@ -94,7 +95,7 @@ class LLMResponse:
 
 def _scripted_response(model: str, d: scripted.Decision) -> Any:
     """A scripted decision as litellm's ModelResponse (non-streaming)."""
-    from litellm.types.utils import ModelResponse
+    from litellm.types.utils import ModelResponse  # lazy: start-up time
 
     message: dict[str, Any] = {"role": "assistant", "content": d.text or None}
     if d.tool_calls:
@@ -148,7 +149,7 @@ def _scripted_chunks(d: scripted.Decision) -> Iterator[dict[str, Any]]:
 
 
 def _scripted_handler_class(litellm: Any) -> type:
-    from litellm.llms.custom_llm import CustomLLM
+    from litellm.llms.custom_llm import CustomLLM  # lazy: start-up time
 
     class ScriptedLLM(CustomLLM):  # type: ignore[misc, valid-type]
         """litellm custom provider ``scripted``: answers come from :mod:`.scripted`."""
@@ -196,7 +197,7 @@ def litellm_module() -> Any:
         if _litellm is None:
             os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
             os.environ.setdefault("LITELLM_TELEMETRY", "False")
-            import litellm
+            import litellm  # lazy: start-up time
 
             litellm.telemetry = False
             litellm.suppress_debug_info = True
@@ -273,7 +274,6 @@ def _model_requests_allowed() -> bool:
     value = os.environ.get("ROBOT_LAB_ALLOW_MODEL_REQUESTS")
     if value is not None:
         return value.strip().lower() not in {"0", "false", "no", "off"}
-    from robot_lab.settings import get_settings
 
     return get_settings().allow_model_requests
 
@@ -427,8 +427,6 @@ class LLMGateway:
         sleep: Callable[[float], None] = time.sleep,
         async_sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
-        from robot_lab.settings import get_settings
-
         s = get_settings()
         self.max_retries = s.max_retries if max_retries is None else max_retries
         self.retry_interval = s.retry_interval if retry_interval is None else retry_interval

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar
 
+from robot_lab import __version__
 from robot_lab.errors import MCPError
 from robot_lab.logging import get_logger
 from robot_lab.observability import hooks as observe
@@ -70,7 +71,7 @@ def render_content(items: Any) -> str:
 
 
 def _is_connection_closed(error: BaseException) -> bool:
-    from mcp_types import CONNECTION_CLOSED
+    from mcp_types import CONNECTION_CLOSED  # lazy: start-up time
 
     return getattr(error, "code", None) == CONNECTION_CLOSED
 
@@ -249,10 +250,8 @@ class MCPClient:
         await ready
 
     async def _run_session(self, ready: asyncio.Future[None]) -> None:
-        from mcp import Client
-        from mcp.types import Implementation
-
-        from robot_lab import __version__
+        from mcp import Client  # lazy: start-up time
+        from mcp.types import Implementation  # lazy: start-up time
 
         try:
             async with AsyncExitStack() as stack:
@@ -293,18 +292,18 @@ class MCPClient:
     async def _transport(self, stack: AsyncExitStack) -> Any:
         config = self.config
         if config.transport == "stdio":
-            from mcp import StdioServerParameters
+            from mcp import StdioServerParameters  # lazy: start-up time
 
             return StdioServerParameters(
                 command=config.command or "", args=list(config.args), env=config.env, cwd=config.cwd
             )
         if config.transport == "sse":
-            from mcp.client.sse import sse_client
+            from mcp.client.sse import sse_client  # lazy: start-up time
 
             return sse_client(config.url or "", headers=config.headers, timeout=config.timeout)
         if config.headers:
-            import httpx2
-            from mcp.client.streamable_http import streamable_http_client
+            import httpx2  # lazy: start-up time
+            from mcp.client.streamable_http import streamable_http_client  # lazy: start-up time
 
             http = await stack.enter_async_context(
                 httpx2.AsyncClient(headers=config.headers, timeout=httpx2.Timeout(30.0, read=300.0))

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from robot_lab.keys import default_keys
 from robot_lab.logging import get_logger
 
 DEFAULT_THRESHOLD = 3
@@ -154,8 +155,7 @@ class RedisDoomLoopDetector:
         threshold: int = DEFAULT_THRESHOLD,
         ttl: int = 86_400,
     ) -> None:
-        from robot_lab.connection import get_redis
-        from robot_lab.keys import default_keys
+        from robot_lab.connection import get_redis  # lazy: start-up time
 
         if not run_id:
             raise ValueError("RedisDoomLoopDetector needs a run_id")

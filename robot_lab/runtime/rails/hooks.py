@@ -172,7 +172,7 @@ class Registration:
 
 def resolve_handler(handler: Any) -> type[Hook]:
     if isinstance(handler, str):
-        from robot_lab.runtime.tools import import_object
+        from robot_lab.runtime.tools import import_object  # lazy: start-up time
 
         handler = import_object(handler)
     if not (isinstance(handler, type) and issubclass(handler, Hook)):

@@ -24,7 +24,7 @@ def compress(
 ) -> None:
     """Drop or summarize old turns that drifted from the recent conversation; an
     ``on_compaction`` hook may supply the result itself."""
-    from robot_lab.runtime.history import compress_history
+    from robot_lab.runtime.history import compress_history  # lazy: start-up time
 
     ctx = CompactionHookContext(robot=robot, messages_before=tuple(robot.messages), config=robot.config, strategy=strategy)
 
@@ -53,7 +53,7 @@ def maybe_compact(robot: Any) -> None:
     if mode != "context_window":
         log.warning("auto_compact.unknown_mode", robot=robot.name, mode=str(mode))
         return
-    from robot_lab.runtime.history import should_compact
+    from robot_lab.runtime.history import should_compact  # lazy: start-up time
 
     if should_compact(robot.messages, context_window=context_window(robot.model), threshold=robot.config.compact_threshold):
         robot.compress_history(strategy="context_window")

@@ -25,24 +25,28 @@ from typing import Any
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.observability import hooks as observe
+from robot_lab.runtime.delegation import delegate
 from robot_lab.runtime.llm.gateway import LLMGateway, default_gateway
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.hooks import HookRegistry
-from robot_lab.runtime.robot import compaction, run as run_mod
+from robot_lab.runtime.robot import compaction
+from robot_lab.runtime.robot import run as run_mod
 from robot_lab.runtime.robot.context import conversation_state, default_conversation_turn
 from robot_lab.runtime.robot.drive import ASYNC, SYNC, run_sync
 from robot_lab.runtime.robot.learning import Learning
 from robot_lab.runtime.robot.loop import ContentCallback
 from robot_lab.runtime.robot.mcp_attach import MCPAttachment
-from robot_lab.runtime.robot.prompt import PromptAssembly, set_system_message, system_message
 from robot_lab.runtime.robot.plan import SKILL_MODES
+from robot_lab.runtime.robot.prompt import PromptAssembly, set_system_message, system_message
 from robot_lab.runtime.robot.serving import SERVE_DEFAULT, serve_kwargs
-from robot_lab.runtime.robot.streaming import RunStream
 from robot_lab.runtime.robot.spec import check_bus, spec_kwargs, to_spec
+from robot_lab.runtime.robot.streaming import RunStream
 from robot_lab.runtime.robot.toolset import DEFAULT_MAX_TOOLS, is_none_value, select_tools, validate_tools_filter
 from robot_lab.runtime.run_config import RunConfig, check_enable_cache
+from robot_lab.runtime.spawn import spawn
 from robot_lab.runtime.tools import Tool, ToolManifest
 from robot_lab.schemas.messages import RobotResult, RobotSpec
+from robot_lab.settings import get_settings
 
 log = get_logger("robot_lab.robot")
 
@@ -189,7 +193,6 @@ class Robot:
     def model(self) -> str:
         if self.config.model:
             return str(self.config.model)
-        from robot_lab.settings import get_settings
 
         return get_settings().default_model()
 
@@ -281,7 +284,7 @@ class Robot:
 
     def search_history(self, query: str, limit: int = 5) -> list[Any]:
         """robot_lab's ``search_history``: messages most similar to ``query`` (TF cosine)."""
-        from robot_lab.runtime.history import search_history
+        from robot_lab.runtime.history import search_history  # lazy: start-up time
 
         return search_history(self.messages, query, limit=limit)
 
@@ -509,8 +512,6 @@ class Robot:
     def delegate(self, to: Any, task: str, *, async_: bool = False, timeout: float = 120.0, **run_kwargs: Any) -> Any:
         """Hand ``task`` to another robot: a Robot here, or a robot name served by a worker.
         Returns its RobotResult, or a DelegationFuture with ``async_=True``."""
-        from robot_lab.runtime.delegation import delegate
-
         return delegate(to, task, delegated_by=self.name, async_=async_, timeout=timeout, bus=self.bus,
                         **run_kwargs)
 
@@ -518,8 +519,6 @@ class Robot:
         """Create a new robot at run time for the generic worker pool (``robot-lab worker
         --spawned``); it inherits this robot's model and provider unless given. Returns a
         handle with ``send`` and ``ask``."""
-        from robot_lab.runtime.spawn import spawn
-
         kwargs.setdefault("model", self.config.model)
         kwargs.setdefault("provider", self.provider)
         bus = self.bus

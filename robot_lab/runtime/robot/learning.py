@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from robot_lab.runtime.rails.hooks import LearnHookContext, call_point_hook, hook_scope, run_hooks
-
+from robot_lab.settings import get_settings
 
 _UNREAD = object()
 
@@ -31,7 +31,7 @@ class Learning:
     @property
     def memory(self) -> Any:
         if self._memory is None:
-            from robot_lab.memory.store import Memory
+            from robot_lab.memory.store import Memory  # lazy: start-up time
 
             self._memory = Memory.for_robot(self.robot.name)
         return self._memory
@@ -69,13 +69,12 @@ class Learning:
 
     def load(self) -> list[str]:
         if self._memory is None and not self.learnings:
-            from robot_lab import connection
-            from robot_lab.settings import get_settings
+            from robot_lab import connection  # lazy: start-up time
 
             if get_settings().embedded and connection._embedded_server is None:
                 return []  # no embedded store exists yet, so nothing can have been learned
         if self._preloaded is not _UNREAD:
-            from robot_lab.memory.values import Values
+            from robot_lab.memory.values import Values  # lazy: start-up time
 
             stored, self._preloaded = Values.value("learnings", self._preloaded), _UNREAD
         else:

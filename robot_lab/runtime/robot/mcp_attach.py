@@ -12,6 +12,7 @@ from robot_lab.logging import get_logger
 from robot_lab.runtime.robot.toolset import is_none_value
 from robot_lab.runtime.run_config import RunConfig
 from robot_lab.runtime.tools import Tool, as_tool
+from robot_lab.settings import get_settings
 
 log = get_logger("robot_lab.robot")
 
@@ -19,8 +20,6 @@ log = get_logger("robot_lab.robot")
 def global_mcp() -> Any:
     """The settings' ``mcp`` (robot_lab's ``config.mcp``) as the last parent of ``inherit``;
     its default ``none`` means "no restriction at this level", as for ``tools``."""
-    from robot_lab.settings import get_settings
-
     value = get_settings().mcp
     return None if is_none_value(value) else value
 
@@ -41,7 +40,7 @@ class MCPAttachment:
     def manager(self) -> Any:
         """The MCPManager (connected lazily, per process)."""
         if self._manager is None:
-            from robot_lab.runtime.mcp.servers import MCPManager
+            from robot_lab.runtime.mcp.servers import MCPManager  # lazy: start-up time
 
             self._manager = MCPManager(self.servers, owner=self.owner)
         return self._manager

@@ -21,6 +21,7 @@ from typing import Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.runtime.run_config import RunConfig
+from robot_lab.settings import get_settings
 
 LAYERS = ("settings", "network", "robot", "task", "run")
 SKILL_MODES = ("match", "tool")
@@ -40,8 +41,6 @@ def as_config(value: RunConfig | Mapping[str, Any] | Any | None) -> RunConfig | 
 def settings_layer() -> RunConfig:
     """The bottom layer: ``model`` (``ROBOT_LAB_MODEL``, a provider key's model, else the
     scripted model) and ``max_tool_rounds`` (finite by default)."""
-    from robot_lab.settings import get_settings
-
     s = get_settings()
     return RunConfig(model=s.default_model(), max_tool_rounds=s.max_tool_rounds)
 
@@ -130,8 +129,6 @@ def resolve_plan(
     """The plan of one run of ``robot`` (the owning Robot). ``memory`` is robot_lab's
     binding: the run's argument (a Memory, a scope name, or a mapping merged into the
     active memory), else the network's memory, else the robot's own."""
-    from robot_lab.settings import get_settings
-
     net = as_config(network_config)
     task = as_config(task_config)
     run = as_config(run_config)
@@ -160,7 +157,7 @@ def resolve_plan(
 
 def bind_memory(robot: Any, memory: Any, network: Any = None) -> Any:
     """robot_lab's ``run_memory``: the argument, else the network's, else the robot's own."""
-    from robot_lab.memory.store import Memory, resolve_memory
+    from robot_lab.memory.store import Memory, resolve_memory  # lazy: start-up time
 
     default = getattr(network, "memory", None) if network is not None else None
     if not isinstance(default, Memory):

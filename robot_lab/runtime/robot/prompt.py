@@ -89,7 +89,7 @@ class PromptAssembly:
         if not names:
             self.agent_skills = []
             return names
-        from robot_lab.skills import default_catalog
+        from robot_lab.skills import default_catalog  # lazy: start-up time
 
         catalog = default_catalog()
         self.agent_skills = catalog.select(names)
@@ -130,8 +130,8 @@ class PromptAssembly:
             if attachments:
                 log.warning("robot.attachments_ignored", robot=robot_name, reason="the robot has no AgentSkills")
             return selected
-        from robot_lab.skills import default_catalog
-        from robot_lab.skills.session import session_for
+        from robot_lab.skills import default_catalog  # lazy: start-up time
+        from robot_lab.skills.session import session_for  # lazy: start-up time
 
         if self._own_skill_scope is None:
             self._own_skill_scope = f"robot-{robot_name}-{uuid.uuid4().hex[:12]}"

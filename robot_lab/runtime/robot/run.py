@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from robot_lab.logging import log_context
+from robot_lab.runtime.conversations import ConversationStore
 from robot_lab.runtime.rails.hooks import (
     HookRegistry,
     LlmGenerationHookContext,
@@ -109,8 +110,6 @@ async def run_in_conversation(robot: Any, conversation_id: str, message: str | N
     run's own (a context variable, see :func:`conversation_scope`), so concurrent runs of
     one robot in different conversations -- tasks on one event loop, or threads -- never
     see each other's messages; the robot's own messages are untouched."""
-    from robot_lab.runtime.conversations import ConversationStore
-
     store = ConversationStore()
     system = robot.messages[:1] if robot.instructions is not None else []
     loaded = await io.either(store.load, store.aload, robot.name, conversation_id)

@@ -14,6 +14,7 @@ from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.runtime.run_config import RunConfig
 from robot_lab.runtime.tools import Tool
+from robot_lab.settings import get_settings
 
 log = get_logger("robot_lab.robot")
 
@@ -51,7 +52,6 @@ def select_tools(
     attached = [*robot.local_tools.values(), *extra]
     if is_none_value(tools):
         return []
-    from robot_lab.settings import get_settings
 
     parent_value = (network_config.tools if network_config else None) or get_settings().tools
     parent = resolve_tool_setting(parent_value, None)

@@ -24,6 +24,7 @@ from robot_lab.errors import BudgetExceeded, InferenceError
 from robot_lab.logging import get_logger
 from robot_lab.runtime.rails.budget.estimate import CallEstimate
 from robot_lab.runtime.rails.budget.ledger import COST, TOKENS, BudgetLedger, Ledger, fmt_amount
+from robot_lab.settings import get_settings
 
 _log = get_logger("robot_lab.budget")
 _FIRST_POLL = 0.02
@@ -57,8 +58,6 @@ def reserve_for_call(
     A ledger with nothing free and nothing in flight refuses at once (BudgetExceeded).
     """
     if timeout is None:
-        from robot_lab.settings import get_settings
-
         timeout = get_settings().budget.wait_timeout
     active = [ledger for ledger in ledgers if ledger is not None]
     deadline = time.monotonic() + timeout

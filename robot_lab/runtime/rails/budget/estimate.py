@@ -23,6 +23,7 @@ from typing import Any
 
 from robot_lab.logging import get_logger
 from robot_lab.runtime.rails.budget.ledger import COST, TOKENS
+from robot_lab.settings import get_settings
 
 log = get_logger("robot_lab.budget")
 
@@ -55,7 +56,7 @@ def _fallback_count(messages: Sequence[Any], tools: Sequence[Any] | None) -> int
 
 
 def _litellm() -> Any:
-    from robot_lab.runtime.llm.gateway import litellm_module
+    from robot_lab.runtime.llm.gateway import litellm_module  # lazy: start-up time
 
     litellm = litellm_module()
     # For llama, cohere, deepseek and some anthropic models litellm would fetch a tokenizer
@@ -75,7 +76,7 @@ def count_input_tokens(model: str, messages: Sequence[Any], tools: Sequence[Any]
     serving only scripted robots never imports litellm (which would cost seconds under a task's
     lease the first time a budget applies)."""
     if _scripted(model):
-        from robot_lab.runtime.llm.scripted import prompt_tokens
+        from robot_lab.runtime.llm.scripted import prompt_tokens  # lazy: start-up time
 
         try:
             return prompt_tokens(list(messages), list(tools or []))
@@ -98,8 +99,6 @@ def estimate_call(
 ) -> CallEstimate:
     """The reservation a call to ``model`` with these ``messages`` and ``tools`` needs."""
     if default_output_tokens is None:
-        from robot_lab.settings import get_settings
-
         default_output_tokens = get_settings().budget.default_output_tokens
     input_tokens = count_input_tokens(model, messages, tools)
     output_tokens = int(max_tokens) if max_tokens else int(default_output_tokens)

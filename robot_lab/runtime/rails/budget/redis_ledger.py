@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from robot_lab.errors import ConfigurationError
+from robot_lab.keys import default_keys
 from robot_lab.runtime.rails.budget import scripts
 from robot_lab.runtime.rails.budget.ledger import exceeded, parse_amount
 
@@ -86,8 +87,7 @@ class RedisLedger:
         ttl: int | None = None,
         holder: BudgetHolder | None = None,
     ) -> None:
-        from robot_lab.connection import get_redis
-        from robot_lab.keys import default_keys
+        from robot_lab.connection import get_redis  # lazy: start-up time
 
         if not scope or not isinstance(scope, str):
             raise ConfigurationError(f"RedisLedger needs a non-empty scope name, got {scope!r}")
