@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis as _redis
 
@@ -37,6 +37,9 @@ from robot_lab.bus.outbox import Outbox
 from robot_lab.bus.requests import Requests
 from robot_lab.bus.records import InboxStats
 from robot_lab.bus.signing import Keyring, default_keyring
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.bus")
 
@@ -111,7 +114,7 @@ class Bus(Requests, Outbox, DeadLetters):
 
     def __init__(
         self,
-        redis: _redis.Redis | None = None,
+        redis: RedisClient | None = None,
         *,
         keys: Keys | None = None,
         settings: BusSettings | None = None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -28,10 +28,13 @@ from robot_lab.network.graphs import graph_for
 from robot_lab.network.run_state import RunStore
 from robot_lab.runtime.rails.budget.redis_ledger import release_holder
 
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
+
 log = get_logger("robot_lab.coordinator")
 
 SWEEP_EVERY = 0.5  # seconds between sweeps of a followed run
-def is_embedded(connection: Any) -> bool:
+def is_embedded(connection: RedisClient) -> bool:
     """True for the in-process fakeredis (embedded mode)."""
     return type(connection).__module__.startswith("fakeredis")
 
@@ -151,7 +154,7 @@ class RunHandle:
 class Coordinator:
     """Submits runs and sweeps them. ``connection`` defaults to :func:`get_redis`."""
 
-    def __init__(self, connection: Any = None, keys: Keys | None = None) -> None:
+    def __init__(self, connection: RedisClient | None = None, keys: Keys | None = None) -> None:
         if connection is None:
             from robot_lab.connection import get_redis
 

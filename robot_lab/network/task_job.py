@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ConfigurationError, retryable
 from robot_lab.keys import Keys, default_keys  # default_keys: Memory.for_robot's layout
@@ -33,6 +33,9 @@ from robot_lab.network.run_state import DEFAULT_LEASE_MS, RunStore
 from robot_lab.runtime.registry import robot_source
 from robot_lab.network.routing import choose_routes, route_tool_for
 from robot_lab.network.lease import DeltaBuffer, LeaseHeartbeat
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.workers")
 
@@ -469,7 +472,7 @@ def _run_doom_loop(store: RunStore, network_config: Any) -> Any:
 JOB_SWEEP_INTERVAL = 2.0
 
 
-def _sweep_soon(connection: Any, keys: Keys) -> None:
+def _sweep_soon(connection: RedisClient, keys: Keys) -> None:
     """Finishing a task is a good moment to look for lost work in any run (rate-limited
     in this process and, through a Redis lock, across processes)."""
     global _last_sweep

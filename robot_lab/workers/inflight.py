@@ -36,11 +36,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.logging import get_logger
 from robot_lab.threads import warm_pool
 from robot_lab.workers.health import JOB_SLACK, LOOP_SLACK
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot import Robot
 
 log = get_logger("robot_lab.worker")
 
@@ -92,7 +95,7 @@ class RobotPool:
             self.built += 1
         return self._build()
 
-    def _give(self, robot: Any) -> None:
+    def _give(self, robot: Robot) -> None:
         with self._lock:
             self._free.append(robot)
 
