@@ -87,8 +87,8 @@ def _positional_arity(fn: Callable[..., Any]) -> int:
 class ServedRobot(Protocol):
     """What :meth:`BusPoller.serve` runs: ``run(text, **kwargs)`` returning a result with a
     ``.reply`` (or the reply itself). It also uses, when present, ``serve_policy(headers)``
-    (the run arguments a message may narrow) and ``concurrent_runs`` (safe in several
-    threads at once): a Robot and a worker's RobotPool have them."""
+    (the run arguments a message may narrow: a Robot's) and ``concurrent_runs`` (safe in
+    several threads at once: a worker's RobotPool, which has both)."""
 
     def run(self, *args: Any, **kwargs: Any) -> Any: ...
 

@@ -131,4 +131,4 @@ class RobotParts(RunnableRobot, Protocol):
     def _maybe_compact(self) -> None: ...  # loop
 
     def compress_history(self, recent_turns: int = ..., keep_threshold: float = ..., drop_threshold: float = ...,
-                         summarizer: Callable[[str], str] | None = ..., *, strategy: str = ...) -> Any: ...  # compaction
+                         summarizer: Callable[[str], str] | None = ..., *, strategy: str = ...) -> object: ...  # compaction
