@@ -23,6 +23,7 @@ from robot_lab.runtime.registry import (
 from robot_lab.schemas import RobotSpec
 
 if TYPE_CHECKING:  # pragma: no cover
+    from robot_lab.connection import RedisClient
     from robot_lab.keys import Keys
     from robot_lab.network.dsl import Network
     from robot_lab.runtime.robot import Robot
@@ -106,7 +107,7 @@ class App:
             raise ConfigurationError(f"app {self.name!r} has no network {name!r} (networks: {known})") from None
 
     # --- Redis registry ----------------------------------------------------------------
-    def publish(self, connection: Any = None, keys: Keys | None = None) -> list[str]:
+    def publish(self, connection: RedisClient | None = None, keys: Keys | None = None) -> list[str]:
         """Write every robot's spec to Redis so any worker can build it."""
         specs = [self.robot_spec(name) for name in self._robots]
         publish_specs(specs, connection=connection, keys=keys)

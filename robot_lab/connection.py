@@ -26,7 +26,7 @@ import asyncio
 import socket
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -42,6 +42,19 @@ from robot_lab.redis_url import (  # noqa: F401  (re-exported: the public names 
     scrub,
     split_userinfo,
 )
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import redis.asyncio
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+    from redis.cluster import RedisCluster
+
+    # What robot-lab calls a ``connection``: a redis-py client (fakeredis's FakeRedis is a
+    # subclass) or a Redis Cluster client. Typing only: nothing is imported for it at run time.
+    RedisClient: TypeAlias = "redis.Redis | RedisCluster"
+    # Their asyncio counterparts (``aconnect``, ``async_client_for``, ``Bus.aredis``).
+    AsyncRedisClient: TypeAlias = "redis.asyncio.Redis | AsyncRedisCluster"
 
 _embedded_lock = threading.Lock()
 _embedded_server: Any = None

@@ -18,13 +18,16 @@ ONE primary of the cluster; the bus, run state, memory and budgets spread over a
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.connection import Connection, SSLConnection
 
 from robot_lab.connection import is_cluster_client
 from robot_lab.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 _TAG = re.compile(r"\{([^}]+)\}")
 
@@ -67,7 +70,7 @@ class _SlotOwnerSSLConnection(_SlotOwnerMixin, SSLConnection):
     pass
 
 
-def rq_connection(connection: Any) -> Any:
+def rq_connection(connection: RedisClient) -> Any:
     """The client to hand rq: ``connection`` itself unless it is a ``RedisCluster``; then a
     plain client of the primary serving rq's slot (one per cluster client, cached on it).
 
@@ -88,11 +91,11 @@ def rq_connection(connection: Any) -> Any:
     pool = redis.ConnectionPool(connection_class=cls, cluster=connection, slot_key=prefix + ":queue:x", **kwargs)
     client = redis.Redis(connection_pool=pool)
     client._robot_lab_data = connection  # type: ignore[attr-defined]
-    connection._robot_lab_rq = client
+    connection._robot_lab_rq = client  # type: ignore[union-attr]
     return client
 
 
-def data_connection(connection: Any) -> Any:
+def data_connection(connection: RedisClient) -> Any:
     """The client for robot-lab's own keys behind a connection rq was given (the cluster
     client for a connection made by :func:`rq_connection`, else the same connection)."""
     return getattr(connection, "_robot_lab_data", connection)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis as _redis
 
@@ -39,6 +39,9 @@ from robot_lab.schemas import RobotMessage, encode_message, utcnow
 from robot_lab.settings import BusSettings, get_settings
 from robot_lab.text.strings import as_str as _s
 from robot_lab.tracing import outgoing_traceparent
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.bus")
 
@@ -109,7 +112,7 @@ class Bus(Requests, Outbox, DeadLetters):
 
     def __init__(
         self,
-        redis: _redis.Redis | None = None,
+        redis: RedisClient | None = None,
         *,
         keys: Keys | None = None,
         settings: BusSettings | None = None,

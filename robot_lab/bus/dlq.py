@@ -6,19 +6,21 @@ Consumers write dead letters (bus/handling.py); this module only reads and moves
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-import redis as _redis
+from typing import TYPE_CHECKING
 
 from robot_lab.errors import BusError
 from robot_lab.keys import Keys
 from robot_lab.text.strings import as_str as _s
 from robot_lab.bus.records import DeadLetter
 
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
+
 
 class DeadLetters:
     """Dead-letter operations of a Bus (which sets ``redis`` and ``keys``)."""
 
-    redis: _redis.Redis
+    redis: RedisClient
     keys: Keys
 
     def dead_letters(self, robot: str, count: int = 100, *, start: str = "-") -> list[DeadLetter]:

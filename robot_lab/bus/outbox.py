@@ -7,11 +7,10 @@ by whichever worker of the sender consumes it, and any process can wait for it. 
 
 from __future__ import annotations
 
+import datetime as _dt
 import time
 from collections.abc import Mapping
-from typing import Any
-
-import redis as _redis
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import AwaitTimeout, BusError
 from robot_lab.keys import Keys
@@ -21,17 +20,25 @@ from robot_lab.schemas import RobotMessage, decode_message, encode_message, utcn
 from robot_lab.settings import BusSettings
 from robot_lab.text.strings import as_str as _s
 
+if TYPE_CHECKING:
+    from redis.commands.core import Script
+    from robot_lab.connection import RedisClient
+
 
 class Outbox:
     """Outbox operations of a Bus (which sets ``redis``, ``keys``, ``settings``, the
     ``_outbox_reply`` script, and provides ``publish``)."""
 
-    redis: _redis.Redis
+    redis: RedisClient
     keys: Keys
     settings: BusSettings
-    _outbox_reply: Any
+    _outbox_reply: Script
 
-    def publish(self, to: str, content: Any, **kwargs: Any) -> RobotMessage:  # provided by Bus
+    # provided by Bus (send_message passes its keyword arguments through)
+    def publish(self, to: str, content: str | Mapping[str, Any], *, from_: str = ..., kind: str = ...,
+                reply_to: str | None = ..., conversation_id: str | None = ..., correlation_id: str | None = ...,
+                in_reply_to: str | None = ..., headers: Mapping[str, str] | None = ...,
+                deadline: _dt.datetime | _dt.timedelta | float | None = ..., create: bool = ...) -> RobotMessage:
         raise NotImplementedError
 
     def send_message(

@@ -34,7 +34,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis as _redis
 
@@ -53,6 +53,9 @@ from robot_lab.bus.intake import Intake
 from robot_lab.bus.reclaim import Reclaim
 from robot_lab.bus.replies import fingerprint, make_record, read_record, record_key_part
 from robot_lab.bus.signing import VERIFY_MODES, verify_mode
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.bus.poller")
 
@@ -81,6 +84,15 @@ def _positional_arity(fn: Callable[..., Any]) -> int:
     return sum(1 for p in params if p.kind in kinds and p.default is inspect.Parameter.empty)
 
 
+class ServedRobot(Protocol):
+    """What :meth:`BusPoller.serve` runs: ``run(text, **kwargs)`` returning a result with a
+    ``.reply`` (or the reply itself). It also uses, when present, ``serve_policy(headers)``
+    (the run arguments a message may narrow: a Robot's) and ``concurrent_runs`` (safe in
+    several threads at once: a worker's RobotPool, which has both)."""
+
+    def run(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
 class BusPoller(Intake, Handling, Reclaim):
     """Consume ``robot``'s inbox as consumer ``consumer`` of the group named ``robot``."""
 
@@ -89,7 +101,7 @@ class BusPoller(Intake, Handling, Reclaim):
         robot: str,
         bus: Bus | None = None,
         *,
-        redis: _redis.Redis | None = None,
+        redis: RedisClient | None = None,
         consumer: str | None = None,
         batch_size: int | None = None,
         block_ms: int | None = None,
@@ -173,7 +185,7 @@ class BusPoller(Intake, Handling, Reclaim):
         self._auto_ack = True
         return self
 
-    def serve(self, robot: Any, *, auto_reply: bool = True, **run_kwargs: Any) -> BusPoller:
+    def serve(self, robot: ServedRobot, *, auto_reply: bool = True, **run_kwargs: Any) -> BusPoller:
         """Run ``robot.run(text, **run_kwargs)`` on each task and reply with ``.reply``
         (a dict content is flattened to ``"k: v"`` lines, as robot_lab does). A robot with
         a ``serve_policy(headers)`` (a Robot) offers what it was built with, narrowed by the

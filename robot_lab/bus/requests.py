@@ -11,9 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from collections.abc import Mapping
-from typing import Any
-
-import redis as _redis
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.bus.replies import REPLY_STREAM_PREFIX
 from robot_lab.bus.signing import Keyring
@@ -22,6 +20,9 @@ from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage, decode_message, new_id
 from robot_lab.text.strings import as_str as _s
+
+if TYPE_CHECKING:
+    from robot_lab.connection import AsyncRedisClient, RedisClient
 
 log = get_logger("robot_lab.bus")
 
@@ -32,16 +33,24 @@ class Requests:
     """Request / reply operations of a Bus (which sets ``redis``, ``keys``, ``keyring``,
     ``verify`` and provides ``publish`` / ``apublish`` / ``aredis``)."""
 
-    redis: _redis.Redis
+    redis: RedisClient
     keys: Keys
     keyring: Keyring
     verify: str
-    aredis: Any
 
-    def publish(self, to: str, content: Any, **kwargs: Any) -> RobotMessage:  # provided by Bus
+    if TYPE_CHECKING:
+        @property
+        def aredis(self) -> AsyncRedisClient: ...  # provided by Bus
+
+    # provided by Bus: the arguments these operations pass
+    def publish(self, to: str, content: str | Mapping[str, Any], *, from_: str = ..., reply_to: str | None = ...,
+                conversation_id: str | None = ..., headers: Mapping[str, str] | None = ...,
+                deadline: _dt.datetime | _dt.timedelta | float | None = ...) -> RobotMessage:
         raise NotImplementedError
 
-    async def apublish(self, to: str, content: Any, **kwargs: Any) -> RobotMessage:  # provided by Bus
+    async def apublish(self, to: str, content: str | Mapping[str, Any], *, from_: str = ..., reply_to: str | None = ...,
+                       conversation_id: str | None = ..., headers: Mapping[str, str] | None = ...,
+                       deadline: _dt.datetime | _dt.timedelta | float | None = ...) -> RobotMessage:
         raise NotImplementedError
 
     def request(

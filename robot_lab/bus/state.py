@@ -16,11 +16,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-import redis as _redis
-
 if TYPE_CHECKING:
     from robot_lab.bus.core import Bus
     from robot_lab.bus.delivery import Delivery
+    from robot_lab.connection import RedisClient
 
 
 class PollerState:
@@ -30,7 +29,7 @@ class PollerState:
     robot: str  # the robot, also the consumer group's name
     consumer: str  # this consumer's name in the group
     bus: Bus
-    redis: _redis.Redis
+    redis: RedisClient
     inbox: str  # the robot's inbox stream key
     dlq: str  # its dead-letter stream key
     conv_keys: list[str]  # inbox, conversation queue, conversation heads (the scripts' KEYS)

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 NOTE_EVERY = 5.0  # seconds between "still no live worker" notes
 TIMEOUT_EXIT = 124  # like timeout(1): the wait gave up, the run itself may still finish
 
 
-def serving(connection: Any, keys: Any, robots: list[str]) -> dict[str, bool]:
+def serving(connection: RedisClient, keys: Any, robots: list[str]) -> dict[str, bool]:
     """For each robot: does a live worker (robot-lab heartbeat, or a registered plain rq
     worker that is not stale) serve its queue?"""
     from robot_lab.network.enqueue import queue_name  # lazy: start-up time

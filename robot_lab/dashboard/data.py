@@ -9,7 +9,7 @@ Everything here is synchronous redis-py; the server runs it in worker threads.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.bus import Bus
 from robot_lab.errors import BusError, ConfigurationError
@@ -18,13 +18,16 @@ from robot_lab.network.coordinator import Coordinator
 from robot_lab.text.strings import as_str as _s
 from robot_lab.workers.status import collect_status, recent_runs
 
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
+
 FINISHED_RUN = ("completed", "failed", "cancelled")
 
 
 class DashboardData:
     """The dashboard's reads and its two actions over one connection."""
 
-    def __init__(self, connection: Any, keys: Keys) -> None:
+    def __init__(self, connection: RedisClient, keys: Keys) -> None:
         self.r = connection
         self.keys = keys
 

@@ -16,7 +16,7 @@ import hmac
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from starlette.applications import Starlette
@@ -31,13 +31,16 @@ from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
 
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
+
 log = get_logger("robot_lab.dashboard")
 
 STATIC = Path(__file__).resolve().parent / "static"
 FEED_BLOCK_MS = 1000  # one XREAD wait; also how often a quiet stream checks for a closed tab
 
 
-def create_app(connection: Any, keys: Keys, *, token: str | None = None) -> Starlette:
+def create_app(connection: RedisClient, keys: Keys, *, token: str | None = None) -> Starlette:
     """The ASGI app. ``token`` None: read-only (every POST answers 403)."""
     data = DashboardData(connection, keys)
 

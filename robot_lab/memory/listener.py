@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import redis
@@ -37,6 +37,9 @@ import redis
 from robot_lab.logging import get_logger
 from robot_lab.memory.scope import ChangeLog, decode_change
 from robot_lab.schemas import MemoryChange
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.memory")
 
@@ -78,7 +81,7 @@ class Listener(threading.Thread):
         self.changelog = changelog
         self.scope = changelog.keys.scope
         self.owner = owner  # whose listener this is: a callback may not wait on its own owner
-        self.redis: redis.Redis = changelog.redis
+        self.redis: RedisClient = changelog.redis
         self._may_retire = may_retire
         self.poll_interval = poll_interval
         self.idle_timeout = idle_timeout

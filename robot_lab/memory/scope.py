@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import redis as redis_lib
 
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
 from robot_lab.schemas import MemoryChange
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.memory")
 
@@ -76,7 +78,7 @@ class ChangeLog:
     (or expired) before a reader got to them.
     """
 
-    def __init__(self, redis: redis_lib.Redis, keys: ScopeKeys) -> None:
+    def __init__(self, redis: RedisClient, keys: ScopeKeys) -> None:
         self.redis = redis
         self.keys = keys
         self.lost = 0

@@ -24,9 +24,7 @@ import contextvars
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
-
-import redis as redis_lib
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.connection import async_client_for, get_redis
 from robot_lab.errors import ConfigurationError
@@ -50,6 +48,9 @@ from robot_lab.memory.waits import await_for, wait_for
 from robot_lab.schemas import MemoryChange, RobotResult
 from robot_lab.schemas.messages import Message
 
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
+
 __all__ = ["BROADCAST_KEY", "RESERVED_KEYS", "Memory", "MemoryValueError", "ReservedKeyError", "resolve_memory"]
 
 BROADCAST_KEY = "_network_broadcast"
@@ -72,7 +73,7 @@ class Memory:
         self,
         scope: str,
         *,
-        redis: redis_lib.Redis | None = None,
+        redis: RedisClient | None = None,
         keys: Keys | None = None,
         network_name: str | None = None,
         writer: str | None = None,

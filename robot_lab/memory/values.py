@@ -14,10 +14,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import redis as redis_lib
 
 from robot_lab.connection import durable
 from robot_lab.errors import RobotLabError
@@ -30,6 +29,9 @@ from robot_lab.memory.reserved import (
     reserved_default,
 )
 from robot_lab.memory.scope import ScopeKeys
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 encoder = msgspec.json.Encoder()
 
@@ -61,7 +63,7 @@ def _text(key: bytes | str) -> str:
 class Values:
     """The values of one scope in Redis (see the module docstring)."""
 
-    def __init__(self, redis: redis_lib.Redis, keys: ScopeKeys, *, network_name: str | None,
+    def __init__(self, redis: RedisClient, keys: ScopeKeys, *, network_name: str | None,
                  changes_maxlen: int, writer: Callable[[], str | None]) -> None:
         self.redis = redis
         self.keys = keys

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -31,10 +31,13 @@ from robot_lab.runtime.registry import check_importable, configured_robots, publ
 from robot_lab.runtime.tools import import_object
 from robot_lab.schemas import RobotResult, RobotSpec, RunEvent, TextMessage, new_id
 
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
+
 log = get_logger("robot_lab.coordinator")
 
 SWEEP_EVERY = 0.5  # seconds between sweeps of a followed run
-def is_embedded(connection: Any) -> bool:
+def is_embedded(connection: RedisClient) -> bool:
     """True for the in-process fakeredis (embedded mode)."""
     return type(connection).__module__.startswith("fakeredis")
 
@@ -154,7 +157,7 @@ class RunHandle:
 class Coordinator:
     """Submits runs and sweeps them. ``connection`` defaults to :func:`get_redis`."""
 
-    def __init__(self, connection: Any = None, keys: Keys | None = None) -> None:
+    def __init__(self, connection: RedisClient | None = None, keys: Keys | None = None) -> None:
         if connection is None:
             connection = get_redis()
         self.connection = connection

@@ -29,6 +29,7 @@ from robot_lab.schemas import RobotSpec, RunConfigData
 from robot_lab.schemas.validation import convert
 
 if TYPE_CHECKING:  # pragma: no cover
+    from robot_lab.connection import RedisClient
     from robot_lab.network.coordinator import NetworkResult, RunHandle
     from robot_lab.runtime.registry import RobotSource as App  # the App, seen from below: a robot source
     from robot_lab.runtime.robot import Robot
@@ -163,7 +164,7 @@ class Network:
             self._group_stack.pop()
             self._graph = None
 
-    def _register_robot(self, task: str, robot: Any) -> str:
+    def _register_robot(self, task: str, robot: str | RobotSpec | Robot) -> str:
         if isinstance(robot, str):
             if not robot:
                 raise ConfigurationError(f"network {self.name!r}: task {task!r} needs a robot")
@@ -280,7 +281,7 @@ class Network:
         return net
 
     # --- running ---------------------------------------------------------------------------
-    def submit(self, message: Any = None, *, connection: Any = None, max_concurrent: int | None = None,
+    def submit(self, message: Any = None, *, connection: RedisClient | None = None, max_concurrent: int | None = None,
                stream: bool = True, run_id: str | None = None, **context: Any) -> RunHandle:
         """Store the run in Redis and enqueue its first tasks; returns at once."""
         from robot_lab.network.coordinator import Coordinator  # lazy: start-up time
@@ -291,7 +292,7 @@ class Network:
 
     @observe.network_run
     def run(self, message: Any = None, *, wait: bool = True, timeout: float | None = None,
-            connection: Any = None, max_concurrent: int | None = None, stream: bool = True,
+            connection: RedisClient | None = None, max_concurrent: int | None = None, stream: bool = True,
             workers: int | None = None, **context: Any) -> NetworkResult | RunHandle:
         """Run the network. With ``wait`` (default) block until it finishes and return a
         :class:`NetworkResult`; else return the :class:`RunHandle`.
@@ -308,7 +309,7 @@ class Network:
                                   max_concurrent=max_concurrent, stream=stream, workers=workers, **ctx.context),
             )
 
-    def _run(self, message: Any, *, wait: bool, timeout: float | None, connection: Any,
+    def _run(self, message: Any, *, wait: bool, timeout: float | None, connection: RedisClient | None,
              max_concurrent: int | None, stream: bool, workers: int | None, **context: Any
              ) -> NetworkResult | RunHandle:
         from robot_lab.network.coordinator import Coordinator, is_embedded  # lazy: start-up time
@@ -337,7 +338,7 @@ class Network:
         self.hooks.on(handler, context)
         return self
 
-    def attach(self, run_id: str, *, connection: Any = None) -> RunHandle:
+    def attach(self, run_id: str, *, connection: RedisClient | None = None) -> RunHandle:
         """Follow a run submitted elsewhere (e.g. by a coordinator that died)."""
         from robot_lab.network.coordinator import Coordinator  # lazy: start-up time
 

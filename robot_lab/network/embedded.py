@@ -9,11 +9,14 @@ timeouts use rq's timer-based death penalty.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.logging import get_logger
 from robot_lab.network.enqueue import queue_name
 from robot_lab.network.serializer import JobSerializer
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.network.embedded")
 
@@ -34,7 +37,7 @@ def _worker_class() -> type:
 class EmbeddedWorkers:
     """``threads`` rq workers listening on ``robot:<name>`` for every name in ``queues``."""
 
-    def __init__(self, connection: Any, queues: list[str], *, threads: int = 4,
+    def __init__(self, connection: RedisClient, queues: list[str], *, threads: int = 4,
                  poll_seconds: float = 0.25) -> None:
         self.connection = connection
         self.queue_names = [queue_name(q) for q in queues]

@@ -10,17 +10,20 @@ imports the workers that run them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from robot_lab.keys import Keys
 from robot_lab.network.dag import Graph
 from robot_lab.network.serializer import JobSerializer
 
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
+
 JOB_FUNC = "robot_lab.workers.run_task"
 DEFAULT_JOB_TIMEOUT = 600
 
 
-def enqueue_jobs(connection: Any, keys: Keys, run_id: str, items: list[tuple[str, str, str]],
+def enqueue_jobs(connection: RedisClient, keys: Keys, run_id: str, items: list[tuple[str, str, str]],
                  graph: Graph | None = None) -> None:
     """Put one rq job per (task, job_id, robot) on queue ``robot:<robot>``.
 

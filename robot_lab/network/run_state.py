@@ -39,7 +39,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from redis.exceptions import NoScriptError
@@ -54,6 +54,9 @@ from robot_lab.network.serializer import JobSerializer
 from robot_lab.rq_connection import rq_connection
 from robot_lab.schemas import RobotResult, RobotSpec, RunEvent
 from robot_lab.tracing import outgoing_traceparent
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 __all__ = ["DEFAULT_LEASE_MS", "RUN_TTL", "TERMINAL", "RunStore", "SweepView", "TaskStart"]
 
@@ -101,7 +104,7 @@ class RunStore:
     :meth:`repair_queued`, and a duplicate job is harmless because claims are checked here.
     """
 
-    def __init__(self, connection: Any, keys: Keys, run_id: str) -> None:
+    def __init__(self, connection: RedisClient, keys: Keys, run_id: str) -> None:
         self.r = connection
         self.keys = keys
         self.run_id = run_id

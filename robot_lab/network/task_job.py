@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.connection import get_redis
 from robot_lab.errors import ConfigurationError, retryable
@@ -44,6 +44,9 @@ from robot_lab.runtime.run_config import RunConfig
 from robot_lab.schemas import RobotResult
 from robot_lab.settings import get_settings
 from robot_lab.tracing import continue_trace
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.workers")
 
@@ -455,7 +458,7 @@ def _run_doom_loop(store: RunStore, network_config: Any) -> Any:
 JOB_SWEEP_INTERVAL = 2.0
 
 
-def _sweep_soon(connection: Any, keys: Keys) -> None:
+def _sweep_soon(connection: RedisClient, keys: Keys) -> None:
     """Finishing a task is a good moment to look for lost work in any run (rate-limited
     in this process and, through a Redis lock, across processes)."""
     global _last_sweep

@@ -18,9 +18,12 @@ the task states are described in :mod:`.run_state`, which is the only caller.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 _SCRIPT_SHAS: dict[str, str] = {}
 
@@ -328,7 +331,7 @@ def sha_of(script: str) -> str:
     return sha
 
 
-def run_script(connection: Any, script: str, keys: list[str], run_id: str, *argv: Any) -> Any:
+def run_script(connection: RedisClient, script: str, keys: list[str], run_id: str, *argv: Any) -> Any:
     """EVALSHA ``script`` on the run's ``keys`` (see the module docstring), falling back to
     EVAL (which caches it) on NOSCRIPT."""
     if hasattr(connection, "command_stack"):  # a pipeline (connection.durable): no NOSCRIPT round trip

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import threading
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -25,6 +25,9 @@ from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.schemas import RobotSpec
 from robot_lab.schemas.validation import convert
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 
 class RobotSource(Protocol):
@@ -154,7 +157,7 @@ def robot_source(path: str) -> RobotSource:
     return source
 
 
-def publish_specs(specs: list[RobotSpec], *, connection: Any = None, keys: Keys | None = None) -> None:
+def publish_specs(specs: list[RobotSpec], *, connection: RedisClient | None = None, keys: Keys | None = None) -> None:
     """Write robot specs to the Redis registry, so any worker can build them by name."""
     from robot_lab.connection import get_redis  # lazy: start-up time
 
@@ -166,7 +169,7 @@ def publish_specs(specs: list[RobotSpec], *, connection: Any = None, keys: Keys 
     pipe.execute()
 
 
-def published_spec(name: str, *, connection: Any = None, keys: Keys | None = None) -> RobotSpec | None:
+def published_spec(name: str, *, connection: RedisClient | None = None, keys: Keys | None = None) -> RobotSpec | None:
     """A robot spec from the Redis registry, or None."""
     from robot_lab.connection import get_redis  # lazy: start-up time
 

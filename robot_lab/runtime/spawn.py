@@ -11,11 +11,14 @@ The caller gets a :class:`SpawnedRobot` handle to talk to it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.keys import default_keys
 from robot_lab.runtime.registry import check_importable, publish_specs
 from robot_lab.schemas.messages import RobotMessage, RobotSpec
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 
 class SpawnedRobot:
@@ -38,7 +41,7 @@ class SpawnedRobot:
         return f"<SpawnedRobot {self.name}>"
 
 
-def spawn(spec: RobotSpec, *, connection: Any = None, keys: Any = None) -> SpawnedRobot:
+def spawn(spec: RobotSpec, *, connection: RedisClient | None = None, keys: Any = None) -> SpawnedRobot:
     """Publish ``spec`` for the generic worker pool and return a handle on it."""
     from robot_lab.bus import Bus  # lazy: start-up time
     from robot_lab.connection import get_redis  # lazy: start-up time

@@ -18,13 +18,16 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar, get_type_hints
+from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
 import pydantic
 
 from robot_lab.errors import ConfigurationError, ToolError, ToolNotFoundError
 from robot_lab.logging import get_logger
 from robot_lab.observability import hooks as observe
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.named import NamedRobot
 
 log = get_logger("robot_lab.tools")
 
@@ -81,7 +84,7 @@ class Tool:
             self.name = _camel_to_snake(type(self).__name__)
         if not _NAME_RE.match(self.name):
             raise ConfigurationError(f"tool name {self.name!r} must match {_NAME_RE.pattern}")
-        self.robot: Any = None
+        self.robot: NamedRobot | None = None
 
     # --- to override --------------------------------------------------------------------
     def execute(self, **arguments: Any) -> Any:

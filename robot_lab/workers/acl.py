@@ -16,11 +16,14 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.bus.names import check_robot_name
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 PASSWORD_ENV_PREFIX = "ROBOT_LAB_ACL_PASSWORD_"
 COORDINATOR = "rl-coordinator"
@@ -170,7 +173,7 @@ def password_for(user: AclUser, env: dict[str, str], folder: Path | None) -> str
     return password
 
 
-def apply_users(connection: Any, users: list[AclUser], passwords: dict[str, str]) -> None:
+def apply_users(connection: RedisClient, users: list[AclUser], passwords: dict[str, str]) -> None:
     """``ACL SETUSER`` each user (as an admin connection)."""
     for user in users:
         connection.execute_command("ACL", "SETUSER", *user.setuser(passwords[user.user]))

@@ -32,12 +32,15 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.settings import get_settings
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.health")
 
@@ -110,7 +113,7 @@ def rq_loop_problem(worker: Any) -> str | None:
 class WorkerHeartbeat:
     """The beat thread of one worker process (see the module docstring)."""
 
-    def __init__(self, connection: Any, keys: Keys, name: str, robots: list[str], *, role: str,
+    def __init__(self, connection: RedisClient, keys: Keys, name: str, robots: list[str], *, role: str,
                  checks: list[Check] | None = None, info: Callable[[], dict[str, Any]] | None = None,
                  interval: float | None = None, directory: Path | None = None) -> None:
         self.connection = connection

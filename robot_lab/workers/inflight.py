@@ -36,13 +36,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.logging import get_logger
 from robot_lab.outage import is_outage
 from robot_lab.threads import warm_pool
 from robot_lab.workers.health import JOB_SLACK, LOOP_SLACK
 from robot_lab.workers.supervision import RidesOutages
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot import Robot
 
 log = get_logger("robot_lab.worker")
 
@@ -94,7 +97,7 @@ class RobotPool:
             self.built += 1
         return self._build()
 
-    def _give(self, robot: Any) -> None:
+    def _give(self, robot: Robot) -> None:
         with self._lock:
             self._free.append(robot)
 

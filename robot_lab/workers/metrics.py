@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.bus import Bus
 from robot_lab.connection import connect, get_redis
@@ -32,6 +32,9 @@ from robot_lab.rq_connection import rq_connection
 from robot_lab.text.strings import as_str as _s
 from robot_lab.workers.status import live_workers
 
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
+
 log = get_logger("robot_lab.metrics")
 
 BUDGET_SCAN_LIMIT = 1000  # budget hashes read per scrape at most (run-scoped ones expire)
@@ -40,7 +43,7 @@ BUDGET_SCAN_LIMIT = 1000  # budget hashes read per scrape at most (run-scoped on
 class RedisCollector:
     """A prometheus_client custom collector over one Redis connection."""
 
-    def __init__(self, connection: Any, keys: Keys, robots: list[str] | None = None) -> None:
+    def __init__(self, connection: RedisClient, keys: Keys, robots: list[str] | None = None) -> None:
         self.connection = connection
         self.keys = keys
         self.robots = robots  # None: every registered robot, found at each scrape
@@ -141,7 +144,7 @@ def prepare_worker_metrics(concurrency: int) -> None:
         atexit.register(shutil.rmtree, path, True)
 
 
-def serve_worker_metrics(port: int, robots: list[str], *, connection: Any = None, keys: Keys | None = None,
+def serve_worker_metrics(port: int, robots: list[str], *, connection: RedisClient | None = None, keys: Keys | None = None,
                          addr: str = "0.0.0.0") -> Any:
     """``robot-lab worker --metrics-port``: this worker's counters + its robots' Redis gauges."""
 

@@ -25,7 +25,7 @@ import signal
 import socket
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.app import load_app
 from robot_lab.bus import BusPoller
@@ -50,6 +50,9 @@ from robot_lab.workers.health import (
 )
 from robot_lab.workers.inflight import RobotPool, in_flight_worker_class
 from robot_lab.workers.supervision import Loops, RidesOutages, supervise_poller
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.worker")
 
@@ -85,7 +88,7 @@ def warm_up(models: Iterable[str] | None = None) -> None:
     from robot_lab.network import task_job  # noqa: F401  (the job's imports, before the first job)
 
 
-def resolve_worker_robots(names: list[str], *, connection: Any, keys: Keys, app: Any) -> dict[str, Any]:
+def resolve_worker_robots(names: list[str], *, connection: RedisClient, keys: Keys, app: Any) -> dict[str, Any]:
     """Each robot's spec, from the app or the Redis registry; unknown names raise."""
     specs = {}
     for name in names:
@@ -168,7 +171,7 @@ def _child_main(url: str | None, queues: list[str], name: str, burst: bool, in_f
     _rq_loop(url, queues, name, burst, in_flight=in_flight)
 
 
-def _sweeper(connection: Any, keys: Keys, stop: threading.Event, loop: Any) -> None:
+def _sweeper(connection: RedisClient, keys: Keys, stop: threading.Event, loop: Any) -> None:
 
     coordinator = Coordinator(connection=connection, keys=keys)
     loop.tick()
@@ -187,7 +190,7 @@ def _sweeper(connection: Any, keys: Keys, stop: threading.Event, loop: Any) -> N
         loop.succeeded()
 
 
-def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: set[str], loops: Any,
+def _spawn_watcher(connection: RedisClient, keys: Keys, stop: threading.Event, serving: set[str], loops: Any,
                    in_flight: int = 1, interval: float = 1.0) -> None:
     """Serve every robot spawned at run time (``<prefix>:robots:spawned``): a bus poller per
     new name, built from its published spec. A spec that cannot be built is logged and
@@ -219,13 +222,13 @@ def _spawn_watcher(connection: Any, keys: Keys, stop: threading.Event, serving: 
         stop.wait(interval)
 
 
-def serving_poller(name: str, spec: Any, connection: Any, in_flight: int) -> Any:
+def serving_poller(name: str, spec: Any, connection: RedisClient, in_flight: int) -> Any:
     """The bus poller serving robot ``name``: ``in_flight`` messages at once, each run on a
     robot of its own (workers/inflight.py RobotPool) when more than one."""
     from robot_lab.runtime.robot import Robot  # lazy: start-up time
 
     if in_flight > 1:
-        robot: Any = RobotPool(spec)
+        robot: RobotPool | Robot = RobotPool(spec)
     else:
         robot = Robot.from_spec(spec)
     return BusPoller(name, redis=connection, in_flight=in_flight).serve(robot)
@@ -316,7 +319,7 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
         log.info("worker.stopped", robots=robots)
 
 
-def _publish_app(app: Any, connection: Any, keys: Keys) -> None:
+def _publish_app(app: Any, connection: RedisClient, keys: Keys) -> None:
     """Publish the app's robot specs. A worker logged in as its robot's ACL user (robot-lab
     acl) may write only its own spec: the others are refused, which is logged, not fatal
     (the pipeline has written every spec it was allowed to)."""
@@ -330,7 +333,7 @@ def _publish_app(app: Any, connection: Any, keys: Keys) -> None:
         log.info("worker.specs_not_all_published", reason="the Redis user may write only its own robot's spec")
 
 
-def _supervision(connection: Any, keys: Keys, base: str, robots: list[str], queues: list[str],
+def _supervision(connection: RedisClient, keys: Keys, base: str, robots: list[str], queues: list[str],
                  children: list[Any]) -> tuple[Any, Any]:
     """The main process's loop registry and its heartbeat (started)."""
 

@@ -24,7 +24,7 @@ import datetime as dt
 import json
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.bus import Bus
 from robot_lab.bus.conversations import stalled_conversations
@@ -37,10 +37,13 @@ from robot_lab.settings import get_settings
 from robot_lab.text.strings import as_str as _s
 from robot_lab.workers.health import RQ_WORKER_TTL, pid_alive
 
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
+
 FINISHED = ("done", "failed", "skipped", "cancelled")
 
 
-def live_workers(connection: Any, keys: Keys) -> list[dict[str, Any]]:
+def live_workers(connection: RedisClient, keys: Keys) -> list[dict[str, Any]]:
     """Heartbeat records still alive; index entries whose key expired are pruned."""
     names = [_s(n) for n in connection.zrange(keys.workers(), 0, -1)]
     if not names:
@@ -80,7 +83,7 @@ def _rq_heartbeat_age(value: Any, now: float) -> float | None:
     return now - stamp.timestamp()
 
 
-def rq_registrations(connection: Any, queues: list[str], live_names: set[str], *,
+def rq_registrations(connection: RedisClient, queues: list[str], live_names: set[str], *,
                      clean: bool = True) -> dict[str, dict[str, list[str]]]:
     """rq's registered workers of each queue, split into ``live`` and ``stale``.
 
@@ -135,11 +138,11 @@ def rq_registrations(connection: Any, queues: list[str], live_names: set[str], *
     return out
 
 
-def _run_ids(connection: Any, keys: Keys) -> list[str]:
+def _run_ids(connection: RedisClient, keys: Keys) -> list[str]:
     return sorted(_s(r) for r in connection.smembers(keys.runs_active()))
 
 
-def active_runs(connection: Any, keys: Keys) -> list[dict[str, Any]]:
+def active_runs(connection: RedisClient, keys: Keys) -> list[dict[str, Any]]:
     """Each unfinished run: progress, running / abandoned / lost tasks (three pipelined round
     trips in all, whatever the number of runs)."""
     from rq.job import Job  # lazy: start-up time
@@ -214,7 +217,7 @@ def active_runs(connection: Any, keys: Keys) -> list[dict[str, Any]]:
     return out
 
 
-def known_robots(connection: Any, keys: Keys, workers: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
+def known_robots(connection: RedisClient, keys: Keys, workers: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
     """Robots of this prefix: the bus registry, live workers, robots of active runs. (No SCAN
     of published specs: on a large keyspace that is thousands of round trips.)"""
     names = {_s(r) for r in connection.smembers(keys.registry())}
@@ -225,7 +228,7 @@ def known_robots(connection: Any, keys: Keys, workers: list[dict[str, Any]], run
     return sorted(n for n in names if n)
 
 
-def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dict[str, Any]],
+def robot_rows(connection: RedisClient, keys: Keys, robots: list[str], workers: list[dict[str, Any]],
                runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from rq import Queue  # lazy: start-up time
     from rq.registry import FailedJobRegistry, StartedJobRegistry  # lazy: start-up time
@@ -265,7 +268,7 @@ def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dic
     return rows
 
 
-def stalled_conversation_problems(connection: Any, keys: Keys, robots: list[str]) -> list[str]:
+def stalled_conversation_problems(connection: RedisClient, keys: Keys, robots: list[str]) -> list[str]:
     """One line per conversation whose head has waited longer than the visibility timeout
     plus one reclaim sweep with no live consumer running it (bus/conversations.py)."""
 
@@ -273,7 +276,7 @@ def stalled_conversation_problems(connection: Any, keys: Keys, robots: list[str]
     return [s.describe() for robot in robots for s in stalled_conversations(bus, robot)]
 
 
-def collect_status(connection: Any = None, keys: Keys | None = None, robots: list[str] | None = None) -> dict[str, Any]:
+def collect_status(connection: RedisClient | None = None, keys: Keys | None = None, robots: list[str] | None = None) -> dict[str, Any]:
     """The whole ``robot-lab status --json`` document."""
 
     connection = connection if connection is not None else get_redis()
@@ -324,7 +327,7 @@ def collect_status(connection: Any = None, keys: Keys | None = None, robots: lis
     }
 
 
-def unknown_robots(connection: Any, keys: Keys, names: list[str], workers: list[dict[str, Any]],
+def unknown_robots(connection: RedisClient, keys: Keys, names: list[str], workers: list[dict[str, Any]],
                    runs: list[dict[str, Any]]) -> list[str]:
     """The names among ``names`` that nothing of this prefix knows (a typo, another prefix)."""
     known = set(known_robots(connection, keys, workers, runs))
@@ -343,7 +346,7 @@ def unknown_robots(connection: Any, keys: Keys, names: list[str], workers: list[
     return [n for i, n in enumerate(candidates) if not any(ours[2 * i:2 * i + 2] + theirs[2 * i:2 * i + 2])]
 
 
-def orphan_inbox_problems(connection: Any, keys: Keys, rows: list[dict[str, Any]],
+def orphan_inbox_problems(connection: RedisClient, keys: Keys, rows: list[dict[str, Any]],
                           runs: list[dict[str, Any]]) -> list[str]:
     """An inbox is an orphan when it is registered but no robot of that name is published,
     served (robot-lab worker, rq worker, bus consumer) or used by an active run -- what a
@@ -366,7 +369,7 @@ def orphan_inbox_problems(connection: Any, keys: Keys, rows: list[dict[str, Any]
     ]
 
 
-def recent_runs(connection: Any = None, keys: Keys | None = None, limit: int = 20,
+def recent_runs(connection: RedisClient | None = None, keys: Keys | None = None, limit: int = 20,
                 status: str | None = None) -> list[dict[str, Any]]:
     """The latest runs (newest first): status, duration, task counts, tokens and cost."""
 

@@ -21,9 +21,12 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 from robot_lab.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.named import NamedRobot
 
 FAMILIES = ("run", "llm_generation", "tool_call", "network_run", "task", "compaction", "learn")
 ON_ERROR_FAMILIES = frozenset({"run", "network_run", "task"})
@@ -95,7 +98,7 @@ class HookContext:
 
 @dataclass
 class RunHookContext(HookContext):
-    robot: Any = None
+    robot: NamedRobot | None = None
     network: Any = None
     task: Any = None
     memory: Any = None
@@ -116,7 +119,7 @@ class ToolCallHookContext(HookContext):
     tool: Any = None
     tool_name: str = ""
     tool_args: dict[str, Any] = field(default_factory=dict)
-    robot: Any = None
+    robot: NamedRobot | None = None
     tool_result: Any = None
     tool_error: BaseException | None = None
 
@@ -136,7 +139,7 @@ class TaskHookContext(HookContext):
     network: Any = None
     task: Any = None
     task_name: str = ""
-    robot: Any = None
+    robot: NamedRobot | None = None
     memory: Any = None
     config: Any = None
     result: Any = None
@@ -145,7 +148,7 @@ class TaskHookContext(HookContext):
 
 @dataclass
 class LearnHookContext(HookContext):
-    robot: Any = None
+    robot: NamedRobot | None = None
     text: str = ""
     learnings_before: tuple[str, ...] = ()
     stored: bool = False
@@ -153,7 +156,7 @@ class LearnHookContext(HookContext):
 
 @dataclass
 class CompactionHookContext(HookContext):
-    robot: Any = None
+    robot: NamedRobot | None = None
     messages_before: tuple[Any, ...] = ()
     config: Any = None
     strategy: str = "context_window"

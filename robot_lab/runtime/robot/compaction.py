@@ -5,16 +5,19 @@ and the automatic compaction (``auto_compact``) checked before each run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.logging import get_logger
 from robot_lab.runtime.rails.hooks import CompactionHookContext, call_point_hook, hook_scope, run_hooks
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RobotParts
 
 log = get_logger("robot_lab.robot")
 
 
 def compress(
-    robot: Any,
+    robot: RobotParts,
     recent_turns: int = 3,
     keep_threshold: float = 0.6,
     drop_threshold: float = 0.2,
@@ -41,7 +44,7 @@ def compress(
         robot.messages = list(run_hooks("compaction", ctx, core))
 
 
-def maybe_compact(robot: Any) -> None:
+def maybe_compact(robot: RobotParts) -> None:
     """``auto_compact``: None/"none" off, a callable called with the robot, or
     ``context_window`` (compress when the history nears the model's window)."""
     mode = robot.config.auto_compact

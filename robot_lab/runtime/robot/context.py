@@ -17,16 +17,19 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RobotParts
 
 
 @dataclass(frozen=True)
 class RunContext:
     """What a tool may reach of the run that called it."""
 
-    robot: Any
+    robot: RobotParts
     memory: Any
     plan: Any
     task: str | None = None
@@ -82,14 +85,14 @@ _conversations: ContextVar[dict[int, ConversationState] | None] = ContextVar("ro
                                                                              default=None)
 
 
-def conversation_state(robot: Any) -> ConversationState | None:
+def conversation_state(robot: object) -> ConversationState | None:
     """The conversation ``robot`` is running in this context, None outside one."""
     scoped = _conversations.get()
     return None if scoped is None else scoped.get(id(robot))
 
 
 @contextmanager
-def conversation_scope(robot: Any, messages: list[dict[str, Any]], skill_scope: str | None) -> Iterator[ConversationState]:
+def conversation_scope(robot: object, messages: list[dict[str, Any]], skill_scope: str | None) -> Iterator[ConversationState]:
     """Make ``robot.messages`` read and write ``messages`` in this context while the block
     runs (the robot's own default conversation is untouched)."""
     previous = _conversations.get()
@@ -107,7 +110,7 @@ _taking_turn: ContextVar[frozenset[int]] = ContextVar("robot_lab_default_turn", 
 
 
 @asynccontextmanager
-async def default_conversation_turn(robot: Any) -> AsyncIterator[None]:
+async def default_conversation_turn(robot: object) -> AsyncIterator[None]:
     """``arun`` calls on a robot's default conversation (no ``conversation_id``) take turns,
     one per event loop at a time, so concurrent callers never interleave their messages in
     its one history; each sees the turns before it, as sequential ``run`` calls would."""

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from robot_lab.runtime.rails.hooks import arun_hooks, run_hooks
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RunnableRobot
 
 T = TypeVar("T")
 
@@ -60,7 +63,7 @@ class SyncIO:
         """An operation with both forms (``store.load`` / ``store.aload``): the sync one."""
         return sync_fn(*args)
 
-    async def run(self, robot: Any, message: str | None, **kwargs: Any) -> Any:
+    async def run(self, robot: RunnableRobot, message: str | None, **kwargs: Any) -> Any:
         return robot.run(message, **kwargs)
 
 
@@ -90,7 +93,7 @@ class AsyncIO:
         """An operation with both forms: the awaited one (redis-py's asyncio client)."""
         return await async_fn(*args)
 
-    async def run(self, robot: Any, message: str | None, **kwargs: Any) -> Any:
+    async def run(self, robot: RunnableRobot, message: str | None, **kwargs: Any) -> Any:
         return await robot.arun(message, **kwargs)
 
 

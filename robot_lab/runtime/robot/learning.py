@@ -4,10 +4,14 @@ Redis, so every worker of the robot shares them) and prepended to each later req
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.runtime.rails.hooks import LearnHookContext, call_point_hook, hook_scope, run_hooks
 from robot_lab.settings import get_settings
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RobotParts
+
 
 _UNREAD = object()
 
@@ -15,7 +19,7 @@ _UNREAD = object()
 class Learning:
     """One robot's learnings and its inherent memory (opened lazily)."""
 
-    def __init__(self, robot: Any) -> None:
+    def __init__(self, robot: RobotParts) -> None:
         self.robot = robot
         self.learnings: list[str] = []
         self._memory: Any = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ToolLoopError
 from robot_lab.runtime.llm.gateway import Chunk, LLMResponse
@@ -30,10 +30,13 @@ from robot_lab.schemas.messages import (
     ToolResultMessage,
 )
 
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RobotParts
+
 ContentCallback = Callable[[Chunk], Any]
 
 
-def add_usage(robot: Any, response: LLMResponse) -> None:
+def add_usage(robot: RobotParts, response: LLMResponse) -> None:
     """Add one response's tokens and cost to the robot's running totals."""
     robot.total_input_tokens += response.input_tokens
     robot.total_output_tokens += response.output_tokens
@@ -41,7 +44,7 @@ def add_usage(robot: Any, response: LLMResponse) -> None:
 
 
 async def call_model(
-    robot: Any,
+    robot: RobotParts,
     plan: RunPlan,
     specs: list[dict[str, Any]] | None,
     on_chunk: Callable[[Chunk], Any] | None,
@@ -74,7 +77,7 @@ async def call_model(
     return response
 
 
-def _settle(robot: Any, reservation: Any, response: LLMResponse, ledgers: list[Any]) -> None:
+def _settle(robot: RobotParts, reservation: Any, response: LLMResponse, ledgers: list[Any]) -> None:
     """After a call: reconcile its reservation with what it used, then check every budget."""
     budget_mod.reconcile(reservation, response.input_tokens + response.output_tokens, response.cost)
     budget_mod.check_budgets(
@@ -84,7 +87,7 @@ def _settle(robot: Any, reservation: Any, response: LLMResponse, ledgers: list[A
     )
 
 
-async def execute_tool(robot: Any, by_name: Mapping[str, Tool], name: str, arguments: dict[str, Any],
+async def execute_tool(robot: RobotParts, by_name: Mapping[str, Tool], name: str, arguments: dict[str, Any],
                        io: IO = SYNC) -> str:
     """Call one offered tool inside the ``tool_call`` hooks; an unknown name is an error
     text for the model, never an exception."""
@@ -104,7 +107,7 @@ async def execute_tool(robot: Any, by_name: Mapping[str, Tool], name: str, argum
 
 
 async def tool_loop(
-    robot: Any,
+    robot: RobotParts,
     plan: RunPlan,
     message: str | None,
     tools: list[Tool] | Callable[[], list[Tool]],

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.runtime.run_config import RunConfig
 from robot_lab.settings import get_settings
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RobotParts
 
 LAYERS = ("settings", "network", "robot", "task", "run")
 SKILL_MODES = ("match", "tool")
@@ -114,7 +117,7 @@ def resolve_config(
 
 
 def resolve_plan(
-    robot: Any,
+    robot: RobotParts,
     *,
     tools: Any = "none",
     mcp: Any = "none",
@@ -155,7 +158,7 @@ def resolve_plan(
     )
 
 
-def bind_memory(robot: Any, memory: Any, network: Any = None) -> Any:
+def bind_memory(robot: RobotParts, memory: Any, network: Any = None) -> Any:
     """robot_lab's ``run_memory``: the argument, else the network's, else the robot's own."""
     from robot_lab.memory.store import Memory, resolve_memory  # lazy: start-up time
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.runtime.run_config import RunConfig
 from robot_lab.runtime.templates import Template, expand_skills, load_template
 from robot_lab.runtime.tools import Tool, as_tool
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RobotParts
 
 log = get_logger("robot_lab.robot")
 
@@ -52,7 +55,7 @@ class PromptAssembly:
         self._own_skill_scope: str | None = None  # this robot's own conversation, for skills
 
     # --- build time ----------------------------------------------------------------------
-    def apply_template(self, robot: Any) -> None:
+    def apply_template(self, robot: RobotParts) -> None:
         """Load ``robot``'s template skills and main template; front matter fills what the
         constructor left open (config, name, description, tools, mcp)."""
         names = list(robot.skills)

@@ -7,7 +7,7 @@ worker can continue them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.logging import log_context
 from robot_lab.runtime.conversations import ConversationStore
@@ -26,9 +26,12 @@ from robot_lab.runtime.run_config import RunConfig
 from robot_lab.runtime.tools import Tool
 from robot_lab.schemas.messages import RobotResult
 
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RobotParts
+
 
 async def execute(
-    robot: Any,
+    robot: RobotParts,
     message: str | None,
     *,
     tools: Any,
@@ -92,7 +95,7 @@ async def execute(
         return await io.hooks("run", ctx, core)
 
 
-def offered_tools(robot: Any, plan: RunPlan, request: str | None, extra_tools: Iterable[Tool]) -> list[Tool]:
+def offered_tools(robot: RobotParts, plan: RunPlan, request: str | None, extra_tools: Iterable[Tool]) -> list[Tool]:
     """Local tools by the plan's ``tools`` value, then MCP tools by its ``mcp`` value (a
     name list filters MCP tools too); a local tool wins a name clash."""
     tools = plan.tools
@@ -104,7 +107,7 @@ def offered_tools(robot: Any, plan: RunPlan, request: str | None, extra_tools: I
     return selected + [t for t in mcp_tools if t.name not in taken]
 
 
-async def run_in_conversation(robot: Any, conversation_id: str, message: str | None, io: IO = SYNC,
+async def run_in_conversation(robot: RobotParts, conversation_id: str, message: str | None, io: IO = SYNC,
                               **kwargs: Any) -> RobotResult:
     """Load the conversation's history from Redis, run, save it back. The history is this
     run's own (a context variable, see :func:`conversation_scope`), so concurrent runs of

@@ -13,10 +13,13 @@ A bare in-process ``robot.run(...)`` keeps robot_lab's default, ``tools="none"``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.logging import get_logger
 from robot_lab.runtime.robot.toolset import is_none_value
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RobotParts
 
 log = get_logger("robot_lab.robot")
 
@@ -47,7 +50,7 @@ def narrow(policy: Any, allowed: list[str], header: str | None, *, what: str, ro
     return kept or "none"
 
 
-def serve_kwargs(robot: Any, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+def serve_kwargs(robot: RobotParts, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The ``tools``/``mcp`` run arguments of a served run of ``robot``."""
     headers = headers or {}
     tools = robot.serve_tools

@@ -5,14 +5,17 @@ so a tool without an import path is refused here rather than failing in a worker
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.runtime.run_config import RunConfig
 from robot_lab.schemas.messages import RobotSpec
 
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RobotParts
 
-def to_spec(robot: Any) -> RobotSpec:
+
+def to_spec(robot: RobotParts) -> RobotSpec:
     """``robot`` (a Robot) as a RobotSpec. Every tool needs an import path."""
     paths = []
     for t in robot.local_tools:

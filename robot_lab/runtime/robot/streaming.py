@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.runtime.llm.gateway import Chunk
 from robot_lab.schemas.messages import RobotResult
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RunnableRobot
 
 _DONE = object()
 
@@ -29,7 +32,7 @@ class RunStream:
     iterator is collected).
     """
 
-    def __init__(self, robot: Any, message: str | None, kwargs: dict[str, Any]) -> None:
+    def __init__(self, robot: RunnableRobot, message: str | None, kwargs: dict[str, Any]) -> None:
         self._robot = robot
         self._message = message
         self._kwargs = kwargs

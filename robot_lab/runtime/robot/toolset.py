@@ -8,13 +8,16 @@ robot's attached tools and its config, never the tool loop or the prompt.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.runtime.run_config import RunConfig
 from robot_lab.runtime.tools import Tool
 from robot_lab.settings import get_settings
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RobotParts
 
 log = get_logger("robot_lab.robot")
 
@@ -40,7 +43,7 @@ def resolve_tool_setting(value: Any, parent: Any) -> list[str] | None:
 
 
 def select_tools(
-    robot: Any,
+    robot: RobotParts,
     tools: Any = "none",
     *,
     network_config: RunConfig | None = None,
