@@ -32,7 +32,7 @@ from robot_lab.network.coordinator import Coordinator  # noqa: E402
 from robot_lab.network.dsl import create_network  # noqa: E402
 from robot_lab.runtime.robot import build  # noqa: E402
 from robot_lab.workers.health import WorkerHeartbeat  # noqa: E402
-from robot_lab.workers.status import collect_status  # noqa: E402
+from robot_lab.workers.fleet_status import collect_status  # noqa: E402
 
 
 def raw_status(r: redis.Redis, keys: Keys, robots: list[str]) -> dict:

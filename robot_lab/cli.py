@@ -10,7 +10,7 @@ Two things every subcommand gets from the group:
   ``watch --all`` keep the configured level (JSON lines for a log collector);
 * one line per failure: any error a user can cause (a bad Redis URL, an unreachable or
   refusing Redis, an unknown robot, a bad app path, ...) prints ``Error: <what> (<hint>)``
-  and exits 1 -- the traceback only with ``--debug`` (:mod:`robot_lab.commands.errors`).
+  and exits 1 -- the traceback only with ``--debug`` (:mod:`robot_lab.commands.error_lines`).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class LazyGroup(click.Group):
         except Exception as exc:
             if ctx.params.get("debug"):
                 raise
-            from robot_lab.commands.errors import one_line
+            from robot_lab.commands.error_lines import one_line
 
             raise click.ClickException(one_line(exc)) from exc
 

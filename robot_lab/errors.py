@@ -97,7 +97,7 @@ class SandboxError(RobotLabError):
 
 
 def retryable(error: BaseException | None) -> bool:
-    """robot_lab's ``Errors.retryable?``: which failures deserve another attempt."""
+    """The Ruby gem's ``Errors.retryable?``: which failures deserve another attempt."""
     if error is None or isinstance(error, ToolLoopError):
         return False
     if isinstance(error, (MCPError, ToolError)):

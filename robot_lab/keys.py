@@ -39,7 +39,7 @@ class Keys:
 
     def replied_for(self, robot: str, message_id: str) -> str:
         """String: the recorded reply of a handled message, so a redelivery re-sends it
-        instead of calling the LLM again. The bus passes ``"<from>:<id>"`` (robot_lab's message
+        instead of calling the LLM again. The bus passes ``"<from>:<id>"`` (the Ruby gem's message
         key) and stores ``v2:<content hash>:<reply>`` (bus/replies.py); expires after
         ``bus.record_ttl``."""
         return f"{self.replied(robot)}:{message_id}"
@@ -47,7 +47,7 @@ class Keys:
     def conversation_queue(self, robot: str) -> str:
         """Sorted set (all scores 0): one member per un-acked conversation entry,
         ``<len>:<conversation id>:<padded entry id>``, so each conversation's entries are
-        contiguous and in stream order; the head may run (see robot_lab/bus/scripts.py).
+        contiguous and in stream order; the head may run (see robot_lab/bus/stream_scripts.py).
         One key for every conversation, so the bus scripts can declare it in KEYS."""
         return f"{self.inbox(robot)}:conv-queue"
 
@@ -57,7 +57,7 @@ class Keys:
         return f"{self.inbox(robot)}:conv-heads"
 
     def registry(self) -> str:
-        """Set of robot names with a registered inbox (robot_lab's channel registry)."""
+        """Set of robot names with a registered inbox (the Ruby gem's channel registry)."""
         return f"{self.prefix}:robots"
 
     def spawned(self) -> str:

@@ -1,4 +1,4 @@
-"""Settings, layered like robot_lab's Config (myway_config):
+"""Settings, layered like the Ruby gem's Config (myway_config):
 
 defaults < ``~/.config/robot_lab/robot_lab.yml`` < ``./config/robot_lab.yml``
 < ``ROBOT_LAB_*`` environment (``__`` nests: ``ROBOT_LAB_SANDBOX__TIMEOUT=30``)
@@ -132,7 +132,7 @@ class SkillsSettings(BaseModel):
     roots: list[str] = Field(default_factory=list)
     embedding_model: str = "BAAI/bge-small-en-v1.5"
     embedding_model_path: str | None = None
-    # robot_lab's 0.70 suits bge-small; all-MiniLM-L6-v2 separates matches near 0.40.
+    # the Ruby gem's 0.70 suits bge-small; all-MiniLM-L6-v2 separates matches near 0.40.
     thresholds: dict[str, float] = Field(
         default_factory=lambda: {
             "BAAI/bge-small-en-v1.5": 0.70,
@@ -293,15 +293,15 @@ class Settings(BaseSettings):
     redis_wait_timeout_ms: int = 500
 
     template_path: list[str] = Field(default_factory=lambda: ["prompts"])
-    # robot_lab's max_iterations bounded its network's router loop; networks here are DAGs
+    # the Ruby gem's max_iterations bounded its network's router loop; networks here are DAGs
     # (no loop to bound), so setting it is an error rather than a silent no-op.
     max_iterations: int | None = None
-    # The bottom of the run cascade: a tool loop always ends (robot_lab's max_tool_iterations).
+    # The bottom of the run cascade: a tool loop always ends (the Ruby gem's max_tool_iterations).
     max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
     # stored conversation history (bus conversations continued on any worker): at most this
     # many messages are kept, the oldest turns dropped whole; 0 = no cap
     conversation_max_messages: int = 200
-    # The global parents of a run's `tools` / `mcp` "inherit" (robot_lab's config.tools / .mcp).
+    # The global parents of a run's `tools` / `mcp` "inherit" (the Ruby gem's config.tools / .mcp).
     tools: str | list[str] = "none"
     mcp: str | list[str] = "none"
 
@@ -432,14 +432,14 @@ def get_settings() -> Settings:
 
 
 def configure(**overrides: Any) -> Settings:
-    """Replace the process-wide settings (robot_lab's ``RobotLab.configure``)."""
+    """Replace the process-wide settings (the Ruby gem's ``RobotLab.configure``)."""
     global _settings
     _settings = Settings(**overrides)
     return _settings
 
 
 def reload_settings() -> Settings:
-    """Re-read files and environment (robot_lab's ``reload_config!``)."""
+    """Re-read files and environment (the Ruby gem's ``reload_config!``)."""
     global _settings
     _settings = None
     return get_settings()

@@ -132,7 +132,7 @@ def scaled_object(robot: str) -> dict[str, Any]:
 
 def _users(robots: list[str]) -> list[Any]:
     from robot_lab.keys import Keys
-    from robot_lab.workers.acl import acl_users
+    from robot_lab.workers.acl_users import acl_users
 
     return acl_users(Keys(KEY_PREFIX), robots)
 

@@ -1,4 +1,4 @@
-"""Network scenarios run in a child process against a real Redis Cluster (tests/test_cluster.py).
+"""Network scenarios run in a child process against a real Redis Cluster (tests/test_connection_cluster.py).
 
 rq reads ``RQ_KEY_PREFIX`` when it is imported, so everything that enqueues rq jobs runs
 here, in a process started with ``RQ_KEY_PREFIX={rq}`` (the documented cluster setting),

@@ -1,4 +1,4 @@
-"""Subprocess roles for tests/test_memory_multiprocess.py (and bench/memory.py).
+"""Subprocess roles for tests/test_memory_procs.py (and bench/memory.py).
 
 Run as ``python -m tests.memory_proc <role> <scope> [args...]`` with ``REDIS_URL`` and
 ``ROBOT_LAB_KEY_PREFIX`` in the environment; each role is a real, separate process.

@@ -13,7 +13,7 @@ import pytest
 import redis as redis_lib
 
 from robot_lab.bus import Bus, BusPoller, Delivery
-from robot_lab.bus.conversations import queue_entry
+from robot_lab.bus.stalls import queue_entry
 from robot_lab.errors import AwaitTimeout, BusError
 from robot_lab.schemas import RobotMessage, RobotResult, TextMessage, decode_message, encode_message
 from tests.redis_server import wait_for

@@ -20,10 +20,10 @@ import pytest
 
 from robot_lab import settings
 from robot_lab.bus import Bus, BusPoller
-from robot_lab.bus.conversations import stalled_conversations, sweep_interval
+from robot_lab.bus.stalls import stalled_conversations, sweep_interval
 from robot_lab.keys import Keys
 from robot_lab.schemas import RobotMessage, decode_message
-from robot_lab.workers.status import collect_status
+from robot_lab.workers.fleet_status import collect_status
 from tests.redis_server import wait_for
 from tests.test_bus_procs import VISIBILITY, env, procs, start_workers  # noqa: F401 - env, procs: fixtures
 

@@ -1,7 +1,7 @@
 """Memory on both backends (fakeredis with Lua, and a real Redis): API, change records,
 blocking reads, subscriptions and their catch-up from the change stream.
 
-Everything here runs in one process; tests/test_memory_multiprocess.py covers real
+Everything here runs in one process; tests/test_memory_procs.py covers real
 subprocesses.
 """
 

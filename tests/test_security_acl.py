@@ -26,7 +26,7 @@ from robot_lab.cli import main
 from robot_lab.keys import Keys
 from robot_lab.schemas import RobotMessage
 from robot_lab.settings import reload_settings
-from robot_lab.workers.acl import acl_users, apply_users
+from robot_lab.workers.acl_users import acl_users, apply_users
 from tests.fixtures.secure import APP
 from tests.redis_server import RedisServer, wait_for
 from tests.worker_procs import VENV_BIN, child_env, processes  # noqa: F401

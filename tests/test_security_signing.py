@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 
 from robot_lab.bus import Bus, BusPoller
 from robot_lab.keys import Keys
-from robot_lab.bus.signing import Keyring, read_keys_dir
+from robot_lab.bus.keyring import Keyring, read_keys_dir
 from robot_lab.cli import main
 from robot_lab.errors import ConfigurationError, RemoteError
 from robot_lab.runtime.llm.recording import clear_recorded_calls, recorded_calls

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from robot_lab.bus import Bus
-from robot_lab.bus.signing import Keyring
+from robot_lab.bus.keyring import Keyring
 from robot_lab.keys import Keys
 from robot_lab.runtime.llm.recording import recorded_calls
 from robot_lab.schemas.signing import envelope_signature

@@ -4,8 +4,8 @@ A robot's inbox is the stream ``<prefix>:bus:<robot>`` (``Keys.inbox``) with one
 group named after the robot. Each entry has ONE field, ``envelope``, holding the
 RobotMessage JSON, so any language can publish with a plain ``XADD``.
 
-The port of robot_lab's TypedBus + BusMessaging publishing half: ``publish`` (an unknown
-channel raises, as robot_lab's "Unknown channel"), ``send_message`` with an outbox kept in
+The port of the Ruby gem's TypedBus + BusMessaging publishing half: ``publish`` (an unknown
+channel raises, as the Ruby gem's "Unknown channel"), ``send_message`` with an outbox kept in
 Redis so the reply is matched on whichever worker it lands, ``send_reply``, and
 ``request`` which blocks for the reply. ``apublish`` / ``arequest`` are the same on
 redis-py's asyncio client (docs/async.md). Each concern beyond publishing is a mixin of its
@@ -23,18 +23,18 @@ from typing import TYPE_CHECKING, Any
 
 import redis as _redis
 
-from robot_lab.bus import scripts
+from robot_lab.bus import stream_scripts as scripts
 from robot_lab.bus.dlq import DeadLetters
 from robot_lab.bus.names import check_robot_name
 from robot_lab.bus.outbox import Outbox
 from robot_lab.bus.records import InboxStats
 from robot_lab.bus.requests import Requests
-from robot_lab.bus.signing import Keyring, default_keyring
+from robot_lab.bus.keyring import Keyring, default_keyring
 from robot_lab.connection import async_client_for, get_redis
 from robot_lab.errors import BusError, SchemaError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
-from robot_lab.observability import hooks as observe
+from robot_lab.observability import instrument as observe
 from robot_lab.schemas import RobotMessage, encode_message, utcnow
 from robot_lab.settings import BusSettings, get_settings
 from robot_lab.text.strings import as_str as _s

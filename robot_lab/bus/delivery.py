@@ -1,4 +1,4 @@
-"""One delivery of one inbox entry to one consumer: robot_lab's TypedBus ``Delivery``.
+"""One delivery of one inbox entry to one consumer: the Ruby gem's TypedBus ``Delivery``.
 
 A delivery is resolved exactly once: ``ack()`` (XACK, done), ``nack()`` (retry later, or
 dead-letter once the delivery budget is spent) or ``dead_letter()``. Resolving twice
@@ -98,7 +98,7 @@ class Delivery:
     def nack(self, error: BaseException | str | None = None, *, requeue: bool = True, delay: float | None = None) -> None:
         """Give the entry back. With ``requeue`` (default) it is redelivered to this consumer
         after a backoff and dead-lettered once delivered ``max_deliveries`` times; with
-        ``requeue=False`` it goes to the DLQ now (robot_lab's nack semantics)."""
+        ``requeue=False`` it goes to the DLQ now (the Ruby gem's nack semantics)."""
         self._check_pending("nack")
         self.poller._nack(self, error, requeue=requeue, delay=delay)
 

@@ -1,4 +1,4 @@
-"""``send_message`` and its outbox: robot_lab's asynchronous messaging between robots.
+"""``send_message`` and its outbox: the Ruby gem's asynchronous messaging between robots.
 
 The sender's outbox entry (``Keys.outbox_entry``) lives in Redis, so the reply is correlated
 by whichever worker of the sender consumes it, and any process can wait for it. The mixin of
@@ -44,7 +44,7 @@ class Outbox:
     def send_message(
         self, to: str, content: str | Mapping[str, Any], *, from_: str, **kwargs: Any
     ) -> RobotMessage:
-        """robot_lab's ``send_message``: publish and record ``outbox[id] = sent`` for
+        """The Ruby gem's ``send_message``: publish and record ``outbox[id] = sent`` for
         ``from_``, so the reply is correlated (status ``replied``) by whichever worker of
         ``from_`` consumes it. ``reply_to`` defaults to ``from_``."""
         check_robot_name(from_, "sender")

@@ -1,4 +1,4 @@
-"""BusPoller: one consumer of one robot's inbox (robot_lab's BusPoller, made distributed).
+"""BusPoller: one consumer of one robot's inbox (the Ruby gem's BusPoller, made distributed).
 
 Each worker process runs one BusPoller per robot it serves; all of them are consumers of
 the robot's consumer group, so Redis spreads the entries between them. The poller:
@@ -44,7 +44,7 @@ from robot_lab.logging import get_logger
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.threads import warm_pool
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
-from robot_lab.bus.conversations import sweep_interval
+from robot_lab.bus.stalls import sweep_interval
 from robot_lab.bus.core import Bus
 from robot_lab.bus.names import check_robot_name
 from robot_lab.bus.delivery import Delivery
@@ -52,7 +52,7 @@ from robot_lab.bus.handling import Handling
 from robot_lab.bus.intake import Intake
 from robot_lab.bus.reclaim import Reclaim
 from robot_lab.bus.replies import fingerprint, make_record, read_record, record_key_part
-from robot_lab.bus.signing import VERIFY_MODES, verify_mode
+from robot_lab.bus.keyring import VERIFY_MODES, verify_mode
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
@@ -63,7 +63,7 @@ Handler = Callable[[Delivery], Any]
 
 
 def flatten_content(content: str | Mapping[str, Any]) -> str:
-    """robot_lab's ``serve`` input: a Hash content becomes ``"k: v"`` lines."""
+    """The Ruby gem's ``serve`` input: a Hash content becomes ``"k: v"`` lines."""
     if isinstance(content, str):
         return content
     return "\n".join(f"{k}: {v}" for k, v in content.items())

@@ -69,7 +69,7 @@ class DeadLetter:
 
 @dataclass(slots=True)
 class OutboxEntry:
-    """robot_lab's ``outbox[key]``: a message a robot sent and the replies it got back."""
+    """The Ruby gem's ``outbox[key]``: a message a robot sent and the replies it got back."""
 
     message_id: str
     status: str  # sent | replied

@@ -46,7 +46,7 @@ def read_record(value: bytes) -> tuple[str | None, bytes]:
 
 
 def record_key_part(message: RobotMessage) -> str:
-    """The part of the record key after ``:replied:``: robot_lab's message key ``from:id``."""
+    """The part of the record key after ``:replied:``: the Ruby gem's message key ``from:id``."""
     return message.key
 
 

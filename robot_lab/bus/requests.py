@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.bus.replies import REPLY_STREAM_PREFIX
-from robot_lab.bus.signing import Keyring
+from robot_lab.bus.keyring import Keyring
 from robot_lab.errors import AwaitTimeout, RemoteError, SchemaError
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger

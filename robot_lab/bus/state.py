@@ -47,7 +47,7 @@ class PollerState:
     in_flight: int  # handlers running at once (1: inline, in the polling thread)
     _vis_ms: int
     _register: bool  # create the inbox and group when missing
-    verify: str  # signature check of each entry: off | warn | require (bus/signing.py)
+    verify: str  # signature check of each entry: off | warn | require (bus/keyring.py)
 
     # what this consumer holds and does
     _handler: Callable[[Delivery], Any]

@@ -45,7 +45,7 @@ def acl(robots: tuple[str, ...], publishers: tuple[str, ...], app_path: str | No
     its own; a worker cannot read, trim or delete another robot's inbox, DLQ, conversations
     or spec. Needs Redis >= 7. Prints ACL SETUSER lines unless --apply.
     """
-    from robot_lab.workers.acl import acl_users, apply_users, password_for  # lazy: start-up time
+    from robot_lab.workers.acl_users import acl_users, apply_users, password_for  # lazy: start-up time
 
     names = [*robots, *_robots_from(app_path)]
     if registry:

@@ -74,7 +74,7 @@ def chat(
                            # sandbox.attach_from (meant for paths named by remote senders) does not apply
                            attachments=[(Path(a).name, Path(a).read_bytes()) for a in attachments] or None)
     except RobotLabError as exc:  # the class name only where it says more than the message
-        from robot_lab.commands.errors import one_line
+        from robot_lab.commands.error_lines import one_line
         from robot_lab.errors import ConfigurationError
 
         name = "" if isinstance(exc, ConfigurationError) else f"{type(exc).__name__}: "

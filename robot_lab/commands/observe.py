@@ -24,7 +24,7 @@ def metrics_cmd(port: int, addr: str, robots: tuple[str, ...], url: str | None) 
     counters come from `robot-lab worker --metrics-port`."""
     from robot_lab.connection import connect, get_redis  # lazy: start-up time
     from robot_lab.logging import get_logger  # lazy: start-up time
-    from robot_lab.workers.metrics import RedisCollector  # lazy: start-up time
+    from robot_lab.workers.fleet_gauges import RedisCollector  # lazy: start-up time
 
     _warn_if_embedded(url)
     try:

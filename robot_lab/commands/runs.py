@@ -16,7 +16,7 @@ from robot_lab.commands.status import EMBEDDED_NOTE
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON")
 def runs(limit: int, status_filter: str | None, as_json: bool) -> None:
     """Recent runs: status, duration, tasks, tokens and cost (newest first)."""
-    from robot_lab.workers.status import recent_runs  # lazy: start-up time
+    from robot_lab.workers.fleet_status import recent_runs  # lazy: start-up time
 
     rows = recent_runs(limit=limit, status=status_filter)
     if as_json:

@@ -80,7 +80,7 @@ def status(robots: tuple[str, ...], as_json: bool) -> None:
     robot this key prefix knows), and a problem line for each thing that needs a human.
     Exit 1 when a named robot is unknown. It never requeues anything; it only drops rq's
     registrations of workers that are certainly dead."""
-    from robot_lab.workers.status import collect_status  # lazy: start-up time
+    from robot_lab.workers.fleet_status import collect_status  # lazy: start-up time
 
     data = collect_status(robots=list(robots) or None)
     if as_json:

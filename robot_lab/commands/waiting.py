@@ -4,7 +4,7 @@ do next.
 
 Why: a newcomer who forgot to start workers saw nothing for two minutes and then a 30-line
 ``AwaitTimeout`` traceback. The facts come from the run's own state in Redis (tasks queued or
-running, their leases) and from robot-lab's worker heartbeats (:mod:`robot_lab.workers.status`),
+running, their leases) and from robot-lab's worker heartbeats (:mod:`robot_lab.workers.fleet_status`),
 the same sources as ``robot-lab status``.
 """
 
@@ -25,7 +25,7 @@ def serving(connection: RedisClient, keys: Any, robots: list[str]) -> dict[str, 
     """For each robot: does a live worker (robot-lab heartbeat, or a registered plain rq
     worker that is not stale) serve its queue?"""
     from robot_lab.network.enqueue import queue_name  # lazy: start-up time
-    from robot_lab.workers.status import live_workers, rq_registrations  # lazy: start-up time
+    from robot_lab.workers.fleet_status import live_workers, rq_registrations  # lazy: start-up time
 
     workers = live_workers(connection, keys)
     live = {w["name"] for w in workers}

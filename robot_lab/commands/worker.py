@@ -34,7 +34,7 @@ def worker(robots: tuple[str, ...], in_flight: int | None, concurrency: int, app
 
     try:
         if metrics_port is not None:
-            from robot_lab.workers.metrics import start_worker_metrics
+            from robot_lab.workers.fleet_gauges import start_worker_metrics
 
             start_worker_metrics(metrics_port, list(robots), concurrency=concurrency, url=url)
         run_worker(list(robots), concurrency=concurrency, app_path=app_path, url=url, burst=burst, bus=not no_bus,

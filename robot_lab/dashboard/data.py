@@ -16,7 +16,7 @@ from robot_lab.errors import BusError, ConfigurationError
 from robot_lab.keys import Keys
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.text.strings import as_str as _s
-from robot_lab.workers.status import collect_status, recent_runs
+from robot_lab.workers.fleet_status import collect_status, recent_runs
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient

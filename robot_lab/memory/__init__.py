@@ -6,7 +6,7 @@ pub/sub, so blocking reads and subscriptions work across processes.
 scope's Redis keys and its change log), :mod:`.feed` and :mod:`.listener` (the one
 background thread per Memory that turns notifications into woken waiters and subscriber
 callbacks), :mod:`.waits` (blocking reads), :mod:`.subscriptions` (callbacks) and
-:mod:`.reserved` (robot_lab's reserved keys ``data``, ``results``, ``messages``,
+:mod:`.reserved` (the Ruby gem's reserved keys ``data``, ``results``, ``messages``,
 ``session_id``). Arrows point down that list; nothing below imports :mod:`.store`.
 """
 

@@ -1,4 +1,4 @@
-"""robot_lab's reserved memory keys: ``data``, ``results``, ``messages``, ``session_id``.
+"""The Ruby gem's reserved memory keys: ``data``, ``results``, ``messages``, ``session_id``.
 
 They live in the same Redis hash as every other key (so one script keeps them atomic with
 their change records), but read and validate as robot_lab defines them:
@@ -119,7 +119,7 @@ class DataProxy:
     """``memory.data``: attribute and item access to the ``data`` dict, writing through.
 
     Reads fetch the current dict from Redis (no stale local copy); a missing attribute reads
-    as None, like robot_lab's StateProxy.
+    as None, like the Ruby gem's StateProxy.
     """
 
     __slots__ = ("_memory",)

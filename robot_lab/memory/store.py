@@ -1,4 +1,4 @@
-"""Shared memory in Redis: robot_lab's reactive Memory, made to work across processes.
+"""Shared memory in Redis: the Ruby gem's reactive Memory, made to work across processes.
 
 A scope (``run:<id>``, ``network:<name>``, ``robot:<name>`` or any name you give) is one
 Redis hash of JSON values plus a version counter, a capped change stream and a pub/sub
@@ -13,7 +13,7 @@ channel (key names in :class:`robot_lab.keys.Keys`, gathered per scope in
   wake-ups and callbacks, falling back to the change stream whenever pub/sub may have
   dropped something;
 * :mod:`.waits` -- blocking reads; :mod:`.subscriptions` -- callbacks;
-* :mod:`.reserved` -- robot_lab's reserved keys.
+* :mod:`.reserved` -- the Ruby gem's reserved keys.
 
 See docs/memory.md for the guarantees and the deliberate differences from robot_lab.
 """
@@ -122,7 +122,7 @@ class Memory:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], scope: str, **kwargs: Any) -> Memory:
-        """Rebuild a memory from :meth:`to_dict` output (robot_lab's ``Memory.from_hash``)."""
+        """Rebuild a memory from :meth:`to_dict` output (the Ruby gem's ``Memory.from_hash``)."""
         memory = cls(scope, **kwargs)
         values = {k: data[k] for k in RESERVED_KEYS if k in data}
         values.update(data.get("custom") or {})
@@ -234,7 +234,7 @@ class Memory:
         return self.get(key)
 
     def has_key(self, key: str) -> bool:
-        """robot_lab's ``key?``: reserved keys always exist; a stored null exists."""
+        """The Ruby gem's ``key?``: reserved keys always exist; a stored null exists."""
         return self._values.exists(key)
 
     include = has_key
@@ -243,7 +243,7 @@ class Memory:
         return isinstance(key, str) and bool(key) and self.has_key(key)
 
     def keys(self) -> list[str]:
-        """Stored keys, reserved ones left out (robot_lab's ``keys``), sorted."""
+        """Stored keys, reserved ones left out (the Ruby gem's ``keys``), sorted."""
         return sorted(k for k in self._values.stored_keys() if k not in RESERVED_KEYS)
 
     def all_keys(self) -> list[str]:
@@ -256,7 +256,7 @@ class Memory:
         return len(self.keys())
 
     def to_dict(self) -> dict[str, Any]:
-        """``{data, results, messages, session_id, custom}`` like robot_lab's ``to_h``."""
+        """``{data, results, messages, session_id, custom}`` like the Ruby gem's ``to_h``."""
         return self._values.to_dict()
 
     to_h = to_dict
@@ -378,10 +378,10 @@ class Memory:
         return self._subs.remove_keys(frozenset(keys))
 
     def subscribed(self, key: str) -> bool:
-        """robot_lab's ``subscribed?``: does any subscription of this Memory cover ``key``?"""
+        """The Ruby gem's ``subscribed?``: does any subscription of this Memory cover ``key``?"""
         return self._subs.covers(key)
 
-    # --- broadcast (robot_lab's Network#broadcast) ---------------------------------------
+    # --- broadcast (the Ruby gem's Network#broadcast) ---------------------------------------
     def broadcast(self, payload: Any) -> dict[str, Any]:
         """Write ``{payload, network, timestamp}`` to ``_network_broadcast``; every
         ``on_broadcast`` handler in every process gets it, durably and in order."""
@@ -440,7 +440,7 @@ class Memory:
 
 
 def resolve_memory(memory: Memory | Mapping[str, Any] | str | None, default: Memory) -> Memory:
-    """The memory a run or task should use, with robot_lab's rules for ``run(memory=...)``.
+    """The memory a run or task should use, with the Ruby gem's rules for ``run(memory=...)``.
 
     * ``None`` -- ``default`` (a network run's ``Memory.for_run``; a robot's own memory);
     * a :class:`Memory` -- replaces ``default`` for this run;

@@ -20,7 +20,7 @@ from robot_lab.memory.listener import Listener, Subscription
 
 
 def glob_to_regex(pattern: str) -> re.Pattern[str]:
-    """robot_lab's glob: ``*`` -> ``.*``, ``?`` -> ``.``, everything else literal, anchored."""
+    """The Ruby gem's glob: ``*`` -> ``.*``, ``?`` -> ``.``, everything else literal, anchored."""
     parts = [".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern]
     return re.compile("^" + "".join(parts) + "$", re.S)
 

@@ -24,7 +24,7 @@ from robot_lab.network.dag import Graph, compile_network
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.graphs import graph_for
 from robot_lab.network.run_state import RunStore
-from robot_lab.observability import hooks as observe
+from robot_lab.observability import instrument as observe
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.runtime.rails.budget.redis_ledger import release_holder
 from robot_lab.runtime.registry import check_importable, configured_robots, publish_specs, published_spec
@@ -44,7 +44,7 @@ def is_embedded(connection: RedisClient) -> bool:
 
 @dataclass
 class NetworkResult:
-    """A finished run (robot_lab's ``SimpleFlow::Result``): ``value`` is the final task's
+    """A finished run (the Ruby gem's ``SimpleFlow::Result``): ``value`` is the final task's
     RobotResult, ``context`` maps every task that ran to its RobotResult."""
 
     run_id: str

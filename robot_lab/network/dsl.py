@@ -1,4 +1,4 @@
-"""The network DSL (robot_lab's ``create_network`` / SimpleFlow pipeline), distributed.
+"""The network DSL (the Ruby gem's ``create_network`` / SimpleFlow pipeline), distributed.
 
 A :class:`Network` is a DAG of tasks. Each task names a robot; it runs after the tasks it
 ``depends_on`` (a list of task or ``parallel`` group names), or -- for
@@ -6,7 +6,7 @@ A :class:`Network` is a DAG of tasks. Each task names a robot; it runs after the
 hands the DAG to the :mod:`coordinator <robot_lab.network.coordinator>`, which stores the run
 in Redis and enqueues each ready task as an rq job on ``robot:<robot>``.
 
-Data flow (robot_lab's ``extract_run_context``): an entry task gets the run's message; a
+Data flow (the Ruby gem's ``extract_run_context``): an entry task gets the run's message; a
 task with one parent gets that parent's reply (``RobotResult.reply``); a task with several
 parents gets their replies as sections (``## <task>`` + reply, in ``depends_on`` order,
 skipped parents left out); an optional task gets its activator's reply. Run context
@@ -23,7 +23,7 @@ from robot_lab.errors import ConfigurationError
 from robot_lab.network import dag
 from robot_lab.network.dag import OPTIONAL, GroupSpec, NetworkSpec, TaskSpec
 from robot_lab.network.embedded import EmbeddedWorkers
-from robot_lab.observability import hooks as observe
+from robot_lab.observability import instrument as observe
 from robot_lab.runtime.rails.hooks import HookRegistry, NetworkRunHookContext, hook_scope, run_hooks
 from robot_lab.schemas import RobotSpec, RunConfigData
 from robot_lab.schemas.validation import convert
@@ -228,7 +228,7 @@ class Network:
         return dag.execution_plan(self.validate())
 
     def to_dict(self) -> dict[str, Any]:
-        """robot_lab's ``to_h``: name, robots, tasks, optional tasks, config."""
+        """The Ruby gem's ``to_h``: name, robots, tasks, optional tasks, config."""
         import msgspec  # lazy: start-up time
 
         return {
@@ -375,5 +375,5 @@ def _definition_order(tasks: list[TaskSpec], groups: list[GroupSpec]) -> list[Ta
 
 def create_network(name: str, *, app: App | None = None, config: Any = None,
                    description: str | None = None) -> Network:
-    """robot_lab's ``RobotLab.create_network``: an empty network to add tasks to."""
+    """The Ruby gem's ``RobotLab.create_network``: an empty network to add tasks to."""
     return Network(name, app=app, config=config, description=description)

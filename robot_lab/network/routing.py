@@ -1,4 +1,4 @@
-"""Routing: how a task activates optional tasks (robot_lab's ``result.activate(:name)``).
+"""Routing: how a task activates optional tasks (the Ruby gem's ``result.activate(:name)``).
 
 Three ways, in this order, all limited to the task's declared ``routes``:
 

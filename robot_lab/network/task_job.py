@@ -96,7 +96,7 @@ def _import_app(path: str) -> None:
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """robot_lab's deep merge: hashes merge recursively, everything else is replaced."""
+    """The Ruby gem's deep merge: hashes merge recursively, everything else is replaced."""
     out = dict(base)
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):

@@ -158,7 +158,7 @@ def multiprocess_dir() -> str | None:
 
 def registry(collectors: Iterable[Any] = ()) -> Any:
     """The registry to expose: this process's metrics (or every process's, in multiprocess
-    mode) plus ``collectors`` (e.g. the Redis gauges of workers/metrics.py)."""
+    mode) plus ``collectors`` (e.g. the Redis gauges of workers/fleet_gauges.py)."""
     from prometheus_client import REGISTRY, CollectorRegistry  # lazy: start-up time
 
     path = multiprocess_dir()

@@ -1,6 +1,6 @@
 """Delegation: one robot hands a task to another and gets its result, now or later.
 
-The delegatee is a live :class:`Robot` in this process (robot_lab's behaviour), or a robot
+The delegatee is a live :class:`Robot` in this process (the Ruby gem's behaviour), or a robot
 *name*, in which case the task travels over the bus (``Bus.request``) to whichever worker
 serves that robot, and the reply comes back on a private reply stream. A future settles
 once; ``value(timeout)`` raises ``DelegationTimeout("Delegation to 'X' timed out after

@@ -43,7 +43,7 @@ def message_role(message: Any) -> str:
 
 def message_text(message: Any) -> str | None:
     """The plain text of a message: string content as is, list content as its text parts
-    joined with a space, anything else None (robot_lab's ``extract_text``)."""
+    joined with a space, anything else None (the Ruby gem's ``extract_text``)."""
     content = _field(message, "content")
     if isinstance(content, str):
         return content
@@ -80,7 +80,7 @@ def is_pinned(message: Any) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class HistoryResult:
-    """One search hit (robot_lab's ``HistoryResult``): index is the position in ``messages``."""
+    """One search hit (the Ruby gem's ``HistoryResult``): index is the position in ``messages``."""
 
     text: str
     role: str
@@ -163,7 +163,7 @@ class HistoryCompressor:
         if not scorable or len(scorable) <= recent_count:
             return list(messages)
         compressible = scorable[: len(scorable) - recent_count]
-        # robot_lab's scorable[-0..] is the whole list: with recent_turns 0 everything is
+        # the Ruby gem's scorable[-0..] is the whole list: with recent_turns 0 everything is
         # both the reference and compressible.
         recent = scorable[len(scorable) - recent_count :] if recent_count else scorable
         recent_texts = [
@@ -212,7 +212,7 @@ def compress_history(
     drop_threshold: float = DEFAULT_DROP_THRESHOLD,
     summarizer: Summarizer | None = None,
 ) -> list[Any]:
-    """robot_lab's ``Robot#compress_history`` defaults (3 turns, keep 0.6, drop 0.2)."""
+    """The Ruby gem's ``Robot#compress_history`` defaults (3 turns, keep 0.6, drop 0.2)."""
     return HistoryCompressor(
         messages,
         recent_turns=recent_turns,
@@ -223,7 +223,7 @@ def compress_history(
 
 
 def estimate_tokens(messages: Sequence[Any]) -> int:
-    """robot_lab's estimate for ``auto_compact``: total content characters / 4."""
+    """The Ruby gem's estimate for ``auto_compact``: total content characters / 4."""
     return sum(len(message_text(m) or "") for m in messages) // 4
 
 

@@ -1,4 +1,4 @@
-"""RunConfig: robot_lab's shared operational defaults, merged along the cascade
+"""RunConfig: the Ruby gem's shared operational defaults, merged along the cascade
 global (settings) -> network -> task -> robot -> run.
 
 Semantics kept from robot_lab: an unknown field raises ``ConfigurationError("Unknown
@@ -37,7 +37,7 @@ FIELDS = frozenset((*LLM_FIELDS, *TOOL_FIELDS, *CALLBACK_FIELDS, *INFRA_FIELDS))
 
 
 def check_enable_cache(value: Any) -> None:
-    """robot_lab's ``enable_cache`` switched on its semantic response cache; robot-lab has
+    """The Ruby gem's ``enable_cache`` switched on its semantic response cache; robot-lab has
     none, so asking for one is an error rather than a silent no-op."""
     if value:
         raise ConfigurationError(
@@ -113,7 +113,7 @@ class RunConfig:
         return result
 
     def configure(self, block: Callable[[RunConfig], Any]) -> RunConfig:
-        """robot_lab's block form: ``RunConfig(model="x").configure(lambda c: c.set(...))``."""
+        """The Ruby gem's block form: ``RunConfig(model="x").configure(lambda c: c.set(...))``."""
         block(self)
         return self
 

@@ -1,6 +1,6 @@
 """Spawning robots at run time, for a generic worker pool to serve.
 
-robot_lab's ``spawn`` creates a robot on the same in-process bus. Across processes there is
+the Ruby gem's ``spawn`` creates a robot on the same in-process bus. Across processes there is
 no process to put it in, so a spawn *publishes* the new robot: its spec goes to the Redis
 robot registry (inheriting model and provider from the spawning robot, as robot_lab does),
 its bus inbox is registered, and its name joins ``<prefix>:robots:spawned``. Any

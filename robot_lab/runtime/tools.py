@@ -24,7 +24,7 @@ import pydantic
 
 from robot_lab.errors import ConfigurationError, ToolError, ToolNotFoundError
 from robot_lab.logging import get_logger
-from robot_lab.observability import hooks as observe
+from robot_lab.observability import instrument as observe
 
 if TYPE_CHECKING:
     from robot_lab.runtime.robot.named import NamedRobot
@@ -75,7 +75,7 @@ class Tool:
     name: str = ""
     description: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
-    # robot_lab's class-level ``raise_on_error``: raise instead of returning error text.
+    # the Ruby gem's class-level ``raise_on_error``: raise instead of returning error text.
     raise_on_error: ClassVar[bool] = False
     import_path: str | None = None
 
@@ -162,7 +162,7 @@ class Tool:
         description: str = "",
         parameters: dict[str, Any] | None = None,
     ) -> Tool:
-        """An ad-hoc tool from a callable taking the arguments dict (robot_lab's ``Tool.create``)."""
+        """An ad-hoc tool from a callable taking the arguments dict (the Ruby gem's ``Tool.create``)."""
         return _AdHocTool(name=name, fn=fn, description=description, parameters=parameters)
 
 
@@ -348,7 +348,7 @@ class _DuckTool(Tool):
 
 
 class ToolManifest:
-    """A name-keyed, ordered collection of tools (robot_lab's ``ToolManifest``)."""
+    """A name-keyed, ordered collection of tools (the Ruby gem's ``ToolManifest``)."""
 
     def __init__(self, tools: Iterable[Any] = ()) -> None:
         self._tools: dict[str, Tool] = {}

@@ -98,7 +98,7 @@ class RobotMessage(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
 
     @property
     def key(self) -> str:
-        """robot_lab's message key ``"from:id"``."""
+        """The Ruby gem's message key ``"from:id"``."""
         return f"{self.from_}:{self.id}"
 
     @property
@@ -110,7 +110,7 @@ class RobotMessage(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
 
 
 class ToolCall(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
-    """One tool invocation asked for by the model (robot_lab's ``ToolMessage``)."""
+    """One tool invocation asked for by the model (the Ruby gem's ``ToolMessage``)."""
 
     id: str
     name: str
@@ -178,7 +178,7 @@ class RobotResult(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
 
     @property
     def reply(self) -> str | None:
-        """The last text message's content (robot_lab's ``last_text_content``)."""
+        """The last text message's content (the Ruby gem's ``last_text_content``)."""
         for message in reversed(self.output):
             if isinstance(message, TextMessage) and message.content:
                 return message.content
@@ -253,7 +253,7 @@ class MemoryChange(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     network_name: str | None = None
     timestamp: float = 0.0
 
-    # robot_lab's MemoryChange predicates (created?, updated?, deleted?).
+    # the Ruby gem's MemoryChange predicates (created?, updated?, deleted?).
     @property
     def created(self) -> bool:
         return self.op == "set" and self.previous is None and self.value is not None

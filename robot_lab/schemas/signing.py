@@ -10,7 +10,7 @@ not know (extensions) are signed too, and nothing depends on how a library re-en
 ``signature`` holds the lowercase hex HMAC-SHA256 of those bytes; the key is the UTF-8 bytes of
 the configured secret, and ``headers.key_id`` names which of the sender's keys signed (it is
 inside the signed bytes). docs/security.md has the exact recipe, a test vector and a Node.js
-signer; :mod:`robot_lab.bus.signing` holds the keys and checks entries.
+signer; :mod:`robot_lab.bus.keyring` holds the keys and checks entries.
 """
 
 from __future__ import annotations

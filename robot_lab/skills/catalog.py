@@ -3,7 +3,7 @@
 Roots, in priority order (the first root that defines a name wins; later duplicates are
 skipped with a warning naming both bundles):
 
-1. ``~/.prompts/skills`` — robot_lab's root (``user``);
+1. ``~/.prompts/skills`` — the Ruby gem's root (``user``);
 2. ``./.robot_lab/skills`` — the project's root (``project``);
 3. ``settings.skills.roots`` (``settings``);
 4. skill packages registered under the entry-point group ``robot_lab.skills``
@@ -242,7 +242,7 @@ _default_lock = threading.Lock()
 
 
 def default_catalog() -> SkillCatalog:
-    """The process-wide catalog over :func:`default_roots` (robot_lab's ``instance``).
+    """The process-wide catalog over :func:`default_roots` (the Ruby gem's ``instance``).
     Rebuilt when the process's settings object is replaced (``configure``,
     ``reload_settings``), so new ``skills.roots`` take effect instead of a stale scan."""
     global _default, _default_settings
@@ -256,7 +256,7 @@ def default_catalog() -> SkillCatalog:
 
 
 def reset_default_catalog() -> None:
-    """Forget the process-wide catalog (robot_lab's ``reset!``); the next use rescans."""
+    """Forget the process-wide catalog (the Ruby gem's ``reset!``); the next use rescans."""
     global _default, _default_settings
     with _default_lock:
         _default = None

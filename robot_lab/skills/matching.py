@@ -1,4 +1,4 @@
-"""Per-run skill matching (robot_lab's ``AgentSkillMatching``), without touching the Robot.
+"""Per-run skill matching (the Ruby gem's ``AgentSkillMatching``), without touching the Robot.
 
 The Robot asks :meth:`SkillMatcher.prepare` for the skills that match this run's message
 and gets back a :class:`SkillInjection`: the instructions to prepend to the system prompt

@@ -70,7 +70,7 @@ class Outcome:
     note: str = ""  # the limits in force, when the failure looks like one was hit
 
     def text(self, timeout: float | None = None) -> str:
-        """robot_lab's ``format_result``: the output, or an ``Error (...)`` text for the model."""
+        """The Ruby gem's ``format_result``: the output, or an ``Error (...)`` text for the model."""
         body = self._text(timeout)
         return f"{body}\n{self.note}" if self.note else body
 

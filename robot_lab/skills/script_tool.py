@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_lab.logging import get_logger
-from robot_lab.observability import hooks as observe
+from robot_lab.observability import instrument as observe
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.sandbox import Outcome, run_script
 from robot_lab.skills.tool_shape import ToolShape
@@ -71,7 +71,7 @@ ARGS_SCHEMA: dict[str, Any] = {
 
 
 def derive_name(path: str | Path) -> str:
-    """``check-deploy.sh`` -> ``check_deploy`` (robot_lab's rule), at most 64 characters."""
+    """``check-deploy.sh`` -> ``check_deploy`` (the Ruby gem's rule), at most 64 characters."""
     stem = Path(path).name
     if "." in stem.lstrip("."):
         stem = stem[: stem.rfind(".")]

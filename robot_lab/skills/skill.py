@@ -27,7 +27,7 @@ from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.settings import get_settings
 from robot_lab.skills.capabilities import Capabilities
-from robot_lab.skills.frontmatter import SkillHead, read_body, read_head
+from robot_lab.skills.skill_file import SkillHead, read_body, read_head
 from robot_lab.skills.script_tool import ScriptPlan, ScriptTool, plan_script
 from robot_lab.skills.trust import TrustReview, review
 

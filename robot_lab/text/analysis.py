@@ -50,7 +50,7 @@ def tokenize(text: str | None) -> list[str]:
 
 
 def word_hash(text: str | None) -> dict[str, int]:
-    """Term frequencies of ``text`` (robot_lab's ``String#word_hash``)."""
+    """Term frequencies of ``text`` (the Ruby gem's ``String#word_hash``)."""
     return dict(Counter(tokenize(text)))
 
 
@@ -105,7 +105,7 @@ def mean_vector(vectors: Iterable[Mapping[str, float]]) -> Vector:
 
 
 class TfidfModel:
-    """TF-IDF over a fitted corpus (robot_lab's ``Classifier::TFIDF(min_df: 1)``).
+    """TF-IDF over a fitted corpus (the Ruby gem's ``Classifier::TFIDF(min_df: 1)``).
 
     ``idf(t) = ln((1 + N) / (1 + df(t))) + 1`` (smoothed, so a term found in every document
     still counts a little); :meth:`transform` returns an L2-normalized vector over the fitted
@@ -136,7 +136,7 @@ class TfidfModel:
 
 
 def fit(corpus: Iterable[str]) -> TfidfModel:
-    """Fit a TF-IDF model on ``corpus`` (robot_lab's ``TextAnalysis.fit``)."""
+    """Fit a TF-IDF model on ``corpus`` (the Ruby gem's ``TextAnalysis.fit``)."""
     return TfidfModel().fit(corpus)
 
 

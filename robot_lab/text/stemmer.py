@@ -1,6 +1,6 @@
 """Word stems for the TF vectors: the Porter stemmer of the ``snowballstemmer`` package.
 
-robot_lab's ``String#word_hash`` (``classifier`` gem) stems with the ``fast-stemmer`` gem,
+the Ruby gem's ``String#word_hash`` (``classifier`` gem) stems with the ``fast-stemmer`` gem,
 Martin Porter's reference C stemmer. Snowball's ``porter`` algorithm is the same 1980
 algorithm, well kept and pure Python, so robot-lab uses it instead of a hand-written copy.
 One deliberate difference: the C code's two departures from the paper (``-bli -> -ble``,

@@ -1,7 +1,7 @@
 """The LLM gateway: every provider call goes through litellm, imported on first use.
 
 Why a gateway: one place for the offline guard (``ROBOT_LAB_ALLOW_MODEL_REQUESTS=0``), the
-retry policy (robot_lab's max_retries / retry_interval / backoff factor / randomness), the
+retry policy (the Ruby gem's max_retries / retry_interval / backoff factor / randomness), the
 scripted provider registration, streaming reassembly and usage/cost extraction. The rest of
 the runtime sees :class:`LLMResponse`, never litellm's types.
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from robot_lab.errors import ConfigurationError, InferenceError
 from robot_lab.logging import get_logger
-from robot_lab.observability import hooks as observe
+from robot_lab.observability import instrument as observe
 from robot_lab.runtime.llm import recording, scripted
 from robot_lab.settings import get_settings
 
@@ -50,7 +50,7 @@ RETRYABLE_PROVIDER_ERRORS = frozenset(
 
 @dataclass
 class Chunk:
-    """One streamed piece of the reply (robot_lab's ``RubyLLM::Chunk``; use ``.content``)."""
+    """One streamed piece of the reply (the Ruby gem's ``RubyLLM::Chunk``; use ``.content``)."""
 
     content: str
     index: int = 0
@@ -450,7 +450,7 @@ class LLMGateway:
     ) -> LLMResponse:
         """One model call; ``on_chunk`` turns on streaming. Raises InferenceError on failure.
 
-        ``provider`` is robot_lab's robot provider: litellm's ``custom_llm_provider`` for a
+        ``provider`` is the Ruby gem's robot provider: litellm's ``custom_llm_provider`` for a
         bare model name (``claude-sonnet-4-5`` + ``anthropic``); a ``provider/model`` string
         already names its provider and keeps it. The scripted model records both."""
         litellm, kwargs = self._prepare(model, tools, params, provider, robot)

@@ -290,7 +290,7 @@ def example_arguments(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def estimate_tokens(text: str) -> int:
-    """robot_lab's estimate: characters / 4, at least 1 for non-empty text."""
+    """The Ruby gem's estimate: characters / 4, at least 1 for non-empty text."""
     return max(1, math.ceil(len(text) / 4)) if text else 0
 
 

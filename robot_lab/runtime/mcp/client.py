@@ -7,7 +7,7 @@ running an asyncio event loop, and one long-lived *session task* in it that ente
 exits the context in the same task, as anyio requires. Requests from any thread are
 submitted to that loop with ``run_coroutine_threadsafe`` and waited on with a timeout.
 
-Failure behaviour (robot_lab's): :meth:`MCPClient.connect` never raises - it logs, stays
+Failure behaviour (the Ruby gem's): :meth:`MCPClient.connect` never raises - it logs, stays
 disconnected and keeps the reason in ``last_error``. Every request raises
 ``MCPError("Not connected to MCP server: <name>")`` while disconnected. ``call_tool``
 returns text for tool errors and transport failures alike, so the model reads them.
@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from robot_lab import __version__
 from robot_lab.errors import MCPError
 from robot_lab.logging import get_logger
-from robot_lab.observability import hooks as observe
+from robot_lab.observability import instrument as observe
 from robot_lab.runtime.mcp.config import MCPServerConfig
 
 _log = get_logger("robot_lab.mcp")
@@ -107,7 +107,7 @@ def _paged(method: str, field: str) -> Callable[[Any], Any]:
 
 
 class MCPClient:
-    """One MCP server connection with a blocking API (robot_lab's ``MCP::Client``)."""
+    """One MCP server connection with a blocking API (the Ruby gem's ``MCP::Client``)."""
 
     def __init__(self, config: MCPServerConfig | Mapping[str, Any]) -> None:
         self.config = MCPServerConfig.from_value(config)

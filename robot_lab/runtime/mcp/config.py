@@ -6,12 +6,12 @@ Accepted shapes (unknown keys are ignored, as robot_lab does)::
      "env": {"LOG": "1"}, "cwd": "/srv", "timeout": 15, "description": "files on disk"}
     {"name": "search", "transport": "streamable-http", "url": "http://search:8000/mcp",
      "headers": {"Authorization": "Bearer ..."}}
-    # robot_lab's nested form
+    # the Ruby gem's nested form
     {"name": "fs", "transport": {"type": "stdio", "command": "mcp-server-fs"}}
 
 ``transport`` may be omitted when ``command`` (stdio) or ``url`` (streamable HTTP) makes it
 obvious. ``timeout`` is per request, in seconds: default 15, a value >= 1000 is read as
-milliseconds, the minimum is 1 (robot_lab's rule).
+milliseconds, the minimum is 1 (the Ruby gem's rule).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ UNSUPPORTED_TRANSPORTS = ("ws", "websocket")
 
 
 def normalize_timeout(value: Any, *, server: str = "?", field_name: str = "timeout") -> float:
-    """Seconds from robot_lab's timeout rule: None -> 15; >= 1000 -> milliseconds; min 1."""
+    """Seconds from the Ruby gem's timeout rule: None -> 15; >= 1000 -> milliseconds; min 1."""
     if value is None:
         return DEFAULT_TIMEOUT
     try:
@@ -66,7 +66,7 @@ def _str_map(value: Any, server: str, name: str) -> dict[str, str] | None:
 
 @dataclass(frozen=True, eq=True)
 class MCPServerConfig:
-    """One MCP server a robot may use (robot_lab's ``MCP::Server``)."""
+    """One MCP server a robot may use (the Ruby gem's ``MCP::Server``)."""
 
     name: str
     transport: str

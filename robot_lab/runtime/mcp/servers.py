@@ -44,7 +44,7 @@ class MCPTool:
     """A tool served by an MCP server, callable like a local tool.
 
     ``call`` never raises: tool errors, transport failures and a lost connection all come
-    back as ``"Error (name): ..."`` text for the model (robot_lab's tool contract).
+    back as ``"Error (name): ..."`` text for the model (the Ruby gem's tool contract).
     """
 
     name: str
@@ -55,7 +55,7 @@ class MCPTool:
 
     @property
     def mcp(self) -> str:
-        """robot_lab's ``Tool#mcp``: the serving server's name."""
+        """The Ruby gem's ``Tool#mcp``: the serving server's name."""
         return self.server
 
     def call(self, arguments: Mapping[str, Any] | None = None) -> str:
@@ -92,7 +92,7 @@ def _wrap_tools(client: MCPClient) -> list[MCPTool]:
 
 
 class MCPManager:
-    """The MCP servers of one robot (robot_lab's ``MCPManagement``), thread-safe.
+    """The MCP servers of one robot (the Ruby gem's ``MCPManagement``), thread-safe.
 
     Servers connect lazily, on the first :meth:`ensure_connected`/:meth:`tools` that needs
     them, in parallel. A server that fails is logged and remembered; every later call that
@@ -250,7 +250,7 @@ class MCPManager:
 
 
 class ServerDiscovery:
-    """Select the MCP servers relevant to a query (robot_lab's ``MCP::ServerDiscovery``).
+    """Select the MCP servers relevant to a query (the Ruby gem's ``MCP::ServerDiscovery``).
 
     A server is kept when the TF cosine of the query and ``"name description"`` reaches
     ``threshold`` (0.05: descriptions are short, so on-topic scores are low). The input

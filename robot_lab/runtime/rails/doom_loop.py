@@ -60,7 +60,7 @@ def detect_period(sequence: Sequence[str], threshold: int = DEFAULT_THRESHOLD) -
 
 
 def warning_for(sequence: Sequence[str], threshold: int = DEFAULT_THRESHOLD) -> str:
-    """robot_lab's warning text for the loop at the end of ``sequence`` ("" when empty).
+    """The Ruby gem's warning text for the loop at the end of ``sequence`` ("" when empty).
 
     Like robot_lab, a sequence with no detectable cycle is described as a consecutive
     repeat of its last tool.
@@ -96,7 +96,7 @@ def with_warning(result: Any, warning: str) -> Any:
 
 
 class DoomLoopDetector:
-    """In-process detector for one robot run (robot_lab's ``DoomLoopDetector``)."""
+    """In-process detector for one robot run (the Ruby gem's ``DoomLoopDetector``)."""
 
     DEFAULT_THRESHOLD = DEFAULT_THRESHOLD
     MAX_PERIOD = MAX_PERIOD
@@ -117,7 +117,7 @@ class DoomLoopDetector:
         self._sequence = []
 
     def doom_loop(self) -> bool:
-        """True when the tracked calls end in a loop (robot_lab's ``doom_loop?``)."""
+        """True when the tracked calls end in a loop (the Ruby gem's ``doom_loop?``)."""
         return detect_period(self._sequence, self.threshold) is not None
 
     def warning_message(self) -> str:

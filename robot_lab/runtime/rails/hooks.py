@@ -1,4 +1,4 @@
-"""Hooks: robot_lab's seven families with before / around / after (+ on_error for run,
+"""Hooks: the Ruby gem's seven families with before / around / after (+ on_error for run,
 network_run and task), registered globally, per network, per robot and per run.
 
 A handler is a class whose hook methods are classmethods (``def before_run(cls, ctx)``);
@@ -214,7 +214,7 @@ class HookRegistry:
 
 _global = HookRegistry()
 # Registries of the enclosing network / robot / run, so that tool calls deep inside a run
-# fire network and per-run hooks too (robot_lab's thread-local hook scope, as a contextvar).
+# fire network and per-run hooks too (the Ruby gem's thread-local hook scope, as a contextvar).
 _scope: ContextVar[tuple[HookRegistry, ...]] = ContextVar("robot_lab_hook_scope", default=())
 
 
@@ -223,7 +223,7 @@ def global_hooks() -> HookRegistry:
 
 
 def on(handler: Any, context: dict[str, Any] | None = None) -> HookRegistry:
-    """Register a global hook (robot_lab's ``RobotLab.on``)."""
+    """Register a global hook (the Ruby gem's ``RobotLab.on``)."""
     return _global.on(handler, context)
 
 
@@ -306,7 +306,7 @@ def run_hooks(
     core: Callable[[], Any],
     registries: Sequence[HookRegistry] | None = None,
 ) -> Any:
-    """Run ``core`` wrapped in the family's hooks (robot_lab's ``Hooks.run``)."""
+    """Run ``core`` wrapped in the family's hooks (the Ruby gem's ``Hooks.run``)."""
     regs = _registrations(family, registries)
     if not regs:
         return core()

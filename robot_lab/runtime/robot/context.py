@@ -56,7 +56,7 @@ def current_memory() -> Any:
 @contextmanager
 def running(ctx: RunContext) -> Iterator[RunContext]:
     """Publish ``ctx`` for the duration of a run, and make the run's memory write as the
-    robot (robot_lab's ``current_writer``; per thread, so parallel runs don't mix)."""
+    robot (the Ruby gem's ``current_writer``; per thread, so parallel runs don't mix)."""
     token = _current.set(ctx)
     writing = getattr(ctx.memory, "writing_as", None)
     try:

@@ -1,6 +1,6 @@
 """Robot: an LLM agent with a system prompt, tools and a conversation, run in one process.
 
-Ported from robot_lab's ``Robot``: the fixed keyword list of ``Robot.new``, tools off by
+Ported from the Ruby gem's ``Robot``: the fixed keyword list of ``Robot.new``, tools off by
 default at run time (``tools="inherit"`` or a name list sends them), the tool loop, the
 ``max_tool_rounds`` circuit breaker, both streaming callbacks, running token totals,
 templates with template skills, and the ``RunConfig`` cascade. A robot holds live state
@@ -9,7 +9,7 @@ templates with template skills, and the ``RunConfig`` cascade. A robot holds liv
 
 The class is the public face; each concern lives in a collaborator beside it: the prompt
 (:mod:`.prompt`), tool selection (:mod:`.toolset`), MCP (:mod:`.mcp_attach`), one run
-(:mod:`.run`) and its tool loop (:mod:`.loop`), written once as coroutines and driven
+(:mod:`.one_run`) and its tool loop (:mod:`.loop`), written once as coroutines and driven
 blocking by ``run`` or on an event loop by ``arun`` (:mod:`.drive`; ``astream`` in
 :mod:`.streaming`), learning (:mod:`.learning`), history compaction (:mod:`.compaction`)
 and the spec (:mod:`.spec`).
@@ -24,13 +24,13 @@ from typing import Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
-from robot_lab.observability import hooks as observe
+from robot_lab.observability import instrument as observe
 from robot_lab.runtime.delegation import delegate
 from robot_lab.runtime.llm.gateway import LLMGateway, default_gateway
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.hooks import HookRegistry
 from robot_lab.runtime.robot import compaction
-from robot_lab.runtime.robot import run as run_mod
+from robot_lab.runtime.robot import one_run as run_mod
 from robot_lab.runtime.robot.context import conversation_state, default_conversation_turn
 from robot_lab.runtime.robot.drive import ASYNC, SYNC, run_sync
 from robot_lab.runtime.robot.learning import Learning
@@ -283,7 +283,7 @@ class Robot:
         return self
 
     def search_history(self, query: str, limit: int = 5) -> list[Any]:
-        """robot_lab's ``search_history``: messages most similar to ``query`` (TF cosine)."""
+        """The Ruby gem's ``search_history``: messages most similar to ``query`` (TF cosine)."""
         from robot_lab.runtime.history import search_history  # lazy: start-up time
 
         return search_history(self.messages, query, limit=limit)
@@ -380,7 +380,7 @@ class Robot:
         """Send ``message`` and run the tool loop until the model answers with text.
 
         Extra keyword arguments are run-time template context and re-render the prompt.
-        Raises on failure (use :meth:`run_safely` for robot_lab's network semantics).
+        Raises on failure (use :meth:`run_safely` for the Ruby gem's network semantics).
         The run's configuration is one :class:`~robot_lab.runtime.robot.plan.RunPlan`:
         settings < ``network_config`` < the robot < ``task_config`` < ``config`` (this call).
         ``memory`` binds the run's active memory (a Memory, a scope name, or a mapping merged
@@ -461,7 +461,7 @@ class Robot:
         return serve_kwargs(self, headers)
 
     def run_safely(self, message: str | None = None, **kwargs: Any) -> RobotResult:
-        """robot_lab's ``Robot#call``: any exception becomes an error RobotResult."""
+        """The Ruby gem's ``Robot#call``: any exception becomes an error RobotResult."""
         started = time.monotonic()
         try:
             result = self.run(message, **kwargs)
@@ -504,7 +504,7 @@ class Robot:
         self._learning.learnings = list(value)
 
     def learn(self, text: str) -> Robot:
-        """Remember a lesson for later runs (robot_lab's dedupe: an existing entry contained
+        """Remember a lesson for later runs (the Ruby gem's dedupe: an existing entry contained
         in the new text is replaced; a new text contained in an existing one is dropped)."""
         self._learning.learn(text)
         return self
@@ -552,5 +552,5 @@ class Robot:
 
 
 def build(name: str = "robot", **kwargs: Any) -> Robot:
-    """robot_lab's ``RobotLab.build``: unknown keyword arguments raise TypeError."""
+    """The Ruby gem's ``RobotLab.build``: unknown keyword arguments raise TypeError."""
     return Robot(name, **kwargs)

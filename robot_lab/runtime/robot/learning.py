@@ -49,7 +49,7 @@ class Learning:
             self._memory.close()
 
     def learn(self, text: str) -> None:
-        """robot_lab's dedupe: an existing entry contained in the new text is replaced; a
+        """The Ruby gem's dedupe: an existing entry contained in the new text is replaced; a
         new text contained in an existing one is dropped. Runs inside the ``learn`` hooks."""
         text = (text or "").strip()
         if not text:

@@ -1,5 +1,5 @@
 """A robot's MCP servers: connected lazily (once per process), their tools resolved per
-run along robot_lab's ``mcp`` cascade, failures logged and never fatal to a run.
+run along the Ruby gem's ``mcp`` cascade, failures logged and never fatal to a run.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ log = get_logger("robot_lab.robot")
 
 
 def global_mcp() -> Any:
-    """The settings' ``mcp`` (robot_lab's ``config.mcp``) as the last parent of ``inherit``;
+    """The settings' ``mcp`` (the Ruby gem's ``config.mcp``) as the last parent of ``inherit``;
     its default ``none`` means "no restriction at this level", as for ``tools``."""
     value = get_settings().mcp
     return None if is_none_value(value) else value

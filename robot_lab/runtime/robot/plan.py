@@ -1,7 +1,7 @@
 """The run plan: everything a run of a robot uses, resolved in one place.
 
 robot_lab documents the cascade as settings -> network -> robot -> template front matter ->
-task -> the run call, the later winning. As in robot_lab's implementation (and this
+task -> the run call, the later winning. As in the Ruby gem's implementation (and this
 project's tests), a template's front matter is the base of the robot layer, under the
 robot's constructor arguments; so the layers here are::
 
@@ -129,7 +129,7 @@ def resolve_plan(
     budgets: Iterable[Any] = (),
     doom_loop: Any = None,
 ) -> RunPlan:
-    """The plan of one run of ``robot`` (the owning Robot). ``memory`` is robot_lab's
+    """The plan of one run of ``robot`` (the owning Robot). ``memory`` is the Ruby gem's
     binding: the run's argument (a Memory, a scope name, or a mapping merged into the
     active memory), else the network's memory, else the robot's own."""
     net = as_config(network_config)
@@ -159,7 +159,7 @@ def resolve_plan(
 
 
 def bind_memory(robot: RobotParts, memory: Any, network: Any = None) -> Any:
-    """robot_lab's ``run_memory``: the argument, else the network's, else the robot's own."""
+    """The Ruby gem's ``run_memory``: the argument, else the network's, else the robot's own."""
     from robot_lab.memory.store import Memory, resolve_memory  # lazy: start-up time
 
     default = getattr(network, "memory", None) if network is not None else None

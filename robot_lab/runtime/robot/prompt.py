@@ -2,7 +2,7 @@
 matter, AgentSkills picked from the catalog, run-time context rendering, and the skills
 applied to one run (match mode injects instructions, tool mode offers a ``Skill`` tool).
 
-robot_lab's precedence is kept: front matter fills only what the constructor left open,
+the Ruby gem's precedence is kept: front matter fills only what the constructor left open,
 and rendering is deferred to run time when build-time context is incomplete.
 """
 

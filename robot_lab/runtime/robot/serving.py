@@ -7,7 +7,7 @@ else everything attached), its MCP servers and its skills, unless its spec says 
 header ``tools`` (``none`` or comma-separated tool names) and header ``mcp`` (``none`` or
 comma-separated server names) are intersected with the policy.
 
-A bare in-process ``robot.run(...)`` keeps robot_lab's default, ``tools="none"``.
+A bare in-process ``robot.run(...)`` keeps the Ruby gem's default, ``tools="none"``.
 """
 
 from __future__ import annotations

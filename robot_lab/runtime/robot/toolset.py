@@ -1,4 +1,4 @@
-"""Which tools a run offers: robot_lab's ToolConfig resolution (``none`` / ``inherit`` / a
+"""Which tools a run offers: the Ruby gem's ToolConfig resolution (``none`` / ``inherit`` / a
 name list) along the cascade settings -> network -> robot -> run, and the ``max_tools`` cap.
 
 Kept apart from the Robot so the selection rules read in one place; it needs only the
@@ -26,12 +26,12 @@ NONE_VALUES: tuple[Any, ...] = (None, "none", ())
 
 
 def is_none_value(value: Any) -> bool:
-    """robot_lab's ``:none`` in every spelling: None, ``"none"``, an empty list."""
+    """The Ruby gem's ``:none`` in every spelling: None, ``"none"``, an empty list."""
     return value is None or value == "none" or (isinstance(value, (list, tuple)) and not value)
 
 
 def resolve_tool_setting(value: Any, parent: Any) -> list[str] | None:
-    """robot_lab's ToolConfig.resolve: ``inherit`` -> parent; none -> []; else the list.
+    """The Ruby gem's ToolConfig.resolve: ``inherit`` -> parent; none -> []; else the list.
     ``None`` as a result means "no restriction" (all attached)."""
     if value == "inherit":
         return parent

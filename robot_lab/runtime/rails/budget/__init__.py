@@ -3,10 +3,10 @@
 Two ledgers with one interface (:class:`BudgetLedger`), and the Robot's per-call helpers:
 
 * :mod:`.ledger` -- the interface and :class:`Ledger`, in process, guarded by a lock: a
-  robot's own ``token_budget`` / ``cost_budget``, exactly robot_lab's semantics;
+  robot's own ``token_budget`` / ``cost_budget``, exactly the Ruby gem's semantics;
 * :mod:`.redis_ledger` -- :class:`RedisLedger`, a Redis hash per scope
   (``Keys.budget(scope)``) changed only by Lua scripts, shared by any number of processes;
-* :mod:`.scripts` -- the Lua scripts of the Redis ledger;
+* :mod:`.ledger_scripts` -- the Lua scripts of the Redis ledger;
 * :mod:`.estimate` -- :func:`estimate_call`: how big a call's reservation is;
 * :mod:`.calls` -- :func:`reserve_for_call` (waits while reservations in flight may come
   back), :func:`reconcile`, :func:`release`, :func:`check_budgets`: what the Robot does

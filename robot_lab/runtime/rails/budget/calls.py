@@ -135,7 +135,7 @@ def release(reservation: Reservation) -> None:
 
 
 def _overrun(message: str) -> InferenceError:
-    """robot_lab's InferenceError for an overrun, marked not retryable: another attempt
+    """The Ruby gem's InferenceError for an overrun, marked not retryable: another attempt
     (an rq retry of the task) would only spend more."""
     error = InferenceError(message)
     error.retryable = False  # type: ignore[attr-defined]
@@ -150,7 +150,7 @@ def check_budgets(
 ) -> None:
     """After reconciling: InferenceError when this call pushed a ledger over its limit.
 
-    Messages are robot_lab's: ``"Token budget exceeded: N tokens used, budget is B"`` and
+    Messages are the Ruby gem's: ``"Token budget exceeded: N tokens used, budget is B"`` and
     ``"Cost budget exceeded: $%.6f used, budget is $%.6f"``; a shared (scoped) ledger adds
     ``" (scope: name)"``. ``tokens_used``/``token_budget`` let the Robot check its running
     token totals exactly as robot_lab does (``total_input + total_output > token_budget``).

@@ -50,7 +50,7 @@ class CallEstimate:
 
 
 def _fallback_count(messages: Sequence[Any], tools: Sequence[Any] | None) -> int:
-    """Characters / 4 when litellm cannot count (robot_lab's own estimate)."""
+    """Characters / 4 when litellm cannot count (the Ruby gem's own estimate)."""
     text = json.dumps(list(messages), default=str) + json.dumps(list(tools or []), default=str)
     return math.ceil(len(text) / 4)
 

@@ -1,4 +1,4 @@
-"""The ledger interface and the in-process ledger (robot_lab's ``Budget::Ledger``).
+"""The ledger interface and the in-process ledger (the Ruby gem's ``Budget::Ledger``).
 
 A dimension (``"tokens"``, ``"cost"``, any name) with no limit is unlimited.
 ``reserve(k, amount)`` raises :class:`~robot_lab.errors.BudgetExceeded` when
@@ -30,7 +30,7 @@ def fmt_amount(value: float) -> str:
 
 
 def exceeded(scope: str | None, key: str, total: float, limit: float, *, nothing_left: bool = False) -> BudgetExceeded:
-    """robot_lab's message ``budget exceeded for k: X > L``, plus the scope when shared.
+    """The Ruby gem's message ``budget exceeded for k: X > L``, plus the scope when shared.
 
     ``nothing_left`` words the case robot_lab cannot reach: everything is committed but
     not yet overrun (``X >= L``), e.g. another process holds the rest of a shared budget.
@@ -89,7 +89,7 @@ class BudgetLedger(Protocol):
 
 
 class Ledger:
-    """In-process ledger (robot_lab's ``Budget::Ledger``), thread-safe."""
+    """In-process ledger (the Ruby gem's ``Budget::Ledger``), thread-safe."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""The shared ledger: one Redis hash per scope, changed only by Lua scripts (:mod:`.scripts`).
+"""The shared ledger: one Redis hash per scope, changed only by Lua scripts (:mod:`.ledger_scripts`).
 
 Robots in any number of processes share one budget ("this network run", "tenant acme
 today"). Each script is atomic, so there is no read-modify-write race between processes.
@@ -19,7 +19,7 @@ from typing import Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import default_keys
-from robot_lab.runtime.rails.budget import scripts
+from robot_lab.runtime.rails.budget import ledger_scripts as scripts
 from robot_lab.runtime.rails.budget.ledger import exceeded, parse_amount
 
 

@@ -30,7 +30,7 @@ from robot_lab.network.enqueue import queue_name
 from robot_lab.observability import metrics
 from robot_lab.rq_connection import rq_connection
 from robot_lab.text.strings import as_str as _s
-from robot_lab.workers.status import live_workers
+from robot_lab.workers.fleet_status import live_workers
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient

@@ -96,7 +96,7 @@ def test_fleet_follows_a_sentinel_failover_and_counts_what_was_lost(sentinel_set
                     ROBOT_LAB_WORKER_HEARTBEAT="1", PYTHONPATH=f"{module_dir}:{REPO_ROOT}")
     cli = str(VENV_BIN / "robot-lab")
     workers = [processes.start([cli, "worker", robot, talker], env, f"worker-{i}") for i in range(2)]
-    from robot_lab.workers.status import live_workers
+    from robot_lab.workers.fleet_status import live_workers
 
     wait_for(lambda: len(live_workers(client, keys)) == 2, timeout=120, interval=0.2)
 

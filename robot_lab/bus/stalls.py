@@ -1,7 +1,7 @@
 """Conversations whose head nobody runs: what ``robot-lab status`` reports.
 
 Entries of one conversation run one at a time, in stream order: only the conversation's
-head in the inbox's conversation queue may run (see :mod:`robot_lab.bus.scripts`). A head
+head in the inbox's conversation queue may run (see :mod:`robot_lab.bus.stream_scripts`). A head
 that has been waiting longer than the visibility timeout plus one reclaim sweep, without a live consumer running
 it, means the conversation is stalled: its consumer died and nobody reclaimed the entry, or
 a consumer holds it without running it (a reclaimed head queued behind later entries), or a consumer is busy for that
@@ -23,7 +23,7 @@ from robot_lab.text.strings import as_str as _s
 
 def queue_range(conversation_id: str) -> tuple[bytes, bytes]:
     """``ZRANGEBYLEX`` bounds of one conversation's members in the conversation queue
-    (the member layout of robot_lab/bus/scripts.py)."""
+    (the member layout of robot_lab/bus/stream_scripts.py)."""
     prefix = f"{len(conversation_id.encode())}:{conversation_id}:".encode()
     return b"[" + prefix, b"(" + prefix + b"\xff"
 

@@ -3,7 +3,7 @@
 Every script declares every key it touches in ``KEYS`` and builds no key name of its own,
 so it is correct under Redis Cluster's rules (not only by luck of slot placement): all the
 keys of one robot share the robot's hash tag in cluster mode (``Keys(cluster=True)``), so
-they sit in one slot. ``tests/test_cluster_scripts.py`` checks this statically and against a
+they sit in one slot. ``tests/test_connection_cluster_scripts.py`` checks this statically and against a
 real cluster (every command a script runs names only declared keys).
 
 Why one sorted set for all conversations of an inbox rather than one list per

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import redis
 
-from robot_lab.bus import scripts as bus_scripts
+from robot_lab.bus import stream_scripts as bus_scripts
 from robot_lab.memory import lua as memory_lua
 from robot_lab.network import transitions
-from robot_lab.runtime.rails.budget import scripts as budget_scripts
+from robot_lab.runtime.rails.budget import ledger_scripts as budget_scripts
 from tests.worker_procs import uid
 
 

@@ -1,7 +1,7 @@
 """``robot-lab status`` / ``runs`` / ``health`` on both backends, and the worker heartbeat.
 
 The acceptance case with real processes (kill -9 a worker mid-task, a malformed envelope in
-the DLQ) is in tests/test_status_procs.py.
+the DLQ) is in tests/test_workers_fleet_status_procs.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from robot_lab.workers import health
 from robot_lab.workers.health import WorkerHeartbeat, check_health, rq_loop_problem
-from robot_lab.workers.status import collect_status, recent_runs
+from robot_lab.workers.fleet_status import collect_status, recent_runs
 from tests.redis_server import wait_for
 from tests.worker_procs import uid
 

@@ -340,7 +340,7 @@ def test_arun_is_traced_like_run(memory_spans) -> None:  # type: ignore[no-untyp
 def test_arequest_signs_and_checks_like_request(redis_client) -> None:  # type: ignore[no-untyped-def]
     """Under verify=require the worker takes the signed apublish, and arequest takes only
     the reply signed by the robot it asked (the same signing as the sync path)."""
-    from robot_lab.bus.signing import Keyring
+    from robot_lab.bus.keyring import Keyring
 
     keys = {"client": {"c1": "client-key-0001-0123456789abcdef"},
             "billing": {"b1": "billing-key-0001-0123456789abcdef"}}

@@ -148,7 +148,7 @@ class ClusterFleet:
 @pytest.fixture(scope="module")
 def fleet(redis_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterFleet]:  # type: ignore[no-untyped-def]
     from robot_lab.connection import connect
-    from robot_lab.workers.status import live_workers
+    from robot_lab.workers.fleet_status import live_workers
 
     procs = Processes(Path(tmp_path_factory.mktemp("cluster-fleet")))
     fleet = ClusterFleet(redis_cluster.url, f"rlcl-{uid()}", uid(), procs)

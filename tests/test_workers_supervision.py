@@ -1,7 +1,7 @@
 """Loop supervision and outage riding, unit level: which errors
 count as an outage, the backoff's bounds, one log line per state change, and when a loop
 is dead, stuck, busy or starting. The real-process counterparts are
-tests/test_worker_health_procs.py and tests/test_redis_restart.py."""
+tests/test_workers_health_procs.py and tests/test_connection_redis_restart.py."""
 
 from __future__ import annotations
 

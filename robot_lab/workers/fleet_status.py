@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.bus import Bus
-from robot_lab.bus.conversations import stalled_conversations
+from robot_lab.bus.stalls import stalled_conversations
 from robot_lab.connection import get_redis, mget, redact_url
 from robot_lab.keys import Keys, default_keys
 from robot_lab.network.enqueue import queue_name
@@ -270,7 +270,7 @@ def robot_rows(connection: RedisClient, keys: Keys, robots: list[str], workers: 
 
 def stalled_conversation_problems(connection: RedisClient, keys: Keys, robots: list[str]) -> list[str]:
     """One line per conversation whose head has waited longer than the visibility timeout
-    plus one reclaim sweep with no live consumer running it (bus/conversations.py)."""
+    plus one reclaim sweep with no live consumer running it (bus/stalls.py)."""
 
     bus = Bus(connection, keys=keys)
     return [s.describe() for robot in robots for s in stalled_conversations(bus, robot)]

@@ -38,7 +38,7 @@ _COMMANDS = ("-@all", "+@read", "+@write", "+@stream", "+@list", "+@hash", "+@se
              "-randomkey", "-function", "+info", "+client|setname", "+client|getname", "+client|id", "+eval", "+eval_ro",
              "+evalsha", "+evalsha_ro", "+script|load", "+script|exists", "+time")
 # What a worker may do to any inbox besides its own: append (replies, delegation), and the
-# commands of the APPEND_REPLY script (bus/scripts.py) that creates a missing reply stream
+# commands of the APPEND_REPLY script (bus/stream_scripts.py) that creates a missing reply stream
 # with a TTL. No read, no delete, no trim.
 _APPEND_ANY_INBOX = "(~{bus}* +evalsha +exists +xadd +expire +ttl)"
 _XADD_ANY_INBOX = "(%W~{bus}* +xadd +exists)"

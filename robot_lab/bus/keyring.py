@@ -23,7 +23,7 @@ from robot_lab.schemas import RobotMessage
 from robot_lab.schemas.signing import KEY_ID_HEADER, KEY_ID_RE, SIGNATURE_FIELD, sign_message, signature_matches
 from robot_lab.settings import Settings, SigningSettings, get_settings
 
-log = get_logger("robot_lab.bus.signing")
+log = get_logger("robot_lab.bus.keyring")
 
 MIN_SECRET_BYTES = 16
 VERIFY_MODES = ("off", "warn", "require")

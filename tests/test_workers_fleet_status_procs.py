@@ -18,7 +18,7 @@ from robot_lab.keys import Keys
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
-from robot_lab.workers.status import collect_status, rq_registrations
+from robot_lab.workers.fleet_status import collect_status, rq_registrations
 from tests.redis_server import wait_for
 from tests.worker_procs import VENV_BIN, child_env, processes, uid  # noqa: F401
 
