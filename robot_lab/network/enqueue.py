@@ -25,12 +25,14 @@ def enqueue_jobs(connection: Any, keys: Keys, run_id: str, items: list[tuple[str
 
     The job carries everything a plain ``rq worker robot:<robot>`` needs: the key
     prefix, the run id, the task and the attempt's job id (the robot spec and app path are in
-    the run record). Data-only serializer (JobSerializer), function by import path.
+    the run record). Data-only serializer (JobSerializer), function by import path, signed
+    by the coordinator's key when this process has one (network/job_signing.py).
     """
     if not items:
         return
     from rq import Queue, Retry
     from robot_lab.rq_connection import rq_connection
+    from robot_lab.network.job_signing import job_signature_meta
     from robot_lab.network.serializer import JobSerializer
 
     connection = rq_connection(connection)  # on Redis Cluster: the node of rq's slot
@@ -40,9 +42,11 @@ def enqueue_jobs(connection: Any, keys: Keys, run_id: str, items: list[tuple[str
         retries = spec.retries if spec is not None else 2
         timeout = int(spec.timeout) if spec is not None and spec.timeout else DEFAULT_JOB_TIMEOUT
         queue = Queue(queue_name(robot), connection=connection, serializer=JobSerializer)
+        args = [keys.prefix, run_id, task, job_id]
         queue.enqueue_call(
             func=JOB_FUNC,
-            args=[keys.prefix, run_id, task, job_id],
+            args=args,
+            meta=job_signature_meta(job_id, JOB_FUNC, args),  # signed under signing.keys.coordinator
             job_id=job_id,
             timeout=timeout,
             result_ttl=300,

@@ -45,12 +45,15 @@ def robot_worker_class() -> type:
     """rq SimpleWorker (no fork per job: the robot runtime stays warm), data-only job serializer."""
     from rq.worker import SimpleWorker
 
+    from robot_lab.network.job_policy import job_class as policed_job_class
     from robot_lab.workers.health import LoopProgress
     from robot_lab.workers.supervision import RidesOutages
 
     class RobotWorker(LoopProgress, RidesOutages, SimpleWorker):
         """Records loop progress for the heartbeat (workers/health.py) and rides out Redis
-        outages (workers/supervision.py)."""
+        outages (workers/supervision.py); runs only robot-lab's job (network/job_policy.py)."""
+
+        job_class = policed_job_class()
 
     return RobotWorker
 
