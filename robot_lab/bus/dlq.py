@@ -33,7 +33,12 @@ class DeadLetters:
         return DeadLetter.from_entry(*entries[0])
 
     def dlq_size(self, robot: str) -> int:
-        return int(self.redis.xlen(self.keys.dlq(robot)))
+        try:
+            return int(self.redis.xlen(self.keys.dlq(robot)))
+        except _redis.ResponseError as exc:  # a wrong-typed DLQ: reported by bus/key_types.py
+            if "WRONGTYPE" not in str(exc):
+                raise
+            return 0
 
     def replay_dead_letters(self, robot: str, ids: Iterable[str] | None = None) -> list[str]:
         """Put dead letters back on the inbox as new entries (fresh delivery count) and

@@ -209,9 +209,15 @@ def supervise_poller(poller: Any, loop: Loop, stop: threading.Event, *,
         return int(done or 0)
 
     poller.poll = poll
+    loop.checks.append(lambda: _wrong_type_keys(loop.name, poller))
     if getattr(poller, "in_flight", 1) > 1:  # handlers run on the poller's threads, not in poll()
         loop.checks.append(lambda: _stuck_handler(loop.name, poller, handler_limit))
     return poller
+
+
+def _wrong_type_keys(name: str, poller: Any) -> str | None:
+    problems = getattr(poller, "key_problems", None)
+    return f"{name}: {'; '.join(problems)} (delete or rename the key)" if problems else None
 
 
 def _stuck_handler(name: str, poller: Any, limit: float) -> str | None:
