@@ -198,6 +198,10 @@ class BusSettings(BaseModel):
     # inboxes (names or fnmatch globs) a message may name as its reply_to besides its own
     # sender's inbox and _reply.* streams; any other reply_to is dead-lettered reply_refused
     reply_to_allowed: list[str] = []
+    # an envelope whose `to` names another robot than the inbox it was read from:
+    # dead_letter (reason misaddressed, before any handler) or warn (log bus.misaddressed and
+    # handle it, robot_lab's behaviour). Under signing require it is always dead-lettered.
+    misaddressed: Literal["dead_letter", "warn"] = "dead_letter"
 
 
 VerifyMode = Literal["off", "warn", "require"]
