@@ -26,6 +26,7 @@ import redis as _redis
 from robot_lab.errors import AwaitTimeout, BusError, RemoteError, SchemaError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
+from robot_lab.outage import is_oom, out_of_memory
 from robot_lab.observability import hooks as observe
 from robot_lab.schemas import RobotMessage, decode_message, encode_message, new_id, utcnow
 from robot_lab.bus.replies import REPLY_STREAM_PREFIX
@@ -115,6 +116,9 @@ def _trim_refused(exc: Exception, inbox: str) -> None:
     """A TRIM of another robot's inbox this process may not run: a Redis ACL user limited to
     appending (robot-lab acl) may not, and need not -- each robot's own poller trims its
     inbox in its reclaim sweep. Any other error is raised."""
+    if is_oom(exc):  # the message is appended; trimming is housekeeping (the poller trims too)
+        log.debug("bus.trim_out_of_memory", stream=inbox)
+        return
     if not (isinstance(exc, _redis.exceptions.NoPermissionError) or "NOPERM" in str(exc)):
         raise exc
     log.debug("bus.trim_not_permitted", stream=inbox)
@@ -227,10 +231,11 @@ class Bus(DeadLetters):
         envelope is signed when a key for its ``from`` is configured; one that carries a
         signature is sent as it is."""
         data = self._envelope(message)
-        entry = self._append(message.to, data, mode="strict")
-        if entry is None and create:
-            self.register(message.to)
+        with out_of_memory(f"the message to {message.to!r}"):
             entry = self._append(message.to, data, mode="strict")
+            if entry is None and create:
+                self.register(message.to)
+                entry = self._append(message.to, data, mode="strict")
         if entry is None:
             raise self._unknown_channel(message.to)
         return entry
@@ -261,10 +266,11 @@ class Bus(DeadLetters):
     async def apublish_message(self, message: RobotMessage, *, create: bool = False) -> str:
         """:meth:`publish_message` on the asyncio client."""
         data = self._envelope(message)
-        entry = await self._aappend(message.to, data)
-        if entry is None and create:
-            await asyncio.to_thread(self.register, message.to)  # once per new robot: no async twin needed
+        with out_of_memory(f"the message to {message.to!r}"):
             entry = await self._aappend(message.to, data)
+            if entry is None and create:
+                await asyncio.to_thread(self.register, message.to)  # once per new robot: no async twin needed
+                entry = await self._aappend(message.to, data)
         if entry is None:
             raise self._unknown_channel(message.to)
         return entry
@@ -439,7 +445,8 @@ class Bus(DeadLetters):
         pipe = self.redis.pipeline(transaction=False)
         pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
         pipe.expire(reply_key, ttl)
-        pipe.execute()
+        with out_of_memory(f"the reply stream of a request to {to!r}"):
+            pipe.execute()
         try:
             message = self.publish(
                 to,
@@ -472,7 +479,8 @@ class Bus(DeadLetters):
         pipe = r.pipeline(transaction=False)
         pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
         pipe.expire(reply_key, ttl)
-        await pipe.execute()
+        with out_of_memory(f"the reply stream of a request to {to!r}"):
+            await pipe.execute()
         try:
             message = await self.apublish(to, content, from_=from_, reply_to=reply_name,
                                           conversation_id=conversation_id, headers=headers, deadline=deadline)

@@ -51,6 +51,7 @@ from robot_lab.rq_connection import rq_connection
 from robot_lab.network import transitions
 from robot_lab.network.dag import Graph, NetworkSpec
 from robot_lab.network.enqueue import DEFAULT_JOB_TIMEOUT, JOB_FUNC, enqueue_jobs, queue_name
+from robot_lab.network.submitting import SUBMITTING
 from robot_lab.schemas import RobotResult, RunEvent
 
 # Enqueueing lives in .enqueue; re-exported because workers and deploy code import it from here.
@@ -172,6 +173,7 @@ class RunStore:
                 "stream": "1" if stream else "0",
                 "seq": "0",
                 "traceparent": _outgoing_traceparent(),
+                SUBMITTING: str(time.time()),  # removed once its first jobs are enqueued (submitting.py)
             },
         )
         pipe.hset(self.key + ":graph", mapping={k: json.dumps(v) for k, v in graph.lua_graph().items()})

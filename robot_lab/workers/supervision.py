@@ -272,6 +272,12 @@ class RidesOutages:
             return super().heartbeat(*args, **kwargs)  # type: ignore[misc]
         return self._ride_out(lambda: super(RidesOutages, self).heartbeat(*args, **kwargs))  # type: ignore[misc]
 
+    def dequeue_job_and_maintain_ttl(self, timeout: Any, max_idle_time: Any = None) -> Any:
+        # rq retries its blocking pop on a lost connection only; Redis out of memory (BLMOVE
+        # is refused) would end work() with a traceback
+        return self._ride_out(lambda: super(RidesOutages, self).dequeue_job_and_maintain_ttl(  # type: ignore[misc]
+            timeout, max_idle_time))
+
     def check_for_suspension(self, burst: bool) -> Any:
         return self._ride_out(lambda: super(RidesOutages, self).check_for_suspension(burst))  # type: ignore[misc]
 
