@@ -51,6 +51,7 @@ from robot_lab.rq_connection import rq_connection
 from robot_lab.network import transitions
 from robot_lab.network.dag import Graph, NetworkSpec
 from robot_lab.network.enqueue import DEFAULT_JOB_TIMEOUT, JOB_FUNC, enqueue_jobs, queue_name
+from robot_lab.network.retention import expire_finished_run
 from robot_lab.network.submitting import SUBMITTING
 from robot_lab.schemas import RobotResult, RunEvent
 
@@ -476,6 +477,7 @@ class RunStore:
         for suffix in ("", ":graph", ":state", ":jobs", ":attempts", ":queued_at", ":results",
                        ":activated", ":events", ":inputs"):
             pipe.expire(self.key + suffix, RUN_TTL)
+        expire_finished_run(pipe, self.keys, self.run_id, RUN_TTL)  # its memory, the runs index
         pipe.execute()
 
 
