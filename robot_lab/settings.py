@@ -302,6 +302,11 @@ class Settings(BaseSettings):
     # stored conversation history (bus conversations continued on any worker): at most this
     # many messages are kept, the oldest turns dropped whole; 0 = no cap
     conversation_max_messages: int = 200
+    # ... and at most this many bytes of JSON (the oldest turns dropped whole; a single turn
+    # larger than this is kept alone); 0 = no cap
+    conversation_max_bytes: int = Field(default=1_048_576, ge=0)
+    # seconds a stored conversation lives after its last save (each save renews it)
+    conversation_ttl: int = Field(default=7 * 86_400, ge=1)
     # The global parents of a run's `tools` / `mcp` "inherit" (robot_lab's config.tools / .mcp).
     tools: str | list[str] = "none"
     mcp: str | list[str] = "none"
