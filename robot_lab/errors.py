@@ -71,6 +71,12 @@ class RemoteError(BusError):
         self.reason = reason
 
 
+class RedisOutOfMemory(RobotLabError):
+    """Redis refused a write because it reached ``maxmemory`` (policy ``noeviction``); what
+    was refused was not written. Raised by ``Bus.publish`` and ``Coordinator.submit``; loops
+    ride it out as an outage instead (robot_lab/outage.py)."""
+
+
 class BudgetExceeded(RobotLabError):
     """Refused *before* a call because the budget is already spent (not an InferenceError)."""
 

@@ -22,15 +22,23 @@ class Keys:
     def inbox(self, robot: str) -> str:
         return f"{self.prefix}:bus:{self._tag(robot)}"
 
+    def bus_state(self, robot: str) -> str:
+        """Prefix of a robot's own bus keys (DLQ, conversation queue, reply records, outbox).
+        They sit beside the robot's other keys, not under its inbox name, so that
+        ``<prefix>:bus:*`` holds only streams anyone may append to (inboxes and ``_reply.*``
+        streams): an ACL pattern can then grant ``XADD`` on inboxes and nothing else
+        (docs/security.md, section 3)."""
+        return f"{self.prefix}:robot:{self._tag(robot)}"
+
     def dlq(self, robot: str) -> str:
-        return f"{self.inbox(robot)}:dlq"
+        return f"{self.bus_state(robot)}:dlq"
 
     def outbox(self, robot: str) -> str:
-        return f"{self.inbox(robot)}:outbox"
+        return f"{self.bus_state(robot)}:outbox"
 
     def replied(self, robot: str) -> str:
         """Prefix of the per-message ``replied_for`` keys (idempotent redelivery)."""
-        return f"{self.inbox(robot)}:replied"
+        return f"{self.bus_state(robot)}:replied"
 
     def outbox_entry(self, robot: str, message_id: str) -> str:
         """Hash of one sent message (status sent/replied); ``:replies`` and ``:signal`` lists
@@ -49,12 +57,12 @@ class Keys:
         ``<len>:<conversation id>:<padded entry id>``, so each conversation's entries are
         contiguous and in stream order; the head may run (see robot_lab/bus/stream_scripts.py).
         One key for every conversation, so the bus scripts can declare it in KEYS."""
-        return f"{self.inbox(robot)}:conv-queue"
+        return f"{self.bus_state(robot)}:conv-queue"
 
     def conversation_heads(self, robot: str) -> str:
         """Hash: conversation id -> ``head|since_ms|runner`` of each conversation with
         entries queued (what ``robot-lab status`` reads to find stalled conversations)."""
-        return f"{self.inbox(robot)}:conv-heads"
+        return f"{self.bus_state(robot)}:conv-heads"
 
     def registry(self) -> str:
         """Set of robot names with a registered inbox (the Ruby gem's channel registry)."""

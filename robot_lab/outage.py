@@ -9,6 +9,11 @@ first success after it logs ``redis.back`` with how long it was down, and the re
 between are silent. The delays come from :class:`Backoff` (full-range jitter on the upper
 half of a doubling, capped delay) so a fleet of workers does not reconnect in lock step.
 
+Redis out of memory (``OOM command not allowed``, ``maxmemory`` reached under ``noeviction``)
+is an outage too: it passes when keys expire or an operator frees memory, and every loop
+waits for that the same way. Calls that answer a user (``Bus.publish``, a submit, the CLI)
+raise :class:`~robot_lab.errors.RedisOutOfMemory` instead (:func:`out_of_memory`).
+
 Errors that are not an outage -- a wrong password (``AuthenticationError`` is a subclass of
 ``ConnectionError``), a script bug, ``WRONGTYPE`` -- are not retried here: they are a
 problem for the caller to report.
@@ -19,7 +24,8 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import redis.exceptions as rx
@@ -31,6 +37,10 @@ log = get_logger("robot_lab.redis")
 
 T = TypeVar("T")
 
+# Out of memory, a loop's reads succeed between refused writes: it counts as back only after
+# this many seconds without a failure, so one outage logs one redis.lost / redis.back pair.
+OOM_QUIET = 3.0
+
 # Transient by nature: the server is restarting / loading its AOF / failing over / a
 # cluster slot has no master yet. ReadOnlyError: a client still talks to a demoted master.
 _OUTAGE = (rx.ConnectionError, rx.TimeoutError, TimeoutError, ConnectionResetError, rx.ReadOnlyError,
@@ -39,28 +49,55 @@ _NOT_OUTAGE = (rx.AuthenticationError, rx.AuthorizationError)
 _OUTAGE_REPLIES = ("LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
 
 
+def is_oom(exc: BaseException) -> bool:
+    """True when Redis refused a write for lack of memory (``maxmemory``, ``noeviction``)."""
+    return isinstance(exc, rx.OutOfMemoryError) or (isinstance(exc, rx.ResponseError) and str(exc).startswith("OOM"))
+
+
 def is_outage(exc: BaseException) -> bool:
-    """True when ``exc`` means Redis is (temporarily) unreachable, not that a command is wrong."""
+    """True when ``exc`` means Redis is (temporarily) unreachable or out of memory, not that a
+    command is wrong."""
     if isinstance(exc, _NOT_OUTAGE):
         return False
-    if isinstance(exc, _OUTAGE):
+    if isinstance(exc, _OUTAGE) or is_oom(exc):
         return True
     if isinstance(exc, rx.ResponseError):
         return str(exc).startswith(_OUTAGE_REPLIES)
     return isinstance(exc, rx.RedisClusterException) and "connect" in str(exc).lower()
 
 
-def caused_by_outage(exc: BaseException) -> bool:
-    """True when ``exc`` or anything in its cause/context chain is an outage (a robot's run
-    that failed because a callback could not reach Redis)."""
+def outage_cause(exc: BaseException) -> BaseException | None:
+    """The outage error in ``exc``'s cause/context chain (``exc`` itself included), if any."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         if is_outage(current):
-            return True
+            return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return False
+    return None
+
+
+def caused_by_outage(exc: BaseException) -> bool:
+    """True when ``exc`` or anything in its cause/context chain is an outage (a robot's run
+    that failed because a callback could not reach Redis)."""
+    return outage_cause(exc) is not None
+
+
+@contextmanager
+def out_of_memory(what: str) -> Iterator[None]:
+    """Turn Redis's OOM refusal inside the block into one clear
+    :class:`~robot_lab.errors.RedisOutOfMemory` naming ``what`` was refused."""
+    try:
+        yield
+    except rx.RedisError as exc:
+        if not is_oom(exc):
+            raise
+        from robot_lab.errors import RedisOutOfMemory
+
+        raise RedisOutOfMemory(
+            f"Redis is out of memory: {what} was refused and not written ({describe(exc)}); free memory "
+            "(expire or delete keys, `robot-lab dlq purge`) or raise maxmemory, then retry") from None
 
 
 def describe(exc: BaseException) -> str:
@@ -108,6 +145,7 @@ class OutageTracker:
         self.down_since: float | None = None
         self.failures = 0
         self.outages = 0
+        self._oom_at: float | None = None  # last failure, when the outage is Redis out of memory
         self._lock = threading.Lock()
 
     @property
@@ -118,6 +156,7 @@ class OutageTracker:
         """Record a failed attempt; the first one after being up logs ``redis.lost``."""
         with self._lock:
             self.failures += 1
+            self._oom_at = time.monotonic() if is_oom(exc) else None
             if self.down_since is not None:
                 return
             self.down_since = time.monotonic()
@@ -131,6 +170,8 @@ class OutageTracker:
         with self._lock:
             if self.down_since is None:
                 return
+            if self._oom_at is not None and time.monotonic() - self._oom_at < OOM_QUIET:
+                return  # out of memory, reads still succeed: back only after a quiet while
             down_for = time.monotonic() - self.down_since
             failures, self.failures, self.down_since = self.failures, 0, None
             self.backoff.reset()

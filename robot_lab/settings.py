@@ -201,6 +201,10 @@ class BusSettings(BaseModel):
     # inboxes (names or fnmatch globs) a message may name as its reply_to besides its own
     # sender's inbox and _reply.* streams; any other reply_to is dead-lettered reply_refused
     reply_to_allowed: list[str] = []
+    # an envelope whose `to` names another robot than the inbox it was read from:
+    # dead_letter (reason misaddressed, before any handler) or warn (log bus.misaddressed and
+    # handle it, the Ruby gem's behaviour). Under signing require it is always dead-lettered.
+    misaddressed: Literal["dead_letter", "warn"] = "dead_letter"
 
 
 VerifyMode = Literal["off", "warn", "require"]
@@ -301,6 +305,11 @@ class Settings(BaseSettings):
     # stored conversation history (bus conversations continued on any worker): at most this
     # many messages are kept, the oldest turns dropped whole; 0 = no cap
     conversation_max_messages: int = 200
+    # ... and at most this many bytes of JSON (the oldest turns dropped whole; a single turn
+    # larger than this is kept alone); 0 = no cap
+    conversation_max_bytes: int = Field(default=1_048_576, ge=0)
+    # seconds a stored conversation lives after its last save (each save renews it)
+    conversation_ttl: int = Field(default=7 * 86_400, ge=1)
     # The global parents of a run's `tools` / `mcp` "inherit" (the Ruby gem's config.tools / .mcp).
     tools: str | list[str] = "none"
     mcp: str | list[str] = "none"

@@ -177,7 +177,7 @@ def test_cli_prints_and_applies_users_without_showing_passwords(server: AclServe
     out = CliRunner().invoke(main, ["acl", "--robot", "cli-robot", "--publisher", "cli-desk", "--no-coordinator"])
     assert out.exit_code == 0, out.output
     lines = [line for line in out.output.splitlines() if not line.startswith("#")]
-    assert len(lines) == 2 and "'~clitest:bus:cli-robot:*'" in lines[0]
+    assert len(lines) == 2 and "'~clitest:robot:cli-robot:*'" in lines[0]
     assert '">$ROBOT_LAB_ACL_PASSWORD_RL_WORKER_CLI_ROBOT"' in lines[0]
     as_json = json.loads(CliRunner().invoke(main, ["acl", "--robot", "cli-robot", "--json"]).output)
     assert [u["user"] for u in as_json["users"]] == ["rl-worker-cli-robot", "rl-coordinator"]
@@ -214,3 +214,21 @@ def test_rq_rules_follow_rq_key_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rq_connection, "rq_prefix", lambda: "{rq}")
     tagged = {rule for user in acl_users(Keys(prefix="p"), ["billing"]) for rule in user.rules}
     assert {"~{rq}:*", "&{rq}:*"} <= tagged and "~rq:*" not in tagged
+
+
+def test_appenders_reach_inboxes_only_not_a_robots_bus_state(server: AclServer) -> None:
+    """Stream squatting: ``XADD`` is granted on ``P:bus:*``, which holds only inboxes and
+    reply streams; billing's conversation heads and queue, DLQ, reply records and outbox
+    live under ``P:robot:billing:``, so neither a publisher nor technical's worker can
+    create a stream there (a wrong-typed key would stop billing's poller; a fake dead
+    letter or reply record would be read as billing's own)."""
+    targets = [KEYS.conversation_heads("billing"), KEYS.conversation_queue("billing"), KEYS.dlq("billing"),
+               KEYS.replied_for("billing", "frontdesk:m-1"), KEYS.outbox_entry("billing", "m-1")]
+    for user in ("rl-pub-frontdesk", "rl-worker-technical"):
+        client = server.client(user)
+        for key in targets:
+            assert _denied(client.xadd, key, {"x": "y"}), f"{user} may XADD {key}"
+        client.xadd(KEYS.inbox("billing"), {"envelope": b'{"to":"billing","content":"hi"}'})  # inboxes: yes
+    assert all(server.admin.exists(key) == 0 for key in targets)
+    for key in targets:
+        assert not key.startswith(f"{PREFIX}:bus:")

@@ -417,3 +417,51 @@ def test_a_duplicate_member_appended_to_a_signed_envelope_is_refused(redis_clien
     _worker(bus, "require").run_once()
     assert recorded_calls() == []
     assert [d.reason for d in bus.dead_letters("billing")] == ["unauthenticated"] * 2
+
+
+# --- misaddressed envelopes: `to` names another robot than the inbox ----------------------------
+def _technical(bus: Bus, verify: str) -> BusPoller:
+    robot = build("technical", model="scripted/echo")
+    return BusPoller("technical", bus, block_ms=0, retry_delay=0, consumer="t1", verify=verify).serve(robot)
+
+
+@pytest.mark.parametrize("verify", ["require", "off"])
+def test_an_envelope_for_billing_in_technicals_inbox_is_dead_lettered_misaddressed(redis_client,  # type: ignore[no-untyped-def]
+                                                                                     verify: str) -> None:
+    """A signed envelope client wrote for billing, appended to technical's inbox, is not run
+    by technical: dead-lettered ``misaddressed`` before any model call, no error envelope."""
+    bus = Bus(redis_client, keyring=Keyring(KEYS))
+    for name in ("billing", "technical", "client"):
+        bus.register(name)
+    envelope = _signed("client", "k1", CLIENT_KEY, "refund order 7")
+    redis_client.xadd(bus.keys.inbox("technical"), {"envelope": json.dumps(envelope)})  # the replay
+    clear_recorded_calls()
+    _technical(bus, verify).run_once()
+    assert recorded_calls() == []
+    [letter] = bus.dead_letters("technical")
+    assert letter.reason == "misaddressed" and "addressed to 'billing', not to 'technical'" in letter.error
+    assert redis_client.xlen(bus.keys.inbox("client")) == 0  # nothing sent back to the sender
+    # the same envelope in billing's own inbox runs
+    _raw_publish(bus, envelope)
+    _worker(bus, verify).run_once()
+    assert [c["request"] for c in recorded_calls()] == ["refund order 7"]
+
+
+def test_misaddressed_warn_keeps_robot_labs_behaviour_except_under_require(redis_client,  # type: ignore[no-untyped-def]
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from robot_lab.settings import reload_settings
+
+    monkeypatch.setenv("ROBOT_LAB_BUS__MISADDRESSED", "warn")
+    reload_settings()
+    bus = Bus(redis_client, keyring=Keyring(KEYS))
+    for name in ("billing", "technical"):
+        bus.register(name)
+    clear_recorded_calls()
+    with capture_logs() as logs:
+        for verify, content in (("off", "handled anyway"), ("require", "never handled")):
+            envelope = _signed("client", "k1", CLIENT_KEY, content)
+            redis_client.xadd(bus.keys.inbox("technical"), {"envelope": json.dumps(envelope)})
+            _technical(bus, verify).run_once()
+    assert [c["request"] for c in recorded_calls()] == ["handled anyway"]  # off + warn: run
+    assert [d.reason for d in bus.dead_letters("technical")] == ["misaddressed"]  # require: never
+    assert [e["to"] for e in logs if e["event"] == "bus.misaddressed"] == ["billing", "billing"]

@@ -1,8 +1,8 @@
 """Issue 13, item 2 with real processes: ``robot-lab health`` (the Kubernetes probes) fails,
-naming the loop, when a loop of a ``robot-lab worker`` is dead -- here a bus thread that dies
-at start-up (its inbox key holds a string, so creating the consumer group fails with
-WRONGTYPE) and, with ``--concurrency 2``, an rq child process killed with -9. The robot next
-to the broken one keeps serving."""
+naming the loop, when a loop of a ``robot-lab worker`` cannot serve -- here a bus poller whose
+inbox key holds a string from start-up (creating the consumer group fails with WRONGTYPE: the
+poller names the key and keeps trying) and, with ``--concurrency 2``, an rq child process
+killed with -9. The robot next to the broken one keeps serving."""
 
 from __future__ import annotations
 
@@ -51,11 +51,11 @@ def test_health_names_dead_bus_thread_and_dead_rq_child(real_redis_url, key_pref
         def named() -> subprocess.CompletedProcess[str] | None:
             probe = _probe(env, single.pid)
             assert probe.returncode != 0 or "ok (" not in probe.stdout, probe.stdout
-            return probe if f"bus-{bad} died" in probe.stdout else None
+            return probe if f"bus-{bad}: {keys.inbox(bad)} is a string, not a stream" in probe.stdout else None
 
         probe = wait_for(named, timeout=120, interval=0.3)
         assert probe.returncode == 1
-        assert "WRONGTYPE" in probe.stdout and "unhealthy" in probe.stdout
+        assert "unhealthy" in probe.stdout and "died" not in probe.stdout
         assert single.poll() is None  # the process stays up; the probe makes the orchestrator act
 
         # the healthy robot of the same process still answers

@@ -49,10 +49,14 @@ def queue(real_client):  # type: ignore[no-untyped-def]
 
 
 def _worker(queue, in_flight: int):  # type: ignore[no-untyped-def]
+    """The worker with rq's plain job class: these jobs are test functions, which the job
+    policy (network/job_policy.py, tests/test_security_jobs.py) refuses."""
+    from rq.job import Job
+
     from robot_lab.network.serializer import JobSerializer
 
     cls = in_flight_worker_class()
-    return cls([queue], connection=queue.connection, serializer=JobSerializer, in_flight=in_flight)
+    return cls([queue], connection=queue.connection, serializer=JobSerializer, in_flight=in_flight, job_class=Job)
 
 
 def test_jobs_run_at_once_through_rqs_lifecycle(queue) -> None:  # type: ignore[no-untyped-def]

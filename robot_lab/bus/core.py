@@ -35,6 +35,7 @@ from robot_lab.errors import BusError, SchemaError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
 from robot_lab.observability import instrument as observe
+from robot_lab.outage import is_oom, out_of_memory
 from robot_lab.schemas import RobotMessage, encode_message, utcnow
 from robot_lab.settings import BusSettings, get_settings
 from robot_lab.text.strings import as_str as _s
@@ -102,6 +103,9 @@ def _trim_refused(exc: Exception, inbox: str) -> None:
     """A TRIM of another robot's inbox this process may not run: a Redis ACL user limited to
     appending (robot-lab acl) may not, and need not -- each robot's own poller trims its
     inbox in its reclaim sweep. Any other error is raised."""
+    if is_oom(exc):  # the message is appended; trimming is housekeeping (the poller trims too)
+        log.debug("bus.trim_out_of_memory", stream=inbox)
+        return
     if not (isinstance(exc, _redis.exceptions.NoPermissionError) or "NOPERM" in str(exc)):
         raise exc
     log.debug("bus.trim_not_permitted", stream=inbox)
@@ -212,10 +216,11 @@ class Bus(Requests, Outbox, DeadLetters):
         envelope is signed when a key for its ``from`` is configured; one that carries a
         signature is sent as it is."""
         data = self._envelope(message)
-        entry = self._append(message.to, data, mode="strict")
-        if entry is None and create:
-            self.register(message.to)
+        with out_of_memory(f"the message to {message.to!r}"):
             entry = self._append(message.to, data, mode="strict")
+            if entry is None and create:
+                self.register(message.to)
+                entry = self._append(message.to, data, mode="strict")
         if entry is None:
             raise self._unknown_channel(message.to)
         return entry
@@ -246,10 +251,11 @@ class Bus(Requests, Outbox, DeadLetters):
     async def apublish_message(self, message: RobotMessage, *, create: bool = False) -> str:
         """:meth:`publish_message` on the asyncio client."""
         data = self._envelope(message)
-        entry = await self._aappend(message.to, data)
-        if entry is None and create:
-            await asyncio.to_thread(self.register, message.to)  # once per new robot: no async twin needed
+        with out_of_memory(f"the message to {message.to!r}"):
             entry = await self._aappend(message.to, data)
+            if entry is None and create:
+                await asyncio.to_thread(self.register, message.to)  # once per new robot: no async twin needed
+                entry = await self._aappend(message.to, data)
         if entry is None:
             raise self._unknown_channel(message.to)
         return entry

@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import redis as _redis
+
+from robot_lab.bus.records import DeadLetter
 from robot_lab.errors import BusError
 from robot_lab.keys import Keys
 from robot_lab.text.strings import as_str as _s
-from robot_lab.bus.records import DeadLetter
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
@@ -35,7 +37,12 @@ class DeadLetters:
         return DeadLetter.from_entry(*entries[0])
 
     def dlq_size(self, robot: str) -> int:
-        return int(self.redis.xlen(self.keys.dlq(robot)))
+        try:
+            return int(self.redis.xlen(self.keys.dlq(robot)))
+        except _redis.ResponseError as exc:  # a wrong-typed DLQ: reported by bus/key_types.py
+            if "WRONGTYPE" not in str(exc):
+                raise
+            return 0
 
     def replay_dead_letters(self, robot: str, ids: Iterable[str] | None = None) -> list[str]:
         """Put dead letters back on the inbox as new entries (fresh delivery count) and

@@ -28,6 +28,7 @@ import redis as _redis
 
 from robot_lab.errors import SchemaError
 from robot_lab.logging import get_logger, log_context
+from robot_lab.outage import is_outage, outage_cause
 from robot_lab.threads import warm_pool
 from robot_lab.observability import metrics
 from robot_lab.tracing import continue_trace
@@ -223,6 +224,8 @@ class Handling(PollerState):
         except _redis.RedisError:
             raise
         except Exception as exc:  # noqa: BLE001
+            if is_outage(exc):
+                raise
             if not d.pending:
                 log.warning("bus.failed_after_resolving", entry=d.entry_id, error=repr(exc)[:500])
                 return
@@ -248,6 +251,9 @@ class Handling(PollerState):
         try:
             self._handler(d)
         except Exception as exc:  # noqa: BLE001 - any handler failure is a nack, never a crash
+            outage = outage_cause(exc)
+            if outage is not None and d.pending:  # Redis away or out of memory (its reply, its
+                raise outage  # history): not the message's fault -- it stays pending, runs again
             if d.pending:
                 self._fail(d, exc)
             else:

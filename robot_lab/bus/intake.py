@@ -167,8 +167,20 @@ class Intake(PollerState):
         if self.verify != "off" and self._unauthenticated(d, message):
             return 1
         if message.to != self.robot:
-            log.warning("bus.misaddressed", robot=self.robot, to=message.to, message_id=message.id)
+            return self._misaddressed(d, message)
         return 0
+
+    def _misaddressed(self, d: Delivery, message: RobotMessage) -> int:
+        """An envelope for another robot (a signed one copied into this inbox, or a wrong
+        XADD): dead-lettered ``misaddressed`` before any handler runs, with no error envelope
+        (it was meant for someone else); ``bus.misaddressed = warn`` handles it, except under
+        ``require``, where ``to`` is part of what the sender signed."""
+        log.warning("bus.misaddressed", robot=self.robot, to=message.to, message_id=message.id, sender=message.from_)
+        if self.verify != "require" and self.bus.settings.misaddressed == "warn":
+            return 0
+        self._dead_letter(d, "misaddressed", f"the envelope is addressed to {message.to!r}, not to {self.robot!r}",
+                          report=False)
+        return 1
 
     def _unauthenticated(self, d: Delivery, message: RobotMessage) -> bool:
         """Check the entry's signature (signing.verify / signing.robots); under ``require`` a

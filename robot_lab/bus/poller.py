@@ -41,6 +41,7 @@ import redis as _redis
 from robot_lab.connection import is_cluster_client
 from robot_lab.errors import BusError
 from robot_lab.logging import get_logger
+from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.threads import warm_pool
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
@@ -50,6 +51,7 @@ from robot_lab.bus.names import check_robot_name
 from robot_lab.bus.delivery import Delivery
 from robot_lab.bus.handling import Handling
 from robot_lab.bus.intake import Intake
+from robot_lab.bus.key_types import is_wrong_type, wrong_typed_keys
 from robot_lab.bus.reclaim import Reclaim
 from robot_lab.bus.replies import fingerprint, make_record, read_record, record_key_part
 from robot_lab.bus.keyring import VERIFY_MODES, verify_mode
@@ -159,6 +161,7 @@ class BusPoller(Intake, Handling, Reclaim):
         self._thread: threading.Thread | None = None
         self._stop_event = threading.Event()
         self.counts = {"acked": 0, "dead": 0, "retried": 0, "reclaimed": 0}
+        self.key_problems: list[str] = []  # this robot's keys of the wrong type (bus/key_types.py)
 
     # --- handler styles ---------------------------------------------------------------
     def on_message(self, fn: Callable[..., Any], *, manual: bool | None = None) -> BusPoller:
@@ -319,8 +322,16 @@ class BusPoller(Intake, Handling, Reclaim):
                 try:
                     self.poll(block_ms=self.block_ms)
                     backoff = 0.1
+                    if self.key_problems:  # a round that did not touch the key proves nothing
+                        self._recheck_key_types()
                 except (_redis.ConnectionError, _redis.TimeoutError) as exc:
                     log.warning("bus.redis_unavailable", robot=self.robot, error=str(exc), retry_in=backoff)
+                    stop.wait(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                except _redis.ResponseError as exc:
+                    if not is_wrong_type(exc):
+                        raise
+                    self._wrong_type(exc)
                     stop.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
         finally:
@@ -335,6 +346,26 @@ class BusPoller(Intake, Handling, Reclaim):
             except _redis.RedisError as exc:  # the entries stay pending; XAUTOCLAIM recovers them
                 log.warning("bus.hand_back_failed", robot=self.robot, error=str(exc))
             log.info("bus.poller_stopped", robot=self.robot, consumer=self.consumer, **self.counts)
+
+    def _wrong_type(self, exc: BaseException) -> None:
+        """A key of this robot holds the wrong type: name it (health, status, metric, one log
+        line per change) and keep polling, so serving resumes once it is fixed."""
+        try:
+            problems = wrong_typed_keys(self.bus.redis, self.bus.keys, self.robot) or [str(exc)]
+        except _redis.RedisError:
+            problems = [str(exc)]
+        if problems != self.key_problems:
+            log.error("bus.wrong_type_key", robot=self.robot, problems=problems)
+            metrics.wrong_type_key(self.robot)
+        self.key_problems = problems
+
+    def _recheck_key_types(self) -> None:
+        try:
+            self.key_problems = wrong_typed_keys(self.bus.redis, self.bus.keys, self.robot)
+        except _redis.RedisError:
+            return
+        if not self.key_problems:
+            log.info("bus.wrong_type_key_fixed", robot=self.robot)
 
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         # Never dies: a heartbeat thread that stopped would let every held entry be reclaimed

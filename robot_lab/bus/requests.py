@@ -18,6 +18,7 @@ from robot_lab.bus.keyring import Keyring
 from robot_lab.errors import AwaitTimeout, RemoteError, SchemaError
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
+from robot_lab.outage import out_of_memory
 from robot_lab.schemas import RobotMessage, decode_message, new_id
 from robot_lab.text.strings import as_str as _s
 
@@ -74,7 +75,8 @@ class Requests:
         pipe = self.redis.pipeline(transaction=False)
         pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
         pipe.expire(reply_key, ttl)
-        pipe.execute()
+        with out_of_memory(f"the reply stream of a request to {to!r}"):
+            pipe.execute()
         try:
             message = self.publish(
                 to,
@@ -107,7 +109,8 @@ class Requests:
         pipe = r.pipeline(transaction=False)
         pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
         pipe.expire(reply_key, ttl)
-        await pipe.execute()
+        with out_of_memory(f"the reply stream of a request to {to!r}"):
+            await pipe.execute()
         try:
             message = await self.apublish(to, content, from_=from_, reply_to=reply_name,
                                           conversation_id=conversation_id, headers=headers, deadline=deadline)

@@ -51,6 +51,9 @@ def _from_redis(exc: BaseException) -> str | None:
     if "ConnectionError" in names or "TimeoutError" in names:
         return (f"cannot reach {_redis_where()}: {text} "
                 "(is redis-server running there? check REDIS_URL, or unset it to run embedded)")
+    if "OutOfMemoryError" in names or text.startswith("OOM"):
+        return (f"{_redis_where()} is out of memory: {text} (nothing was written; free memory -- expire or delete "
+                "keys, `robot-lab dlq purge` -- or raise maxmemory, then retry)")
     if text.startswith("NOPERM"):
         return f"{_redis_where()} denied a command to this user: {text} (grant the ACL user ~* &* +@all)"
     return f"{_redis_where()} answered an error: {text}"

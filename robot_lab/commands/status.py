@@ -118,7 +118,8 @@ def health(worker: str | None, max_age: float | None, ready: bool) -> None:
                     continue
                 if data.get("host") == socket.gethostname() and not client.exists(keys.worker(data["name"])):
                     ok = False
-                    lines.append(f"{data['name']}: no heartbeat in Redis")
+                    why = "redis: out of memory" if data.get("redis") == "out of memory" else "no heartbeat in Redis"
+                    lines.append(f"{data['name']}: {why}")
         except Exception as exc:
             ok = False
             lines.append(f"redis: {type(exc).__name__}: {exc}")

@@ -24,8 +24,9 @@ from robot_lab.network.dag import Graph, compile_network
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.graphs import graph_for
 from robot_lab.network.run_state import RunStore
+from robot_lab.network.submitting import SUBMITTING, discard, sweep_leftover
 from robot_lab.observability import instrument as observe
-from robot_lab.outage import OutageTracker, is_outage
+from robot_lab.outage import OutageTracker, is_outage, out_of_memory
 from robot_lab.runtime.rails.budget.redis_ledger import release_holder
 from robot_lab.runtime.registry import check_importable, configured_robots, publish_specs, published_spec
 from robot_lab.runtime.tools import import_object
@@ -206,23 +207,36 @@ class Coordinator:
     @observe.network_submit
     def submit(self, network: Any, message: Any = None, *, context: dict[str, Any] | None = None,
                max_concurrent: int | None = None, stream: bool = True, run_id: str | None = None) -> RunHandle:
+        """Store the run and enqueue its first tasks, all or nothing (network/submitting.py):
+        on any failure what was written is removed and the error raised (Redis out of memory:
+        :class:`~robot_lab.errors.RedisOutOfMemory`)."""
         graph = network.validate() if hasattr(network, "validate") else compile_network(network)
         specs = self.resolve_robots(network, graph)
 
-        publish_specs(list(specs.values()), connection=self.connection, keys=self.keys)
         run_id = run_id or new_id()
         limit = max_concurrent if max_concurrent is not None else graph.spec.config.max_concurrent_robots
         store = RunStore(self.connection, self.keys, run_id)
-        items = store.create(
-            graph,
-            message=message,
-            context=dict(context or {}),
-            app=graph.spec.app,
-            max_concurrent=limit,
-            robots={name: msgspec.json.encode(spec).decode() for name, spec in specs.items()},
-            stream=stream,
-        )
-        enqueue_jobs(self.connection, self.keys, run_id, items, graph)
+        items: list[tuple[str, str, str]] = []
+        try:
+            with out_of_memory(f"network run {run_id} of {graph.spec.name!r}"):
+                publish_specs(list(specs.values()), connection=self.connection, keys=self.keys)
+                items = store.create(
+                    graph,
+                    message=message,
+                    context=dict(context or {}),
+                    app=graph.spec.app,
+                    max_concurrent=limit,
+                    robots={name: msgspec.json.encode(spec).decode() for name, spec in specs.items()},
+                    stream=stream,
+                )
+                enqueue_jobs(self.connection, self.keys, run_id, items, graph)
+                self.connection.hdel(store.key, SUBMITTING)  # HDEL runs under maxmemory too
+        except BaseException:
+            try:
+                discard(self.connection, self.keys, run_id, [job for _, job, _ in items])
+            except Exception as exc:  # noqa: BLE001 - Redis away: the sweepers remove it (GRACE)
+                log.warning("run.submit_cleanup_failed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+            raise
         log.info("run.submitted", run_id=run_id, network=graph.spec.name, queued=[t for t, _, _ in items])
         return RunHandle(self, run_id)
 
@@ -276,13 +290,10 @@ class Coordinator:
         for raw in self.connection.smembers(self.keys.runs_active()):
             run_id = raw.decode() if isinstance(raw, bytes) else raw
             store = RunStore(self.connection, self.keys, run_id)
-            status = store.status()
-            if status == "unknown":
-                created = self.connection.zscore(self.keys.runs_index(), run_id)
-                if created is not None and time.time() - float(created) < 60:
-                    continue  # indexed a moment ago; its record is being written (run_state.create)
-                self.connection.srem(self.keys.runs_active(), run_id)
-                continue
+            status, submitting = (_text(v) for v in self.connection.hmget(store.key, "status", SUBMITTING))
+            if status is None or submitting is not None:  # maybe what a failed submit left
+                if sweep_leftover(self.connection, self.keys, run_id, status, submitting) or status is None:
+                    continue
             if status != "running":
                 store.finish_housekeeping()
                 continue
@@ -306,6 +317,11 @@ class Coordinator:
             out.append({"run_id": run_id, "network": meta[0].decode(), "status": meta[1].decode(),
                         "created_at": float(meta[2] or 0)})
         return out
+
+
+
+def _text(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 __all__ = ["Coordinator", "NetworkResult", "RunHandle", "is_embedded"]

@@ -29,13 +29,15 @@ def enqueue_jobs(connection: RedisClient, keys: Keys, run_id: str, items: list[t
 
     The job carries everything a plain ``rq worker robot:<robot>`` needs: the key
     prefix, the run id, the task and the attempt's job id (the robot spec and app path are in
-    the run record). Data-only serializer (JobSerializer), function by import path.
+    the run record). Data-only serializer (JobSerializer), function by import path, signed
+    by the coordinator's key when this process has one (network/job_signing.py).
     """
     if not items:
         return
     from rq import Queue, Retry  # lazy: start-up time
 
     from robot_lab.rq_connection import rq_connection  # lazy: start-up time
+    from robot_lab.network.job_signing import job_signature_meta  # lazy: start-up time
 
     connection = rq_connection(connection)  # on Redis Cluster: the node of rq's slot
     pipe = connection.pipeline()
@@ -49,9 +51,11 @@ def enqueue_jobs(connection: RedisClient, keys: Keys, run_id: str, items: list[t
         queue = queues.get(robot)
         if queue is None:
             queue = queues[robot] = Queue(queue_name(robot), connection=connection, serializer=JobSerializer)
+        args = [keys.prefix, run_id, task, job_id]
         queue.enqueue_call(
             func=JOB_FUNC,
-            args=[keys.prefix, run_id, task, job_id],
+            args=args,
+            meta=job_signature_meta(job_id, JOB_FUNC, args),  # signed under signing.keys.coordinator
             job_id=job_id,
             timeout=timeout,
             result_ttl=300,

@@ -50,7 +50,9 @@ from robot_lab.keys import Keys
 from robot_lab.network import transitions
 from robot_lab.network.dag import Graph, NetworkSpec
 from robot_lab.network.enqueue import queue_name
+from robot_lab.network.retention import expire_finished_run
 from robot_lab.network.serializer import JobSerializer
+from robot_lab.network.submitting import SUBMITTING
 from robot_lab.rq_connection import rq_connection
 from robot_lab.schemas import RobotResult, RobotSpec, RunEvent
 from robot_lab.tracing import outgoing_traceparent
@@ -175,6 +177,7 @@ class RunStore:
                 "stream": "1" if stream else "0",
                 "seq": "0",
                 "traceparent": _outgoing_traceparent(),
+                SUBMITTING: str(time.time()),  # removed once its first jobs are enqueued (submitting.py)
             },
         )
         pipe.hset(self.key + ":graph", mapping={k: json.dumps(v) for k, v in graph.lua_graph().items()})
@@ -474,6 +477,7 @@ class RunStore:
         for suffix in ("", ":graph", ":state", ":jobs", ":attempts", ":queued_at", ":results",
                        ":activated", ":events", ":inputs"):
             pipe.expire(self.key + suffix, RUN_TTL)
+        expire_finished_run(pipe, self.keys, self.run_id, RUN_TTL)  # its memory, the runs index
         pipe.execute()
 
 

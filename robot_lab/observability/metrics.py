@@ -43,6 +43,8 @@ class _Metrics:
         self.llm_calls = Counter("robot_lab_llm_calls", "Model calls", ["robot", "model", "outcome"])
         self.tokens = Counter("robot_lab_llm_tokens", "Model tokens", ["robot", "model", "direction"])
         self.cost = Counter("robot_lab_llm_cost_usd", "Model cost in USD (litellm's price table)", ["robot", "model"])
+        self.wrong_type = Counter("robot_lab_bus_wrong_type_keys", "Times a bus poller found one of its robot's keys "
+                                  "of the wrong type (it keeps polling)", ["robot"])
 
 
 def enable() -> bool:
@@ -130,6 +132,11 @@ def dead_lettered(robot: str, reason: str) -> None:
         _m.dead.labels(robot, reason).inc()
         if reason in HANDLER_FAILURES:
             _m.failed.labels(robot).inc()
+
+
+def wrong_type_key(robot: str) -> None:
+    if _m is not None:
+        _m.wrong_type.labels(robot).inc()
 
 
 def task_finished(robot: str, failed: bool) -> None:

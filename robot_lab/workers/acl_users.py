@@ -104,8 +104,11 @@ def _glob(text: str) -> str:
 
 
 def _own_inbox(keys: Keys, name: str) -> list[str]:
-    inbox = _glob(keys.inbox(name))
-    return [f"~{inbox}", f"~{inbox}:*"]
+    """The inbox itself (exact) and every other bus key of ``name`` (DLQ, conversation
+    queue, reply records, outbox), which live under ``<prefix>:robot:<name>:``: nothing but
+    inboxes and reply streams is under ``<prefix>:bus:``, so ``XADD`` on ``bus:*`` reaches
+    no robot's state."""
+    return [f"~{_glob(keys.inbox(name))}", f"~{_glob(keys.bus_state(name))}:*"]
 
 
 def _reply_streams(keys: Keys, name: str) -> str:
@@ -117,8 +120,7 @@ def worker_user(keys: Keys, robot: str) -> AclUser:
     """A worker serving ``robot``: all of its own keys, the shared structures, and append-only
     access to other inboxes (replies and delegated requests)."""
     p = _glob(keys.prefix)
-    robot_keys = _glob(keys.robot_spec(robot)).rsplit(":", 1)[0]  # <p>:robot:<robot>
-    own = [*_own_inbox(keys, robot), _reply_streams(keys, robot), f"~{robot_keys}:*"]
+    own = [*_own_inbox(keys, robot), _reply_streams(keys, robot)]  # <p>:robot:<robot>:* = spec, history too
     rq = _rq_glob()
     shared = [f"~{pattern.format(p=p, rq=rq)}" for pattern, _ in SHARED_FOR_WORKERS]
     channels = [f"&{pattern.format(p=p, rq=rq)}" for pattern in SHARED_CHANNELS]

@@ -272,8 +272,25 @@ def stalled_conversation_problems(connection: RedisClient, keys: Keys, robots: l
     """One line per conversation whose head has waited longer than the visibility timeout
     plus one reclaim sweep with no live consumer running it (bus/stalls.py)."""
 
+    from robot_lab.bus.key_types import is_wrong_type
+
     bus = Bus(connection, keys=keys)
-    return [s.describe() for robot in robots for s in stalled_conversations(bus, robot)]
+    found = []
+    for robot in robots:
+        try:
+            found += [s.describe() for s in stalled_conversations(bus, robot)]
+        except Exception as exc:  # a wrong-typed key is reported by wrong_type_problems
+            if not is_wrong_type(exc):
+                raise
+    return found
+
+
+def wrong_type_problems(connection: Any, keys: Keys, robots: list[str]) -> list[str]:
+    """One line per bus key of the wrong type (each stops its robot's poller)."""
+    from robot_lab.bus.key_types import wrong_typed_keys
+
+    return [f"{robot}: {problem} (its bus poller cannot serve until the key is deleted or renamed)"
+            for robot in robots for problem in wrong_typed_keys(connection, keys, robot)]
 
 
 def collect_status(connection: RedisClient | None = None, keys: Keys | None = None, robots: list[str] | None = None) -> dict[str, Any]:
@@ -285,6 +302,7 @@ def collect_status(connection: RedisClient | None = None, keys: Keys | None = No
     runs = active_runs(connection, keys)
     unknown = unknown_robots(connection, keys, robots, workers, runs) if robots else []
     names = [r for r in robots if r not in unknown] if robots else known_robots(connection, keys, workers, runs)
+    wrong_types = wrong_type_problems(connection, keys, names)
     rows = robot_rows(connection, keys, names, workers, runs)
     problems = [f"unknown robot {name!r}: no inbox, queue, worker, run or published spec under prefix "
                 f"{keys.prefix!r} (`robot-lab status` lists the known ones)" for name in unknown]
@@ -312,6 +330,7 @@ def collect_status(connection: RedisClient | None = None, keys: Keys | None = No
                             f"robot-lab worker serving it (start one: robot-lab worker {row['robot']})")
     problems += orphans
     problems += stalled_conversation_problems(connection, keys, names)
+    problems += wrong_types
     settings = get_settings()
     return {
         "prefix": keys.prefix,

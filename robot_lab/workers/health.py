@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
-from robot_lab.outage import OutageTracker, is_outage
+from robot_lab.outage import OutageTracker, is_oom, is_outage
 from robot_lab.settings import get_settings
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ class WorkerHeartbeat:
                 if not is_outage(exc):
                     raise
                 self.outage.lost(exc)
-                data["redis"] = "unreachable"
+                data["redis"] = "out of memory" if is_oom(exc) else "unreachable"
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.file.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
@@ -276,7 +276,8 @@ def check_health(directory: Path | None = None, *, worker: str | None = None,
             ok = False
             lines.append(f"{name}: no healthy beat for {age:.0f}s (limit {limit:.0f}s)")
         else:
-            lines.append(f"{name}: ok ({data.get('role')}, {data.get('state', 'up')}, beat {age:.1f}s ago)")
+            redis_state = f"; redis: {data['redis']}" if data.get("redis") else ""
+            lines.append(f"{name}: ok ({data.get('role')}, {data.get('state', 'up')}, beat {age:.1f}s ago){redis_state}")
     if not found:
         ok = False
         what = f"matching {worker!r} " if worker else ""

@@ -122,11 +122,13 @@ def in_flight_worker_class() -> type:
     from rq.worker import SimpleWorker, WorkerStatus  # lazy: start-up time
 
     from robot_lab.workers.timeouts import SharedTimerDeathPenalty  # lazy: start-up time
+    from robot_lab.network.job_policy import job_class as policed_job_class  # lazy: start-up time
 
     class InFlightWorker(RidesOutages, SimpleWorker):
         """rq SimpleWorker running up to ``in_flight`` jobs at once on pool threads."""
 
         death_penalty_class = SharedTimerDeathPenalty
+        job_class = policed_job_class()  # runs only robot-lab's job (network/job_policy.py)
 
         def __init__(self, *args: Any, in_flight: int = 16, on_stop: Callable[[], None] | None = None,
                      **kwargs: Any) -> None:
@@ -182,7 +184,6 @@ def in_flight_worker_class() -> type:
             the intermediate list for a single queue, LPOP across several), so a job taken
             here is in the same place as one taken by rq, and a crash leaves it where rq's
             intermediate-queue cleanup and the sweeper look."""
-            from rq.job import Job  # lazy: start-up time
             from rq.utils import as_text, get_version  # lazy: start-up time
 
             queues = list(self._ordered_queues)
@@ -203,7 +204,7 @@ def in_flight_worker_class() -> type:
                     taken += [(queue, job_id) for job_id in ids]
                 if not taken:
                     return []
-                jobs = Job.fetch_many([job_id for _, job_id in taken], connection=self.connection,
+                jobs = self.job_class.fetch_many([job_id for _, job_id in taken], connection=self.connection,
                                       serializer=self.serializer)
             except Exception as exc:
                 if taken:  # popped but not fetched: rq's and the sweeper's recovery apply

@@ -66,9 +66,13 @@ def robot_worker_class() -> type:
     """rq SimpleWorker (no fork per job: the robot runtime stays warm), data-only job serializer."""
     from rq.worker import SimpleWorker  # lazy: start-up time
 
+    from robot_lab.network.job_policy import job_class as policed_job_class  # lazy: start-up time
+
     class RobotWorker(LoopProgress, RidesOutages, SimpleWorker):
         """Records loop progress for the heartbeat (workers/health.py) and rides out Redis
-        outages (workers/supervision.py)."""
+        outages (workers/supervision.py); runs only robot-lab's job (network/job_policy.py)."""
+
+        job_class = policed_job_class()
 
     return RobotWorker
 

@@ -208,9 +208,15 @@ def supervise_poller(poller: Any, loop: Loop, stop: threading.Event, *,
         return int(done or 0)
 
     poller.poll = poll
+    loop.checks.append(lambda: _wrong_type_keys(loop.name, poller))
     if getattr(poller, "in_flight", 1) > 1:  # handlers run on the poller's threads, not in poll()
         loop.checks.append(lambda: _stuck_handler(loop.name, poller, handler_limit))
     return poller
+
+
+def _wrong_type_keys(name: str, poller: Any) -> str | None:
+    problems = getattr(poller, "key_problems", None)
+    return f"{name}: {'; '.join(problems)} (delete or rename the key)" if problems else None
 
 
 def _stuck_handler(name: str, poller: Any, limit: float) -> str | None:
@@ -264,6 +270,12 @@ class RidesOutages:
         if kwargs.get("pipeline") is not None:
             return super().heartbeat(*args, **kwargs)  # type: ignore[misc]
         return self._ride_out(lambda: super(RidesOutages, self).heartbeat(*args, **kwargs))  # type: ignore[misc]
+
+    def dequeue_job_and_maintain_ttl(self, timeout: Any, max_idle_time: Any = None) -> Any:
+        # rq retries its blocking pop on a lost connection only; Redis out of memory (BLMOVE
+        # is refused) would end work() with a traceback
+        return self._ride_out(lambda: super(RidesOutages, self).dequeue_job_and_maintain_ttl(  # type: ignore[misc]
+            timeout, max_idle_time))
 
     def check_for_suspension(self, burst: bool) -> Any:
         return self._ride_out(lambda: super(RidesOutages, self).check_for_suspension(burst))  # type: ignore[misc]
