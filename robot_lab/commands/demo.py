@@ -22,6 +22,7 @@ STYLE = {
     "failed": ("✘", "bold red"),
     "skipped": ("–", "dim"),
     "cancelled": ("⊘", "magenta"),
+    "completed_with_errors": ("✘", "bold red"),
     "retrying": ("↻", "yellow"),
 }
 
@@ -46,7 +47,7 @@ class RunView:
         task = event.task
         kind = event.event
         if kind in ("run.completed", "run.cancelled", "run.failed"):
-            self.run_state = kind.split(".")[1]
+            self.run_state = str(event.data.get("status") or kind.split(".")[1])
         if task is None or task not in self.state:
             return
         if kind == "task.queued":
@@ -190,6 +191,7 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
     console.print(f"routed to: [bold]{routed}[/]   shared memory: {found}   "
                   f"wall time: {time.monotonic() - started:.2f}s")
     console.print(Panel(result.reply or "(no reply)", title=f"final answer ({result.final_task})",
-                        border_style="green" if result.status == "completed" else "red"))
-    if result.status != "completed":
-        sys.exit(1)
+                        border_style="green" if result.ok else "red"))
+    from robot_lab.commands.run import exit_for_result
+
+    exit_for_result(result)

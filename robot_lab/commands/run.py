@@ -82,6 +82,9 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
     With REDIS_URL the tasks go to `robot-lab worker` / `rq worker` processes (while a task
     waits on a queue that no live worker serves, a note says so every few seconds); without,
     they run in this process.
+
+    Exit status: 0 completed; 3 completed_with_errors (a task failed, the run went on);
+    1 cancelled or an error; 124 --timeout passed; 130 interrupted.
     """
     from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
     from robot_lab.errors import AwaitTimeout
@@ -117,8 +120,20 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
                            f"or `robot-lab cancel {handle.run_id}`", err=True)
                 sys.exit(130)
     _print_result(result, as_json)
-    if result.status != "completed":
-        sys.exit(1)
+    exit_for_result(result)
+
+
+def exit_for_result(result: Any) -> None:
+    """Exit 0 for a completed run, 3 when a task failed, 1 when cancelled (with a line on
+    stderr naming the failed tasks)."""
+    from robot_lab.commands.waiting import failed_tasks_line, run_exit_code
+
+    line = failed_tasks_line(result)
+    if line:
+        click.echo(f"Error: {line}", err=True)
+    code = run_exit_code(result.status)
+    if code:
+        sys.exit(code)
 
 
 @click.command("watch")
@@ -127,7 +142,9 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
 @click.option("--plain", is_flag=True, help="Print events as lines instead of the live view")
 @click.option("--timeout", type=float, default=None)
 def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None) -> None:
-    """Follow RUN_ID until it ends (sweeping lost tasks back to the queues meanwhile)."""
+    """Follow RUN_ID until it ends (sweeping lost tasks back to the queues meanwhile).
+
+    Exit status as for `robot-lab run`: 0 completed, 3 completed_with_errors, 1 cancelled."""
     from robot_lab.network.coordinator import Coordinator, is_embedded
 
     coordinator = Coordinator()
@@ -149,7 +166,10 @@ def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None
             print_event(event)
     else:
         follow_live(handle, title=f"run {run_id}", timeout=timeout)
-    _print_result(handle.result(), False)
+    result = handle.result()
+    _print_result(result, False)
+    if result.status != "running":
+        exit_for_result(result)
 
 
 def _watch_all(coordinator: Any) -> None:

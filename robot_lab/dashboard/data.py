@@ -14,10 +14,9 @@ from typing import Any
 from robot_lab.bus import Bus
 from robot_lab.errors import BusError, ConfigurationError
 from robot_lab.keys import Keys
+from robot_lab.network.run_state import RUN_FINISHED as FINISHED_RUN
 from robot_lab.text.strings import as_str as _s
 from robot_lab.workers.status import collect_status, recent_runs
-
-FINISHED_RUN = ("completed", "failed", "cancelled")
 
 
 class DashboardData:

@@ -55,6 +55,16 @@ class NetworkResult:
     def reply(self) -> str | None:
         return self.value.reply if self.value is not None else None
 
+    @property
+    def ok(self) -> bool:
+        """True only for a run that finished with no failed task."""
+        return self.status == "completed"
+
+    @property
+    def failed_tasks(self) -> list[str]:
+        """The tasks whose robot failed (the run went on past them)."""
+        return [name for name, state in self.states.items() if state == "failed"]
+
     def __getitem__(self, task: str) -> RobotResult:
         return self.context[task]
 

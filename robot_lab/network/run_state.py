@@ -28,6 +28,12 @@ by ``max_concurrent_robots``) -> ``queued`` (an rq job exists or is about to) ->
 (claimed by a worker holding the lease) -> ``done`` | ``failed``; or ``skipped`` (never
 activated, or every parent skipped) and ``cancelled``.
 
+Run statuses (``R.status``): ``running`` -> ``completed`` (every task ended and none failed)
+| ``completed_with_errors`` (every task ended and at least one failed: the run went on past
+the failure, as a network does, but it is not a success) | ``cancelled``. The finishing
+transition is ``finish_run`` in :mod:`.transitions`; it also writes ``tasks_done``,
+``tasks_failed`` and ``tasks_skipped`` on the run record.
+
 The scripts themselves are in :mod:`.transitions`; turning runnable tasks into rq jobs is
 :mod:`.enqueue`.
 """
@@ -54,10 +60,15 @@ from robot_lab.network.enqueue import DEFAULT_JOB_TIMEOUT, JOB_FUNC, enqueue_job
 from robot_lab.schemas import RobotResult, RunEvent
 
 # Enqueueing lives in .enqueue; re-exported because workers and deploy code import it from here.
-__all__ = ["DEFAULT_JOB_TIMEOUT", "DEFAULT_LEASE_MS", "JOB_FUNC", "RUN_TTL", "TERMINAL", "RunStore",
+__all__ = ["DEFAULT_JOB_TIMEOUT", "DEFAULT_LEASE_MS", "JOB_FUNC", "RUN_COMPLETED", "RUN_COMPLETED_WITH_ERRORS",
+           "RUN_CANCELLED", "RUN_FINISHED", "RUN_TTL", "TERMINAL", "RunStore",
            "SweepView", "TaskStart", "enqueue_jobs", "queue_name"]
 
 TERMINAL = frozenset({"done", "failed", "skipped", "cancelled"})
+RUN_COMPLETED = "completed"
+RUN_COMPLETED_WITH_ERRORS = "completed_with_errors"  # finished, but a task failed
+RUN_CANCELLED = "cancelled"
+RUN_FINISHED = (RUN_COMPLETED, RUN_COMPLETED_WITH_ERRORS, RUN_CANCELLED)
 DEFAULT_LEASE_MS = 5000
 DEFAULT_MAX_ATTEMPTS = 5
 RUN_TTL = 7 * 86_400

@@ -72,6 +72,24 @@ local function emit(event, task, robot, data_json)
   table.insert(parts, '}')
   redis.call('XADD', EVENTS, '*', 'event', table.concat(parts))
 end
+-- How a finished run ends (every task terminal): 'completed' when no task failed, else
+-- 'completed_with_errors' -- a failing robot does not stop the run, but the run must not
+-- read as a success. The task counts go on the run record and into run.completed's data,
+-- so listings and watchers need not read the task states.
+local function finish_run(order, ts)
+  local counts = {done = 0, failed = 0, skipped = 0, cancelled = 0}
+  for _, t in ipairs(order) do
+    local s = st(t)
+    counts[s] = (counts[s] or 0) + 1
+  end
+  local status = 'completed'
+  if counts.failed > 0 then status = 'completed_with_errors' end
+  redis.call('HSET', R, 'status', status, 'finished_at', tostring(ts), 'tasks_done', counts.done,
+             'tasks_failed', counts.failed, 'tasks_skipped', counts.skipped)
+  emit('run.completed', nil, nil, '{"status":' .. cjson.encode(status) .. ',"done":' .. counts.done ..
+       ',"failed":' .. counts.failed .. ',"skipped":' .. counts.skipped .. '}')
+  emit('stream.ended', nil, nil, nil)
+end
 local G = {}  -- decoded graph entries, per call
 local function graph(t)
   local g = G[t]
@@ -149,11 +167,7 @@ local function advance()
   for _, t in ipairs(order) do
     if not TERMINAL[st(t)] then finished = false; break end
   end
-  if finished then
-    redis.call('HSET', R, 'status', 'completed', 'finished_at', tostring(ts))
-    emit('run.completed', nil, nil, nil)
-    emit('stream.ended', nil, nil, nil)
-  end
+  if finished then finish_run(order, ts) end
   return out
 end
 """

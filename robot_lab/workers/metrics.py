@@ -25,12 +25,13 @@ from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
 from robot_lab.observability import metrics
-from robot_lab.network.run_state import queue_name
+from robot_lab.network.run_state import RUN_FINISHED, queue_name
 from robot_lab.text.strings import as_str as _s
-from robot_lab.workers.status import live_workers
+from robot_lab.workers.status import live_workers, recent_run_statuses
 
 log = get_logger("robot_lab.metrics")
 
+RUN_STATUSES = ("running", *RUN_FINISHED)  # every series present, so alerts see 0 rather than nothing
 BUDGET_SCAN_LIMIT = 1000  # budget hashes read per scrape at most (run-scoped ones expire)
 
 
@@ -56,6 +57,7 @@ class RedisCollector:
             queued = self._rq_depths(robots)
             workers = live_workers(self.connection, self.keys)
             active = int(self.connection.scard(self.keys.runs_active()))
+            recent = recent_run_statuses(self.connection, self.keys)
             budgets = list(self._budgets())
         except Exception as exc:  # a scrape must answer even when Redis is down
             log.warning("metrics.redis_unreadable", error=f"{type(exc).__name__}: {exc}")
@@ -84,11 +86,15 @@ class RedisCollector:
         live.add_metric([], len(workers))
         runs = GaugeMetricFamily("robot_lab_runs_active", "Network runs not finished yet")
         runs.add_metric([], active)
+        finished = GaugeMetricFamily("robot_lab_runs_recent", "Network runs started in the last hour, by status "
+                                     "(completed_with_errors: a task failed)", labels=["status"])
+        for status in RUN_STATUSES:
+            finished.add_metric([status], len(recent.get(status, [])))
         remaining = GaugeMetricFamily("robot_lab_budget_remaining", "What a shared budget has left "
                                       "(limit - consumed - reserved)", labels=["scope", "dimension"])
         for scope, dimension, value in budgets:
             remaining.add_metric([scope, dimension], value)
-        yield from (live, runs, remaining)
+        yield from (live, runs, finished, remaining)
 
     def _rq_depths(self, robots: list[str]) -> dict[str, int]:
         from rq import Queue

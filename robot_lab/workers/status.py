@@ -214,6 +214,40 @@ def active_runs(connection: Any, keys: Keys) -> list[dict[str, Any]]:
     return out
 
 
+RECENT_WINDOW = 3600.0  # seconds: what "recent" means for the failed-runs line and gauge
+RECENT_SCAN_LIMIT = 5000  # run records read at most per look (newest first)
+
+
+def recent_run_statuses(connection: Any, keys: Keys, window: float = RECENT_WINDOW) -> dict[str, list[str]]:
+    """Status -> ids of the runs started in the last ``window`` seconds (newest first, at
+    most :data:`RECENT_SCAN_LIMIT`), one pipelined read: what the ``status`` problem line
+    and the ``robot_lab_runs_recent`` gauge count."""
+    ids = [_s(r) for r in connection.zrevrangebyscore(keys.runs_index(), "+inf", time.time() - window,
+                                                      start=0, num=RECENT_SCAN_LIMIT)]
+    if not ids:
+        return {}
+    pipe = connection.pipeline(transaction=False)
+    for run_id in ids:
+        pipe.hget(keys.run(run_id), "status")  # one slot per run on a cluster
+    out: dict[str, list[str]] = {}
+    for run_id, status in zip(ids, pipe.execute()):
+        if status is not None:
+            out.setdefault(_s(status), []).append(run_id)
+    return out
+
+
+def failed_runs_problem(connection: Any, keys: Keys) -> str | None:
+    """The problem line for runs that finished with failed tasks lately, or None."""
+    from robot_lab.network.run_state import RUN_COMPLETED_WITH_ERRORS
+
+    failed = recent_run_statuses(connection, keys).get(RUN_COMPLETED_WITH_ERRORS, [])
+    if not failed:
+        return None
+    shown = ", ".join(failed[:3]) + (", ..." if len(failed) > 3 else "")
+    return (f"{len(failed)} run(s) with failed tasks in the last hour ({shown}; "
+            f"`robot-lab runs --status {RUN_COMPLETED_WITH_ERRORS}`, `robot-lab watch <run>` for their errors)")
+
+
 def known_robots(connection: Any, keys: Keys, workers: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
     """Robots of this prefix: the bus registry, live workers, robots of active runs. (No SCAN
     of published specs: on a large keyspace that is thousands of round trips.)"""
@@ -318,6 +352,9 @@ def collect_status(connection: Any = None, keys: Keys | None = None, robots: lis
                             f"robot-lab worker serving it (start one: robot-lab worker {row['robot']})")
     problems += orphans
     problems += stalled_conversation_problems(connection, keys, names)
+    failed_runs = failed_runs_problem(connection, keys)
+    if failed_runs:
+        problems.append(failed_runs)
     settings = get_settings()
     return {
         "prefix": keys.prefix,

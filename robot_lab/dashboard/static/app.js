@@ -51,6 +51,9 @@ function fill(table, rows) {
   body.replaceChildren(...rows.map((cells) => el("tr", {}, ...cells.map((c) => el("td", {}, c)))));
 }
 
+// done/failed/skipped of all: a run whose tasks failed must not read as "completed 0/6"
+const counts = (r) => `${r.done} done · ${r.failed} failed · ${r.skipped} skipped / ${r.tasks}`;
+
 // --- overview ----------------------------------------------------------------------------
 async function overview() {
   const data = await getJSON("/api/overview");
@@ -64,7 +67,7 @@ async function overview() {
   fill("#active", data.active.map((r) => [el("a", { href: `#/run/${r.run_id}` }, short(r.run_id)), r.network,
     `${r.finished}/${r.tasks}`, r.age + "s", r.running.map((t) => t.task).join(", ")]));
   fill("#recent", data.recent.map((r) => [el("a", { href: `#/run/${r.run_id}` }, short(r.run_id)), r.network,
-    el("span", { class: "state " + r.status }, r.status), `${r.done}/${r.tasks}`,
+    el("span", { class: "state " + r.status }, r.status), counts(r),
     r.duration == null ? "" : r.duration.toFixed(2) + "s", String(r.tokens), money(r.cost)]));
 }
 
@@ -147,7 +150,10 @@ function drawTasks(status) {
       text ? el("pre", { class: "text" }, text) : ""));
   }
   $("#tasks").replaceChildren(...cards);
-  $("#run-totals").textContent = `${tokens} tokens · ${money(cost)}`;
+  const states = [...run.tasks.values()].map((t) => t.state);
+  const n = (s) => states.filter((x) => x === s).length;
+  $("#run-totals").textContent = `${counts({ done: n("done"), failed: n("failed"), skipped: n("skipped"),
+    tasks: states.length })} · ${tokens} tokens · ${money(cost)}`;
   $("#cancel").hidden = !config.actions || !["running"].includes(status);
   drawDag();
 }
@@ -175,7 +181,7 @@ function onEvent(ev) {
   if (t && ev.event === "usage.updated") Object.assign(t, { input_tokens: d.input_tokens, output_tokens: d.output_tokens, cost: d.cost });
   if (t && ev.event === "task.completed") Object.assign(t, { reply: d.reply, duration: d.duration });
   if (t && ev.event === "task.failed") t.error = d.error;
-  if (ev.event === "run.completed") run.status = "completed";
+  if (ev.event === "run.completed") run.status = d.status || "completed";
   if (ev.event === "run.cancelled") run.status = "cancelled";
   if (ev.event !== "text.delta") logLine("#events", `${ev.seq} ${ev.event}${ev.task ? " " + ev.task : ""}`);
   drawTasks(run.status);

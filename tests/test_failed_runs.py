@@ -1,0 +1,101 @@
+"""A run whose tasks failed says so everywhere an operator looks: its status
+(``completed_with_errors``), the exit status of ``robot-lab run`` (3), ``runs --status``,
+the ``status`` problem line, the ``robot_lab_runs_recent`` gauge -- while the run itself
+still goes on past the failing robot (robot_lab's rule)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from robot_lab import connection
+from robot_lab.cli import main
+from robot_lab.keys import Keys
+from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.embedded import EmbeddedWorkers
+from robot_lab.workers.status import collect_status, recent_runs
+from tests.worker_procs import VENV_BIN, child_env, processes, uid  # noqa: F401
+
+TARGET = "tests.fixtures.failing_network:network"
+
+
+@pytest.fixture(autouse=True)
+def _no_retries(monkeypatch):
+    monkeypatch.setenv("ROBOT_LAB_MAX_RETRIES", "0")
+
+
+def _failing_run(redis_client, key_prefix):
+    from tests.fixtures import failing_network as fixture
+
+    keys = Keys(prefix=key_prefix)
+    with EmbeddedWorkers(redis_client, [fixture.bad.name, fixture.after.name, fixture.never.name], threads=2):
+        handle = Coordinator(connection=redis_client, keys=keys).submit(fixture.network, "x")
+        return handle.wait(timeout=60), keys
+
+
+def test_status_runs_and_gauge_name_the_run_with_failed_tasks(redis_client, key_prefix):
+    result, keys = _failing_run(redis_client, key_prefix)
+    assert result.status == "completed_with_errors"
+    assert result.states == {"bad": "failed", "after": "done", "never": "skipped"}  # the run went on
+
+    [row] = recent_runs(redis_client, keys, status="completed_with_errors")
+    assert row["run_id"] == result.run_id and (row["done"], row["failed"], row["skipped"]) == (1, 1, 1)
+    assert recent_runs(redis_client, keys, status="completed") == []
+
+    problems = collect_status(redis_client, keys)["problems"]
+    assert [p for p in problems if "failed tasks" in p] == [
+        f"1 run(s) with failed tasks in the last hour ({result.run_id}; `robot-lab runs --status "
+        "completed_with_errors`, `robot-lab watch <run>` for their errors)"]
+
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from robot_lab.workers.metrics import RedisCollector
+
+    registry = CollectorRegistry()
+    registry.register(RedisCollector(redis_client, keys))
+    text = generate_latest(registry).decode()
+    assert 'robot_lab_runs_recent{status="completed_with_errors"} 1.0' in text
+    assert 'robot_lab_runs_recent{status="completed"} 0.0' in text
+
+
+@pytest.fixture
+def _fresh_embedded(monkeypatch):
+    monkeypatch.setattr(connection, "_embedded_server", None)
+    monkeypatch.setattr(connection, "_clients", {})
+    monkeypatch.delenv("REDIS_URL", raising=False)
+
+
+def test_run_embedded_exits_3_and_names_the_failed_task(_fresh_embedded, monkeypatch):
+    monkeypatch.setenv("FAILING_NETWORK_SUFFIX", "")
+    out = CliRunner().invoke(main, ["run", TARGET, "x", "--json"])
+    assert out.exit_code == 3, out.output
+    data = json.loads(next(line for line in out.output.splitlines() if line.startswith('{"run_id"')))
+    assert data["status"] == "completed_with_errors" and data["states"]["bad"] == "failed"
+    assert f"Error: run {data['run_id']}: 1 task(s) failed: bad (Error: InferenceError:" in out.output
+    listed = CliRunner().invoke(main, ["runs", "--status", "completed_with_errors", "--json"])
+    assert [r["run_id"] for r in json.loads(listed.output)] == [data["run_id"]]
+
+
+@pytest.mark.slow
+def test_run_with_a_real_worker_exits_3(real_client, real_redis_url, key_prefix, processes):  # noqa: F811
+    """The shipped submit Job runs `robot-lab run`: its exit status is what Kubernetes reads."""
+    from robot_lab.app import publish_specs
+
+    suffix = f"-{uid()}"
+    env = child_env(real_redis_url, key_prefix, FAILING_NETWORK_SUFFIX=suffix)
+    robots = [f"fr-bad{suffix}", f"fr-after{suffix}", f"fr-never{suffix}"]
+    from robot_lab.runtime.robot import build
+
+    publish_specs([build(robots[0], model="scripted/fail:provider down").to_spec(),
+                   build(robots[1], model="scripted/echo").to_spec(),
+                   build(robots[2], model="scripted/echo").to_spec()], connection=real_client,
+                  keys=Keys(prefix=key_prefix))
+    processes.start([str(VENV_BIN / "robot-lab"), "worker", *robots], env, "worker")
+    done = subprocess.run([str(VENV_BIN / "robot-lab"), "run", TARGET, "x", "--timeout", "90"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stdout + done.stderr + processes.logs()
+    assert "completed_with_errors" in done.stdout and "1 task(s) failed: bad" in done.stderr
