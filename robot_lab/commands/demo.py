@@ -136,7 +136,7 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
     from rich.panel import Panel
 
     from robot_lab import demo as demo_app
-    from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
+    from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, exit_for_result, timeout_line, waiting_for
     from robot_lab.errors import AwaitTimeout
     from robot_lab.memory.store import Memory
     from robot_lab.network.coordinator import Coordinator, is_embedded
@@ -192,6 +192,4 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
                   f"wall time: {time.monotonic() - started:.2f}s")
     console.print(Panel(result.reply or "(no reply)", title=f"final answer ({result.final_task})",
                         border_style="green" if result.ok else "red"))
-    from robot_lab.commands.run import exit_for_result
-
     exit_for_result(result)

@@ -86,7 +86,7 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
     Exit status: 0 completed; 3 completed_with_errors (a task failed, the run went on);
     1 cancelled or an error; 124 --timeout passed; 130 interrupted.
     """
-    from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
+    from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, exit_for_result, timeout_line, waiting_for
     from robot_lab.errors import AwaitTimeout
     from robot_lab.network.coordinator import Coordinator, is_embedded
 
@@ -123,19 +123,6 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
     exit_for_result(result)
 
 
-def exit_for_result(result: Any) -> None:
-    """Exit 0 for a completed run, 3 when a task failed, 1 when cancelled (with a line on
-    stderr naming the failed tasks)."""
-    from robot_lab.commands.waiting import failed_tasks_line, run_exit_code
-
-    line = failed_tasks_line(result)
-    if line:
-        click.echo(f"Error: {line}", err=True)
-    code = run_exit_code(result.status)
-    if code:
-        sys.exit(code)
-
-
 @click.command("watch")
 @click.argument("run_id", required=False)
 @click.option("--all", "all_runs", is_flag=True, help="Coordinator mode: sweep and report every run, forever")
@@ -169,6 +156,8 @@ def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None
     result = handle.result()
     _print_result(result, False)
     if result.status != "running":
+        from robot_lab.commands.waiting import exit_for_result
+
         exit_for_result(result)
 
 

@@ -40,6 +40,20 @@ def failed_tasks_line(result: Any) -> str | None:
             f"the run went on past them (status {result.status})")
 
 
+def exit_for_result(result: Any) -> None:
+    """Exit as :func:`run_exit_code` says, after one line on stderr naming the failed tasks."""
+    import sys
+
+    import click
+
+    line = failed_tasks_line(result)
+    if line:
+        click.echo(f"Error: {line}", err=True)
+    code = run_exit_code(result.status)
+    if code:
+        sys.exit(code)
+
+
 def serving(connection: Any, keys: Any, robots: list[str]) -> dict[str, bool]:
     """For each robot: does a live worker (robot-lab heartbeat, or a registered plain rq
     worker that is not stale) serve its queue?"""

@@ -364,22 +364,23 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
     writes = local_writes(memory.scope)
     budgets = _run_budgets(store, combined, job_id, worker)
     try:
-        result = robot.run(
-            message,
-            tools=tools,
-            mcp=mcp,
-            network_config=network_config,
-            task_config=task_config,
-            on_content=deltas.add if stream else None,
-            extra_tools=extra,
-            run_id=store.run_id,
-            task=task,
-            memory=memory,
-            network_hooks=network_hooks,
-            budgets=budgets,
-            doom_loop=_run_doom_loop(store, combined),
-            **context,
-        )
+        with robot.shared_mcp():  # a robot per task: its MCP servers are the process's, not its own
+            result = robot.run(
+                message,
+                tools=tools,
+                mcp=mcp,
+                network_config=network_config,
+                task_config=task_config,
+                on_content=deltas.add if stream else None,
+                extra_tools=extra,
+                run_id=store.run_id,
+                task=task,
+                memory=memory,
+                network_hooks=network_hooks,
+                budgets=budgets,
+                doom_loop=_run_doom_loop(store, combined),
+                **context,
+            )
     finally:
         # the last text.delta and the memory.changed events go out with the result
         work.owed += deltas.take()

@@ -101,7 +101,8 @@ class RobotPool:
         """``Robot.run`` on a robot of the pool nobody else is using now."""
         robot = self._take()
         try:
-            return robot.run(message, conversation_id=conversation_id, attachments=attachments, **kwargs)
+            with robot.shared_mcp():  # one MCP connection per server for all the slots
+                return robot.run(message, conversation_id=conversation_id, attachments=attachments, **kwargs)
         finally:
             self._give(robot)
 

@@ -162,7 +162,12 @@ def _child_main(url: str | None, queues: list[str], name: str, burst: bool, in_f
                 models: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards SIGTERM instead
     warm_up(models)
-    _rq_loop(url, queues, name, burst, in_flight=in_flight)
+    try:
+        _rq_loop(url, queues, name, burst, in_flight=in_flight)
+    finally:
+        from robot_lab.runtime.mcp.pool import close_shared
+
+        close_shared()
 
 
 def _sweeper(connection: Any, keys: Keys, stop: threading.Event, loop: Any) -> None:
@@ -322,6 +327,9 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
         for thread in threads:  # each bus poller lets the messages in hand finish
             thread.join(DRAIN_LIMIT)
         heartbeat.stop()
+        from robot_lab.runtime.mcp.pool import close_shared
+
+        close_shared()  # the MCP servers its runs shared stop with the worker
         log.info("worker.stopped", robots=robots)
 
 
