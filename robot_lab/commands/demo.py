@@ -90,6 +90,20 @@ class RunView:
         return table
 
 
+def network_models(network: Any) -> list[str] | None:
+    """The models the network's robots call (None when a robot is not in the network itself:
+    then nobody here knows, and warming up loads litellm to be safe)."""
+    from robot_lab.settings import get_settings
+
+    models = []
+    for task in network.spec.tasks:
+        spec = network.robot_spec(task.robot)
+        if spec is None:
+            return None
+        models.append(spec.model or get_settings().default_model())
+    return models
+
+
 def print_event(event: Any) -> None:
     if event.event == "text.delta":
         return
@@ -158,8 +172,8 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
         console.print("[dim]embedded mode: in-process Redis (fakeredis), 4 in-process workers, scripted model[/]")
     console.print(Panel(message, title="customer message"))
     console.print(network.visualize(), style="dim", markup=False, highlight=False)
-    with console.status("loading the model gateway (litellm)..."):
-        warm_up()
+    with console.status("warming up the robots' models..."):
+        warm_up(network_models(network))  # litellm only for a provider model, as a worker does
     started = time.monotonic()
     handle = coordinator.submit(network, message)
     notes = None if embedded else WorkerNotes(
