@@ -27,7 +27,7 @@ from robot_lab.logging import get_logger
 from robot_lab.observability import metrics
 from robot_lab.network.run_state import RUN_FINISHED, queue_name
 from robot_lab.text.strings import as_str as _s
-from robot_lab.workers.status import live_workers, recent_run_statuses
+from robot_lab.workers.status import known_robots, live_workers, recent_run_statuses
 
 log = get_logger("robot_lab.metrics")
 
@@ -52,10 +52,12 @@ class RedisCollector:
         bus = Bus(redis=self.connection, keys=self.keys)
         up = GaugeMetricFamily("robot_lab_redis_up", "1 when the last scrape could read Redis")
         try:
-            robots = sorted(self.robots if self.robots is not None else bus.robots())
+            workers = live_workers(self.connection, self.keys)
+            # every robot: its inbox, a live worker, or (served by plain rq workers only) its rq queue
+            robots = sorted(self.robots if self.robots is not None else
+                            known_robots(self.connection, self.keys, workers, []))
             stats = bus.stats(robots)
             queued = self._rq_depths(robots)
-            workers = live_workers(self.connection, self.keys)
             active = int(self.connection.scard(self.keys.runs_active()))
             recent = recent_run_statuses(self.connection, self.keys)
             budgets = list(self._budgets())

@@ -248,14 +248,44 @@ def failed_runs_problem(connection: Any, keys: Keys) -> str | None:
             f"`robot-lab runs --status {RUN_COMPLETED_WITH_ERRORS}`, `robot-lab watch <run>` for their errors)")
 
 
+def rq_queue_robots(connection: Any, keys: Keys) -> list[str]:
+    """Robots whose ``robot:<name>`` queue rq knows (``rq:queues``) or an rq worker -- a plain
+    ``rq worker robot:<name>`` included -- listens on, and whose spec is published under this
+    prefix (rq's keys are not prefixed: the spec says the robot is this prefix's; every run
+    publishes its robots' specs). So a robot served only by plain rq workers is listed while
+    idle, with queue depth 0. Two pipelined reads of rq's sets, one of EXISTS."""
+    from robot_lab.network.run_state import queue_name
+
+    rq = rq_connection(connection)
+    queue_prefix = _rq_key("queue:robot:")
+    names = {_s(q)[len(queue_prefix):] for q in rq.smembers(_rq_key("queues")) if _s(q).startswith(queue_prefix)}
+    workers = sorted(_s(w) for w in rq.smembers(_rq_key("workers")))
+    if workers:
+        pipe = rq.pipeline(transaction=False)
+        for key in workers:
+            pipe.hget(key, "queues")
+        for queues in pipe.execute():
+            names.update(q.removeprefix("robot:") for q in _s(queues or b"").split(",")
+                         if q.startswith("robot:") and queue_name(q.removeprefix("robot:")) == q)
+    candidates = sorted(n for n in names if n)
+    if not candidates:
+        return []
+    pipe = connection.pipeline(transaction=False)
+    for name in candidates:
+        pipe.exists(keys.robot_spec(name))  # one slot per robot on a cluster
+    return [name for name, published in zip(candidates, pipe.execute()) if published]
+
+
 def known_robots(connection: Any, keys: Keys, workers: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
-    """Robots of this prefix: the bus registry, live workers, robots of active runs. (No SCAN
-    of published specs: on a large keyspace that is thousands of round trips.)"""
+    """Robots of this prefix: the bus registry, live workers, robots of active runs, and
+    published robots with an rq queue or rq worker (:func:`rq_queue_robots`). (No SCAN of
+    published specs: on a large keyspace that is thousands of round trips.)"""
     names = {_s(r) for r in connection.smembers(keys.registry())}
     for worker in workers:
         names.update(worker.get("robots", []))
     for run in runs:
         names.update(run["robots"])
+    names.update(rq_queue_robots(connection, keys))
     return sorted(n for n in names if n)
 
 
@@ -290,6 +320,7 @@ def robot_rows(connection: Any, keys: Keys, robots: list[str], workers: list[dic
             "worker_names": alive,
             "bus_workers": len(bus_alive),
             "rq_workers": len(registered[queue.name]["live"]),
+            "rq_worker_names": registered[queue.name]["live"],
             "stale_rq_workers": registered[queue.name]["stale"],
             "running": sum(1 for r in runs for t in r["running"] if t["robot"] == robot),
             "abandoned": sum(1 for r in runs for t in r["abandoned"] if t["robot"] == robot),
