@@ -247,7 +247,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         if result.input_tokens or result.output_tokens:
             usage = {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
                      "cost": result.cost}
-        metrics.task_finished(robot_name, result.failed)  # before the run can be seen complete
+        metrics.task_finished(robot_name, result.failed, result.duration)  # before the run can be seen complete
         # The robot's work is done: a Redis outage now must not throw it away. Both calls
         # are safe to repeat (a repeated complete is refused, the first one counted; a
         # child whose enqueue was lost is re-enqueued by the sweeper's repair of queued tasks).

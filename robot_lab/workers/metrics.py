@@ -6,9 +6,10 @@ What no single process knows -- how deep a robot's queues are, how far its consu
 lags, what a shared budget has left -- is read from Redis when Prometheus scrapes, by
 :class:`RedisCollector`: a few pipelined reads per robot, no state kept between scrapes.
 
-``robot-lab worker --metrics-port`` serves its process counters plus these gauges for its
-own robots; ``robot-lab metrics`` serves only these gauges, for every robot, from a
-process that runs no robot (one per deployment: gauges from several would be duplicates).
+``robot-lab worker --metrics-port`` serves its process counters (with ``--metrics-gauges``
+also the per-robot gauges of its own robots); ``robot-lab metrics`` serves these gauges, the
+fleet-wide ones included, for every robot, from a process that runs no robot (one per
+deployment: gauges from several would be duplicates).
 """
 
 from __future__ import annotations
@@ -38,10 +39,13 @@ BUDGET_SCAN_LIMIT = 1000  # budget hashes read per scrape at most (run-scoped on
 class RedisCollector:
     """A prometheus_client custom collector over one Redis connection."""
 
-    def __init__(self, connection: Any, keys: Keys, robots: list[str] | None = None) -> None:
+    def __init__(self, connection: Any, keys: Keys, robots: list[str] | None = None, *, fleet: bool = True) -> None:
         self.connection = connection
         self.keys = keys
         self.robots = robots  # None: every registered robot, found at each scrape
+        # fleet: also the unlabelled fleet-wide gauges (workers live, runs, budgets) -- only
+        # the one exporter of a deployment, so sum() over targets never counts them twice
+        self.fleet = fleet
 
     def describe(self) -> list[Any]:
         return []  # no describe-time Redis reads: registering must not need Redis up
@@ -58,9 +62,10 @@ class RedisCollector:
                             known_robots(self.connection, self.keys, workers, []))
             stats = bus.stats(robots)
             queued = self._rq_depths(robots)
-            active = int(self.connection.scard(self.keys.runs_active()))
-            recent = recent_run_statuses(self.connection, self.keys)
-            budgets = list(self._budgets())
+            if self.fleet:
+                active = int(self.connection.scard(self.keys.runs_active()))
+                recent = recent_run_statuses(self.connection, self.keys)
+                budgets = list(self._budgets())
         except Exception as exc:  # a scrape must answer even when Redis is down
             log.warning("metrics.redis_unreadable", error=f"{type(exc).__name__}: {exc}")
             up.add_metric([], 0)
@@ -84,6 +89,8 @@ class RedisCollector:
         for robot, count in queued.items():
             depth.add_metric([robot, "tasks"], count)
         yield from (depth, lag, pending, dlq)
+        if not self.fleet:
+            return
         live = GaugeMetricFamily("robot_lab_workers_live", "robot-lab workers with a live heartbeat")
         live.add_metric([], len(workers))
         runs = GaugeMetricFamily("robot_lab_runs_active", "Network runs not finished yet")
@@ -151,21 +158,27 @@ def prepare_worker_metrics(concurrency: int) -> None:
 
 
 def serve_worker_metrics(port: int, robots: list[str], *, connection: Any = None, keys: Keys | None = None,
-                         addr: str = "0.0.0.0") -> Any:
-    """``robot-lab worker --metrics-port``: this worker's counters + its robots' Redis gauges."""
-    from robot_lab.connection import get_redis
-    from robot_lab.keys import default_keys
-
+                         addr: str = "0.0.0.0", gauges: bool = False) -> Any:
+    """``robot-lab worker --metrics-port``: this worker's counters; with ``gauges`` also its
+    robots' Redis gauges (robot-labelled). Never the fleet-wide ones: every worker would
+    export the same series, and ``sum()`` over targets would count them once per worker."""
     metrics.enable()
-    collector = RedisCollector(connection or get_redis(), keys or default_keys(), robots or None)
-    served = metrics.serve(port, [collector], addr=addr)
-    log.info("metrics.serving", port=port, multiprocess=bool(metrics.multiprocess_dir()))
+    collectors = []
+    if gauges:
+        from robot_lab.connection import get_redis
+        from robot_lab.keys import default_keys
+
+        collectors.append(RedisCollector(connection or get_redis(), keys or default_keys(), robots or None,
+                                         fleet=False))
+    served = metrics.serve(port, collectors, addr=addr)
+    log.info("metrics.serving", port=port, addr=addr, gauges=gauges, multiprocess=bool(metrics.multiprocess_dir()))
     return served
 
 
-def start_worker_metrics(port: int, robots: list[str], *, concurrency: int, url: str | None = None) -> Any:
+def start_worker_metrics(port: int, robots: list[str], *, concurrency: int, url: str | None = None,
+                         addr: str = "0.0.0.0", gauges: bool = False) -> Any:
     """What ``robot-lab worker --metrics-port`` does before starting its robots."""
     from robot_lab.connection import connect
 
     prepare_worker_metrics(concurrency)
-    return serve_worker_metrics(port, robots, connection=connect(url) if url else None)
+    return serve_worker_metrics(port, robots, connection=connect(url) if url else None, addr=addr, gauges=gauges)
