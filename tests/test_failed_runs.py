@@ -99,3 +99,34 @@ def test_run_with_a_real_worker_exits_3(real_client, real_redis_url, key_prefix,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stdout + done.stderr + processes.logs()
     assert "completed_with_errors" in done.stdout and "1 task(s) failed: bad" in done.stderr
+
+
+def test_a_failed_task_runs_again_and_the_run_finishes_anew(redis_client, key_prefix):
+    from robot_lab.network.dsl import create_network
+    from robot_lab.runtime.llm.scripted import register_script
+    from robot_lab.runtime.robot import build
+
+    script = f"flaky-{uid()}"
+    register_script(script, {"default": {"error": "provider down"}})
+    keys = Keys(prefix=key_prefix)
+    flaky, after = build(f"flaky-{uid()}", model=f"scripted/{script}"), build(f"after-{uid()}", model="scripted/echo")
+    net = create_network("rerun")
+    net.task("flaky", flaky, retries=0)
+    net.task("after", after, depends_on=["flaky"])
+    coordinator = Coordinator(connection=redis_client, keys=keys)
+    with EmbeddedWorkers(redis_client, [flaky.name, after.name], threads=2):
+        handle = coordinator.submit(net, "x")
+        first = handle.wait(timeout=60)
+        assert first.status == "completed_with_errors" and first["after"].reply.startswith("echo: Error:")
+        assert coordinator.rerun(handle.run_id, "after") == "not-failed"
+        register_script(script, {"default": {"reply": "fixed"}})  # the provider is back
+        assert coordinator.rerun(handle.run_id, "flaky") == "ok"
+        again = handle.wait(timeout=60)  # reads past the first stream.ended
+    assert again.status == "completed" and again.states == {"flaky": "done", "after": "done"}
+    assert again.reply == "echo: fixed"  # the task after it ran again, on the new result
+    assert handle.store.attempts()["flaky"] == 2
+    [rerun] = [e for e in handle.events() if e.event == "task.rerun"]
+    assert rerun.task == "flaky" and rerun.data == {"reset": ["flaky", "after"]}
+    assert [e.data["status"] for e in handle.events() if e.event == "run.completed"] == [
+        "completed_with_errors", "completed"]
+    assert coordinator.rerun(handle.run_id, "flaky") == "not-failed"

@@ -115,8 +115,8 @@ class RunHandle:
             for entry_id, event in entries:
                 last = entry_id
                 yield event
-                if event.event == "stream.ended":
-                    return
+                if event.event == "stream.ended" and self.store.status() != "running":
+                    return  # (a re-run task made a finished run run again: read on)
             if over:
                 return
             if deadline is not None and time.monotonic() > deadline:
@@ -246,6 +246,20 @@ class Coordinator:
         store.meta()
         status = store.cancel(reason)
         store.finish_housekeeping()
+        return status
+
+    def rerun(self, run_id: str, task: str) -> str:
+        """Run failed ``task`` of ``run_id`` again (the tasks after it too); returns ``ok``
+        or why it was refused (:meth:`RunStore.rerun`). The run is swept and followed again
+        like a new one."""
+        store = RunStore(self.connection, self.keys, run_id)
+        store.meta()  # a clear error for an unknown run
+        status, items = store.rerun(task)
+        if status != "ok":
+            return status
+        self.connection.sadd(self.keys.runs_active(), run_id)  # another slot than the run: after the script
+        enqueue_jobs(self.connection, self.keys, run_id, items, graph_for(store))
+        log.info("run.rerun", run_id=run_id, task=task, queued=[t for t, _, _ in items])
         return status
 
     # --- sweeping -------------------------------------------------------------------------

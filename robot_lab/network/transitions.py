@@ -328,6 +328,56 @@ emit('stream.ended', nil, nil, nil)
 return 'cancelled'
 """
 
+# ARGV: run_id, task -- run a failed task again (an operator's "re-run", e.g. from the
+# dashboard), as a new attempt. Everything downstream of it (dependents, and optional tasks
+# it could activate, transitively) goes back to pending with its result, input and activation
+# dropped, so it runs on the new result; the run is running again until advance() finishes it
+# anew. Refused while a downstream task is queued or running, and for a cancelled run.
+RERUN = _LIB + r"""
+local t = ARGV[2]
+local status = redis.call('HGET', R, 'status')
+if not status then return {'unknown'} end
+if status == 'cancelled' then return {'cancelled'} end
+local s = st(t)
+if not s then return {'unknown-task'} end
+if s ~= 'failed' then return {'not-failed'} end
+load_states()
+local order = cjson.decode(redis.call('HGET', R, 'order'))
+local reset, changed = {[t] = true}, true
+while changed do
+  changed = false
+  for _, n in ipairs(order) do
+    if not reset[n] then
+      local g = graph(n)
+      local parents = g.deps
+      if g.optional then parents = g.activators end
+      for _, p in ipairs(parents) do
+        if reset[p] then reset[n] = true; changed = true; break end
+      end
+    end
+  end
+end
+local names = {}
+for _, n in ipairs(order) do
+  if reset[n] then
+    if st(n) == 'queued' or st(n) == 'running' then return {'busy', n} end
+    table.insert(names, n)
+  end
+end
+for _, n in ipairs(names) do
+  set_st(n, n == t and 'ready' or 'pending')
+  redis.call('HDEL', RESULTS, n)
+  redis.call('HDEL', INPUTS, n)
+  redis.call('SREM', ACTIVATED, n)
+end
+redis.call('HSET', R, 'status', 'running')
+redis.call('HDEL', R, 'finished_at', 'tasks_done', 'tasks_failed', 'tasks_skipped')
+emit('task.rerun', t, graph(t).robot, '{"reset":' .. cjson.encode(names) .. '}')
+local out = advance()
+table.insert(out, 1, 'ok')
+return out
+"""
+
 EMIT = _LIB + r"""
 emit(ARGV[2], ARGV[3] ~= '' and ARGV[3] or nil, ARGV[4] ~= '' and ARGV[4] or nil, ARGV[5] ~= '' and ARGV[5] or nil)
 return 1
