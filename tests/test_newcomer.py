@@ -121,6 +121,21 @@ def test_unknown_robot(real_redis_url: str, key_prefix: str) -> None:
     out = cli("status", "nosuchbot", REDIS_URL=real_redis_url, ROBOT_LAB_KEY_PREFIX=key_prefix)
     assert out.returncode == 1 and "unknown robot 'nosuchbot'" in out.stdout and "Traceback" not in out.stderr
     assert "nosuchbot  " not in out.stdout  # no row of zeros for it
+    assert "no robots yet" not in out.stdout  # the typo's problem line says it all
+
+
+def test_status_check_exits_3_while_a_problem_line_is_printed(real_redis_url: str, key_prefix: str) -> None:
+    env = {"REDIS_URL": real_redis_url, "ROBOT_LAB_KEY_PREFIX": key_prefix}
+    assert cli("status", "--check", **env).returncode == 0  # nothing here needs a human
+    import redis
+
+    client = redis.Redis.from_url(real_redis_url)
+    client.xadd(f"{key_prefix}:bus:ghost:dlq", {"envelope": "{}", "reason": "invalid"})
+    client.sadd(f"{key_prefix}:robots", "ghost")
+    plain = cli("status", **env)
+    assert plain.returncode == 0 and "! ghost: 1 dead letter(s)" in plain.stdout
+    checked = cli("status", "--check", **env)
+    assert checked.returncode == 3 and "! ghost: 1 dead letter(s)" in checked.stdout
 
 
 def test_bad_app_paths(tmp_path: Path, real_redis_url: str, key_prefix: str) -> None:
@@ -321,3 +336,29 @@ def test_user_docs_link_only_inside_the_repo_and_speak_to_users() -> None:
             assert (page.parent / target).resolve().is_relative_to(REPO_ROOT.resolve()), (page.name, target)
             assert (page.parent / target).exists(), (page.name, target)
         assert not re.search(r"\bthe brief\b", text, re.I), page.name
+
+
+def test_watch_takes_the_short_run_ids_the_tables_show(real_redis_url: str, key_prefix: str) -> None:
+    """The dashboard and tables show a run's last 12 characters; `watch` and `cancel` take them."""
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
+    from robot_lab.runtime.robot import build
+
+    client = redis.Redis.from_url(real_redis_url)
+    net = create_network("nobody")
+    net.task("wait", build(f"unserved-{uid()}", model="scripted/echo"))
+    handle = Coordinator(connection=client, keys=Keys(prefix=key_prefix)).submit(net, "hi")  # no worker
+    env = {"REDIS_URL": real_redis_url, "ROBOT_LAB_KEY_PREFIX": key_prefix}
+    out = cli("watch", handle.run_id[-12:], "--plain", "--timeout", "1", **env)
+    assert "run.started" in out.stdout  # it found the run
+    assert_one_clear_line(out, f"run {handle.run_id} did not finish within 1 s", "no live worker serves it",
+                          code=124)
+    assert cli("cancel", handle.run_id[-12:], **env).stdout.strip() == f"run {handle.run_id[-12:]}: cancelled"
+    assert handle.status == "cancelled"
+    assert_one_clear_line(cli("watch", "zzzz-not-a-run", **env), "run 'zzzz-not-a-run' not found")
+    client.close()
+
+
+def test_run_no_wait_without_a_message_is_a_usage_error(real_redis_url: str, key_prefix: str) -> None:
+    out = cli("run", "robot_lab.demo:support", "--no-wait", REDIS_URL=real_redis_url, ROBOT_LAB_KEY_PREFIX=key_prefix)
+    assert_one_clear_line(out, "--no-wait needs a MESSAGE", code=2)

@@ -90,6 +90,9 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
     from robot_lab.errors import AwaitTimeout
     from robot_lab.network.coordinator import Coordinator, is_embedded
 
+    if message is None and no_wait:
+        raise click.UsageError("--no-wait needs a MESSAGE: the run would start on an empty message "
+                               "(pass '' to mean that)")
     network = resolve_target(target)
     ctx = _context(context)
     coordinator = Coordinator()
@@ -124,10 +127,11 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
 
 
 @click.command("watch")
-@click.argument("run_id", required=False)
+@click.argument("run_id", required=False, metavar="[RUN_ID]")
 @click.option("--all", "all_runs", is_flag=True, help="Coordinator mode: sweep and report every run, forever")
 @click.option("--plain", is_flag=True, help="Print events as lines instead of the live view")
-@click.option("--timeout", type=float, default=None)
+@click.option("--timeout", type=float, default=None,
+              help="Seconds to follow the run before giving up (exit 124; the run goes on)")
 def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None) -> None:
     """Follow RUN_ID until it ends (sweeping lost tasks back to the queues meanwhile).
 
@@ -147,12 +151,18 @@ def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None
     except ConfigurationError as exc:
         raise click.ClickException(str(exc)) from exc
     from robot_lab.commands.demo import follow_live, print_event
+    from robot_lab.commands.waiting import TIMEOUT_EXIT, timeout_line, waiting_for
+    from robot_lab.errors import AwaitTimeout
 
-    if plain:
-        for event in handle.follow(timeout=timeout):
-            print_event(event)
-    else:
-        follow_live(handle, title=f"run {run_id}", timeout=timeout)
+    try:
+        if plain:
+            for event in handle.follow(timeout=timeout):
+                print_event(event)
+        else:
+            follow_live(handle, title=f"run {handle.run_id}", timeout=timeout)
+    except AwaitTimeout:
+        click.echo(f"Error: {timeout_line(handle.run_id, timeout, waiting_for(handle))}", err=True)
+        sys.exit(TIMEOUT_EXIT)
     result = handle.result()
     _print_result(result, False)
     if result.status != "running":

@@ -236,13 +236,27 @@ class Coordinator:
         log.info("run.submitted", run_id=run_id, network=graph.spec.name, queued=[t for t, _, _ in items])
         return RunHandle(self, run_id)
 
+    def resolve_run_id(self, given: str) -> str:
+        """A run id, or the end of one (the dashboard and `runs` tables show the last 12
+        characters) when exactly one run of the index ends with it."""
+        if len(given) >= 36 or self.connection.exists(self.keys.run(given)):
+            return given
+        found = sorted({_s(member) for member, _ in self.connection.zscan_iter(
+            self.keys.runs_index(), match=f"*{_glob_escape(given)}", count=1000)})
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise ConfigurationError(f"run id {given!r} is ambiguous: {', '.join(found[:5])}"
+                                     f"{' ...' if len(found) > 5 else ''} (give more of it)")
+        return given  # unknown: attach() / cancel() say so
+
     def attach(self, run_id: str) -> RunHandle:
-        handle = RunHandle(self, run_id)
+        handle = RunHandle(self, self.resolve_run_id(run_id))
         handle.store.meta()  # raises a clear error for an unknown run
         return handle
 
     def cancel(self, run_id: str, reason: str = "cancelled by user") -> str:
-        store = RunStore(self.connection, self.keys, run_id)
+        store = RunStore(self.connection, self.keys, self.resolve_run_id(run_id))
         store.meta()
         status = store.cancel(reason)
         store.finish_housekeeping()
@@ -330,6 +344,15 @@ class Coordinator:
             out.append({"run_id": run_id, "network": meta[0].decode(), "status": meta[1].decode(),
                         "created_at": float(meta[2] or 0)})
         return out
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal inside a Redis MATCH pattern."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
 __all__ = ["Coordinator", "NetworkResult", "RunHandle", "is_embedded"]
