@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -158,6 +159,15 @@ def test_missing_credentials_fail_fast() -> None:
     out = cli("chat", "-m", "openai/gpt-4o-mini", "hello", ROBOT_LAB_ALLOW_MODEL_REQUESTS="1")
     assert_one_clear_line(out, "no credentials: set OPENAI_API_KEY")
     assert "llm.retry" not in out.stderr
+    # noticed before litellm's import (seconds): the key of a common provider is checked first
+    code = ("import sys\nfrom robot_lab.cli import main\n"
+            "try:\n    main(['chat', '-m', 'anthropic/claude-3-5-haiku', 'hi'], standalone_mode=False)\n"
+            "except Exception as exc:\n    print('ERROR=' + str(exc))\n"
+            "print('LITELLM=' + str('litellm' in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], env=_env(ROBOT_LAB_ALLOW_MODEL_REQUESTS="1",
+                                                                 ANTHROPIC_API_KEY=""),
+                          capture_output=True, text=True, timeout=120)
+    assert "no credentials: set ANTHROPIC_API_KEY" in done.stdout and "LITELLM=False" in done.stdout, done.stdout
 
 
 def test_unknown_scripted_behaviour_fails_fast() -> None:
