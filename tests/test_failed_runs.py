@@ -28,11 +28,19 @@ def _no_retries(monkeypatch):
 
 
 def _failing_run(redis_client, key_prefix):
-    from tests.fixtures import failing_network as fixture
+    """The fixture's network with robots of this test's own (their rq queues are not prefixed)."""
+    from robot_lab.network.dsl import create_network
+    from robot_lab.runtime.robot import build
 
     keys = Keys(prefix=key_prefix)
-    with EmbeddedWorkers(redis_client, [fixture.bad.name, fixture.after.name, fixture.never.name], threads=2):
-        handle = Coordinator(connection=redis_client, keys=keys).submit(fixture.network, "x")
+    bad, after, never = (build(f"{kind}-{uid()}", model=model) for kind, model in (
+        ("bad", "scripted/fail:provider down"), ("after", "scripted/echo"), ("never", "scripted/echo")))
+    network = create_network("half-broken")
+    network.task("bad", bad, retries=0, routes=["never"])
+    network.task("after", after, depends_on=["bad"])
+    network.task("never", never, depends_on="optional")
+    with EmbeddedWorkers(redis_client, [bad.name, after.name, never.name], threads=2):
+        handle = Coordinator(connection=redis_client, keys=keys).submit(network, "x")
         return handle.wait(timeout=60), keys
 
 

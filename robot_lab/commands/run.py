@@ -107,21 +107,25 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
             click.echo(f"Error: {timeout_line(run_id, timeout, [], embedded=True)}", err=True)
             sys.exit(TIMEOUT_EXIT)
     else:
-        handle = coordinator.submit(network, message, context=ctx)
-        if no_wait:
-            click.echo(handle.run_id)
-            return
-        click.echo(f"run {handle.run_id} submitted", err=True)
-        with WorkerNotes(handle, lambda line: click.echo(f"note: {line}", err=True)):
-            try:
-                result = handle.wait(timeout=timeout)  # rides out a Redis outage, result included
-            except AwaitTimeout:
-                click.echo(f"Error: {timeout_line(handle.run_id, timeout, waiting_for(handle))}", err=True)
-                sys.exit(TIMEOUT_EXIT)
-            except KeyboardInterrupt:
-                click.echo(f"\nstopped waiting; run {handle.run_id} goes on: `robot-lab watch {handle.run_id}` "
-                           f"or `robot-lab cancel {handle.run_id}`", err=True)
-                sys.exit(130)
+        from robot_lab.observability import otel
+
+        # the trace's root, as in Network.run: network.run > network.submit > task ...
+        with otel.span("network.run", {"network": network.spec.name}):
+            handle = coordinator.submit(network, message, context=ctx)
+            if no_wait:
+                click.echo(handle.run_id)
+                return
+            click.echo(f"run {handle.run_id} submitted", err=True)
+            with WorkerNotes(handle, lambda line: click.echo(f"note: {line}", err=True)):
+                try:
+                    result = handle.wait(timeout=timeout)  # rides out a Redis outage, result included
+                except AwaitTimeout:
+                    click.echo(f"Error: {timeout_line(handle.run_id, timeout, waiting_for(handle))}", err=True)
+                    sys.exit(TIMEOUT_EXIT)
+                except KeyboardInterrupt:
+                    click.echo(f"\nstopped waiting; run {handle.run_id} goes on: `robot-lab watch {handle.run_id}` "
+                               f"or `robot-lab cancel {handle.run_id}`", err=True)
+                    sys.exit(130)
     _print_result(result, as_json)
     exit_for_result(result)
 

@@ -63,8 +63,11 @@ def warm_up(models: Iterable[str] | None = None) -> None:
 
     if models is None or not all(llm.is_scripted(model) for model in models):
         llm.litellm_module()
+    from robot_lab.observability import otel
+
     try:
-        llm.LLMGateway(max_retries=0).complete("scripted/text:ok", [{"role": "user", "content": "warm up"}])
+        with otel.untraced():  # a warm-up is no request: no one-span trace per worker start
+            llm.LLMGateway(max_retries=0).complete("scripted/text:ok", [{"role": "user", "content": "warm up"}])
     except Exception as exc:  # warming up is an optimisation only
         log.warning("worker.warm_up_failed", error=f"{type(exc).__name__}: {exc}")
     from robot_lab.network import task_job  # noqa: F401
