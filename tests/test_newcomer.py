@@ -172,8 +172,11 @@ def test_missing_credentials_fail_fast() -> None:
 
 def test_unknown_scripted_behaviour_fails_fast() -> None:
     out = cli("chat", "-m", "scripted/nosuchbehaviour", "hello")
-    assert_one_clear_line(out, "scripted model 'nosuchbehaviour'")
+    assert_one_clear_line(out, "scripted model 'nosuchbehaviour'", f"looked for {REPO_ROOT}/nosuchbehaviour[.yml",
+                          "ROBOT_LAB_SCRIPTS_DIR is not set")  # where it looked
     assert "llm.retry" not in out.stderr
+    scripts = cli("chat", "-m", "scripted/nosuchbehaviour", "hello", ROBOT_LAB_SCRIPTS_DIR="/srv/scripts")
+    assert_one_clear_line(scripts, "/srv/scripts/nosuchbehaviour[.yml|.yaml|.json])")
 
 
 def test_gateway_does_not_retry_permanent_provider_errors() -> None:
