@@ -138,3 +138,5 @@ def test_a_failed_task_runs_again_and_the_run_finishes_anew(redis_client, key_pr
     assert [e.data["status"] for e in handle.events() if e.event == "run.completed"] == [
         "completed_with_errors", "completed"]
     assert coordinator.rerun(handle.run_id, "flaky") == "not-failed"
+    replayed = [e.event for e in handle.follow(sweep=False)]  # a late follower reads both finishes
+    assert replayed.count("stream.ended") == 2 and replayed[-1] == "stream.ended" and "task.rerun" in replayed

@@ -89,7 +89,7 @@ class RunHandle:
 
     def follow(self, *, timeout: float | None = None, sweep: bool = True,
                block_ms: int = 500) -> Iterator[RunEvent]:
-        """Yield events as they come (replaying from the start) until ``stream.ended``.
+        """Yield events as they come (replaying from the start) until the last ``stream.ended``.
 
         A Redis outage (restart, failover) is waited out with backoff and one ``redis.lost``
         / ``redis.back`` log line pair; the events are read on from where they stopped."""
@@ -112,11 +112,12 @@ class RunHandle:
                 outage.pause()
             else:
                 outage.back()
-            for entry_id, event in entries:
+            for index, (entry_id, event) in enumerate(entries):
                 last = entry_id
                 yield event
-                if event.event == "stream.ended" and self.store.status() != "running":
-                    return  # (a re-run task made a finished run run again: read on)
+                # the end, unless a re-run task made the finished run run again: its events follow
+                if event.event == "stream.ended" and index == len(entries) - 1 and self.store.status() != "running":
+                    return
             if over:
                 return
             if deadline is not None and time.monotonic() > deadline:
