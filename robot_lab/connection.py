@@ -228,6 +228,29 @@ def _checked_connect(url: str, kwargs: dict[str, Any], *, aio: bool) -> Any:
         raise ConfigurationError(f"Redis URL {redact_url(url)!r}: {scrub(str(exc), url)}") from None
 
 
+def _check_standalone_options(url: str, parsed: RedisURL) -> None:
+    """A query option redis-py's connection does not take is refused here, naming it: redis-py
+    would pass it on as a keyword and fail with a TypeError at the first command."""
+    import difflib
+    import inspect
+
+    from redis.connection import (BlockingConnectionPool, Connection, ConnectionPool, SSLConnection,
+                                  UnixDomainSocketConnection)
+
+    kind = UnixDomainSocketConnection if parsed.scheme == "unix" else SSLConnection if parsed.ssl else Connection
+    known = {"db"}
+    for cls in (*kind.__mro__, ConnectionPool, BlockingConnectionPool):  # the pool takes max_connections
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            known |= {name for name, p in inspect.signature(init).parameters.items()
+                      if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self"}
+    for key in parsed.options:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "see redis-py's connection options"
+            raise ConfigurationError(f"Redis URL {redact_url(url)!r}: unknown option {key!r} ({hint})")
+
+
 def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = False) -> Any:
     if aio:
         import redis.asyncio as flavour  # lazy: start-up time
@@ -237,6 +260,7 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = 
     else:
         flavour = redis  # type: ignore[assignment]
     if parsed.kind == "standalone":
+        _check_standalone_options(url, parsed)
         # READONLY: the host behind the URL was demoted by a failover (DNS of a managed
         # Redis moves to the new primary). Retrying it drops the connection, so the next one
         # resolves the name again (robot_lab/outage.py rides out the rest).

@@ -313,6 +313,10 @@ class Settings(BaseSettings):
     # The global parents of a run's `tools` / `mcp` "inherit" (the Ruby gem's config.tools / .mcp).
     tools: str | list[str] = "none"
     mcp: str | list[str] = "none"
+    # MCP connections a process shares between the robots it builds per task / slot
+    # (runtime/mcp/pool.py): at most this many robot server sets kept, each closed when idle.
+    mcp_pool_size: int = Field(default=32, ge=1)
+    mcp_idle_timeout: float = Field(default=300.0, gt=0)
 
     log_level: str = "INFO"
     log_format: Literal["auto", "json", "console"] = "auto"

@@ -35,11 +35,15 @@ def test_send_publishes_and_prints_the_id(bus: Bus) -> None:
     msg = decode_message(fields[b"envelope"])
     assert out.strip() == msg.id and msg.content == "hello"
     assert msg.conversation_id == "c-1" and msg.from_ == "ops"
-    code, out = run("send", "billing", '{"a": 1}', "--json")
+    code, out = run("send", "billing", '{"a": 1}', "--content-json")
     assert code == 0
     assert decode_message(bus.redis.xrange(bus.keys.inbox("billing"))[-1][1][b"envelope"]).content == {"a": 1}
-    code, out = run("send", "billing", "[1]", "--json")
+    code, out = run("send", "billing", "[1]", "--content-json")
     assert code == 2 and "JSON object" in out
+    # --json is the output format, as for every other command
+    code, out = run("send", "billing", '{"a": 1}', "--json")
+    last = decode_message(bus.redis.xrange(bus.keys.inbox("billing"))[-1][1][b"envelope"])
+    assert code == 0 and json.loads(out) == {"id": last.id} and last.content == '{"a": 1}'
 
 
 def test_send_wait_prints_the_reply_and_times_out_cleanly(bus: Bus) -> None:
@@ -47,7 +51,9 @@ def test_send_wait_prints_the_reply_and_times_out_cleanly(bus: Bus) -> None:
     poller.respond_to_tasks(lambda m: f"got {m.content}")
     with poller:
         code, out = run("send", "billing", "ping", "--wait", "--timeout", "10")
-    assert code == 0 and out.strip() == "got ping"
+        assert code == 0 and out.strip() == "got ping"
+        code, out = run("send", "billing", "pong", "--wait", "--timeout", "10", "--json")
+    assert code == 0 and json.loads(out)["reply"] == "got pong" and json.loads(out)["id"]
     code, out = run("send", "billing", "ping", "--wait", "--timeout", "0.2")
     assert code == 1 and "no reply from robot 'billing' within 0.2 s" in out
 

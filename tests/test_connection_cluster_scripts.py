@@ -221,6 +221,13 @@ def _exercise_every_script(client: Any) -> None:
     store.advance()
     store.emit("custom.event", task=t2)
     store.cancel("audit done")
+    rerun = RunStore(client, default_keys(), f"audit-{uid()}")  # a failed task run again
+    solo = create_network("audit-rerun")
+    solo.task("only", "r1")
+    [(task, job, _)] = rerun.create(solo.validate(), message="m", context={}, app=None, max_concurrent=None)
+    assert rerun.claim(task, job, "w", lease_ms=5000) == "ok"
+    rerun.complete(task, job, RobotResult.from_error("r1", RuntimeError("down")))
+    assert rerun.status() == "completed_with_errors" and rerun.rerun(task)[0] == "ok"
 
 
 def test_every_script_names_only_declared_keys_on_a_real_cluster(cluster, redis_cluster) -> None:  # type: ignore[no-untyped-def]

@@ -174,3 +174,74 @@ def test_actions_are_off_by_default_and_need_the_token(client, real_redis_url, k
     wait_for(lambda: client.xlen(keys.dlq(name)) == 0, timeout=30)
     assert client.xlen(keys.inbox(name)) == 1  # back on the inbox
     page.close()
+
+
+def test_the_dashboard_shows_routes_tool_calls_running_tasks_failures_and_re_runs(  # noqa: F811
+        client, real_redis_url, key_prefix, processes, browser, tmp_path):
+    from tests.fixtures.tools import add
+
+    keys = Keys(prefix=key_prefix)
+    router = build(f"router-{uid()}", model="scripted/route:billing")
+    billing = build(f"billing-{uid()}", model="scripted/fail:card processor down")
+    calc = build(f"calc-{uid()}", model="scripted/sleep:1500", local_tools=[add])
+    robots = [router, billing, calc]
+    publish_specs([r.to_spec() for r in robots], connection=client, keys=keys)
+    env = child_env(real_redis_url, key_prefix)
+    processes.start([str(VENV_BIN / "robot-lab"), "worker", *(r.name for r in robots), "--no-bus"], env, "worker")
+    token = "s3cret-" + uid()
+    base = start_dashboard(processes, dict(env, ROBOT_LAB_DASHBOARD_TOKEN=token), "--allow-actions")
+
+    net = create_network("desk")
+    net.task("classify", router, routes=["billing", "general"])
+    net.task("billing", billing, depends_on="optional", retries=0)
+    net.task("general", router, depends_on="optional")
+    net.task("sum", calc, depends_on="classify", tools=["add"])
+    handle = Coordinator(connection=client, keys=keys).submit(net, "refund my card")
+
+    page = browser.new_page(viewport={"width": 1200, "height": 800})
+    page.goto(f"{base}/#/run/{handle.run_id}")
+    page.wait_for_selector("#dag g.node", timeout=30_000)
+    # routing edges are drawn (dashed) from the router to its optional tasks
+    routes = page.eval_on_selector_all("#dag path.route", "ps => ps.map(p => [p.dataset.from, p.dataset.to])")
+    assert sorted(routes) == [["classify", "billing"], ["classify", "general"]]
+    # a running task shows when it started, for how long, and on which worker
+    page.wait_for_selector("#task-sum .running-info", timeout=60_000)
+    info = page.locator("#task-sum .running-info").inner_text()
+    assert "started" in info and "on robot-lab." in info
+    # tool calls: name and arguments, then the result
+    page.wait_for_selector("#task-sum li.call", timeout=60_000)
+    assert 'add({"a":0,"b":0})' in page.locator("#task-sum li.call").inner_text()
+    page.wait_for_selector("#run-view[data-live='ended']", timeout=90_000)
+    assert page.locator("#run-status").inner_text() == "completed_with_errors"
+    assert "1 failed" in page.locator("#run-totals").inner_text()
+    page.reload()  # the snapshot of the finished run carries each task's input
+    page.wait_for_selector("#run-view[data-live='ended']", timeout=30_000)
+    assert page.locator("#task-billing details.input pre").text_content() == "refund my card"
+
+    # the overview lists the failed task with its error, and re-runs it with the token
+    page.goto(f"{base}/#/")
+    row = page.wait_for_selector(f"#failed-tasks tr:has(a[href='#/run/{handle.run_id}'])", timeout=30_000)
+    assert "card processor down" in row.inner_text() and "billing" in row.inner_text()
+    page.fill("#token", token)
+    page.click(f"#failed-tasks tr:has(a[href='#/run/{handle.run_id}']) button:text('Re-run')")
+    wait_for(lambda: handle.store.attempts().get("billing") == 2, timeout=60)
+    page.wait_for_selector("#run-view[data-live='ended']", timeout=90_000)  # followed the re-run to its end
+    assert page.locator("#run-status").inner_text() == "completed_with_errors"  # the card processor is still down
+    screenshot(page, "dashboard-failed.png", tmp_path)
+    page.close()
+
+
+def test_the_page_shows_a_banner_while_redis_is_away(processes, browser, tmp_path):  # noqa: F811
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    env = child_env(f"redis://127.0.0.1:{dead}/0", "rl-away")
+    base = start_dashboard(processes, env)
+    page = browser.new_page()
+    page.goto(f"{base}/#/")
+    page.wait_for_selector("#banner:not([hidden])", timeout=60_000)
+    assert "Redis is not answering" in page.locator("#banner").inner_text()
+    page.close()
+    log = processes.logs()
+    assert "Traceback" not in log and log.count("redis.lost") == 1, log
+    assert f"dashboard on {base}/ (read-only; Ctrl-C stops it)" in log  # where to point the browser

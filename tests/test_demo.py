@@ -70,3 +70,34 @@ def test_worker_command_refuses_embedded_mode_and_unknown_robots(monkeypatch, re
     result = CliRunner().invoke(main, ["worker", "ghost-robot-xyz"])
     assert result.exit_code != 0
     assert "unknown robot 'ghost-robot-xyz'" in result.output
+
+
+def test_demo_of_an_all_scripted_network_never_imports_litellm(tmp_path):
+    """The README's first command warms up only the models its network uses (as `robot-lab
+    worker` does): scripted robots need no litellm (seconds and ~200 MB). Timing:
+    bench/demo.py."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom robot_lab.cli import main\n"
+            "try:\n    main(['demo', '--plain', '--delay-ms', '0'], standalone_mode=False)\n"
+            "finally:\n    print('LITELLM=' + str('litellm' in sys.modules), flush=True)\n")
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["ROBOT_LAB_LOG_LEVEL"] = "WARNING"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "final answer (summarize)" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "LITELLM=False"
+
+
+def test_demo_warms_up_litellm_when_a_robot_uses_a_provider_model():
+    from robot_lab.commands.demo import network_models
+    from robot_lab.network.dsl import create_network
+    from robot_lab.runtime.robot import build
+
+    net = create_network("mixed")
+    net.task("a", build("scripted-one", model="scripted/echo"))
+    net.task("b", build("provider-one", model="openai/gpt-4o-mini"), depends_on="a")
+    assert network_models(net) == ["scripted/echo", "openai/gpt-4o-mini"]

@@ -129,3 +129,20 @@ def test_get_redis_caches_per_url(monkeypatch):
     monkeypatch.setattr(connection, "_clients", {})
     a = connection.get_redis("redis+sentinel://s1/mymaster")
     assert connection.get_redis("redis+sentinel://s1/mymaster") is a
+
+
+@pytest.mark.parametrize("url, message", [
+    ("redis://:secretpw@h:6379/0?bogus=1", "unknown option 'bogus'"),
+    ("redis://h:6379/0?socket_timout=1", "unknown option 'socket_timout' (did you mean 'socket_timeout'?)"),
+    ("unix:///run/redis.sock?db=0&ssl_certfile=x", "unknown option 'ssl_certfile'"),
+])
+def test_an_unknown_query_option_of_a_plain_url_is_named_before_connecting(url, message):
+    """redis-py passes unknown options on as keywords: a TypeError at the first command."""
+    with pytest.raises(ConfigurationError) as info:
+        connect(url)
+    assert message in str(info.value) and "secretpw" not in str(info.value)
+
+
+def test_known_query_options_of_a_plain_url_are_taken():
+    client = connect("redis://h:6379/0?socket_timeout=2&max_connections=5&client_name=rl&health_check_interval=3")
+    assert client.connection_pool.connection_kwargs["socket_timeout"] == 2.0

@@ -51,7 +51,9 @@ def test_routing_runs_only_the_activated_optional_task(redis_client):
     net.task("billing", robot("billing", "scripted/text:billing here"), depends_on="optional")
     net.task("technical", robot("technical", "scripted/echo"), depends_on="optional")
     result, handle = run(redis_client, net, "my app crashes")
-    assert result.status == "completed"
+    assert result.status == "completed" and result.ok  # a skipped task is no failure
+    assert events(handle, "run.completed")[0].data == {"status": "completed", "done": 2, "failed": 0,
+                                                        "skipped": 1}
     assert result.states == {"classify": "done", "billing": "skipped", "technical": "done"}
     assert result.activated == {"technical"}
     assert not events(handle, "task.started", "billing")
@@ -130,8 +132,13 @@ def test_failing_robot_becomes_an_error_result_and_the_run_goes_on(redis_client)
     net.task("bad", robot("bad", "scripted/fail:provider down"), retries=0)
     net.task("after", robot("after", "scripted/echo"), depends_on=["bad"])
     result, handle = run(redis_client, net, "x")
-    assert result.status == "completed"
+    # the run goes on past the failure, and says so: not a success
+    assert result.status == "completed_with_errors" and not result.ok and result.failed_tasks == ["bad"]
     assert result.states == {"bad": "failed", "after": "done"}
+    meta = handle.store.meta()
+    assert (meta["tasks_done"], meta["tasks_failed"], meta["tasks_skipped"]) == ("1", "1", "0")
+    assert events(handle, "run.completed")[0].data == {"status": "completed_with_errors", "done": 1,
+                                                        "failed": 1, "skipped": 0}
     bad = result["bad"]
     assert bad.failed and bad.error.startswith("Error: InferenceError:") and "provider down" in bad.error
     assert result.reply.startswith("echo: Error: InferenceError:")
@@ -279,6 +286,7 @@ def test_a_task_that_keeps_losing_its_worker_fails_after_max_attempts(redis_clie
     with EmbeddedWorkers(redis_client, [t.robot for t in net.spec.tasks], threads=2):
         result = handle.wait(timeout=30)
     assert result.states == {"bad": "failed", "after": "done"}  # the run goes on, robot_lab style
+    assert result.status == "completed_with_errors"  # a task failed in RECLAIM, too
     assert result["bad"].error.startswith("Error: WorkerLost")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -120,6 +121,23 @@ def test_unknown_robot(real_redis_url: str, key_prefix: str) -> None:
     out = cli("status", "nosuchbot", REDIS_URL=real_redis_url, ROBOT_LAB_KEY_PREFIX=key_prefix)
     assert out.returncode == 1 and "unknown robot 'nosuchbot'" in out.stdout and "Traceback" not in out.stderr
     assert "nosuchbot  " not in out.stdout  # no row of zeros for it
+    assert "no robots yet" not in out.stdout  # the typo's problem line says it all
+
+
+def test_status_check_exits_3_while_a_problem_line_is_printed(real_redis_url: str, key_prefix: str) -> None:
+    env = {"REDIS_URL": real_redis_url, "ROBOT_LAB_KEY_PREFIX": key_prefix}
+    assert cli("status", "--check", **env).returncode == 0  # nothing here needs a human
+    import redis
+
+    from robot_lab.keys import Keys
+
+    client = redis.Redis.from_url(real_redis_url)
+    client.xadd(Keys(prefix=key_prefix).dlq("ghost"), {"envelope": "{}", "reason": "invalid"})
+    client.sadd(f"{key_prefix}:robots", "ghost")
+    plain = cli("status", **env)
+    assert plain.returncode == 0 and "! ghost: 1 dead letter(s)" in plain.stdout
+    checked = cli("status", "--check", **env)
+    assert checked.returncode == 3 and "! ghost: 1 dead letter(s)" in checked.stdout
 
 
 def test_bad_app_paths(tmp_path: Path, real_redis_url: str, key_prefix: str) -> None:
@@ -142,12 +160,24 @@ def test_missing_credentials_fail_fast() -> None:
     out = cli("chat", "-m", "openai/gpt-4o-mini", "hello", ROBOT_LAB_ALLOW_MODEL_REQUESTS="1")
     assert_one_clear_line(out, "no credentials: set OPENAI_API_KEY")
     assert "llm.retry" not in out.stderr
+    # noticed before litellm's import (seconds): the key of a common provider is checked first
+    code = ("import sys\nfrom robot_lab.cli import main\n"
+            "try:\n    main(['chat', '-m', 'anthropic/claude-3-5-haiku', 'hi'], standalone_mode=False)\n"
+            "except Exception as exc:\n    print('ERROR=' + str(exc))\n"
+            "print('LITELLM=' + str('litellm' in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], env=_env(ROBOT_LAB_ALLOW_MODEL_REQUESTS="1",
+                                                                 ANTHROPIC_API_KEY=""),
+                          capture_output=True, text=True, timeout=120)
+    assert "no credentials: set ANTHROPIC_API_KEY" in done.stdout and "LITELLM=False" in done.stdout, done.stdout
 
 
 def test_unknown_scripted_behaviour_fails_fast() -> None:
     out = cli("chat", "-m", "scripted/nosuchbehaviour", "hello")
-    assert_one_clear_line(out, "scripted model 'nosuchbehaviour'")
+    assert_one_clear_line(out, "scripted model 'nosuchbehaviour'", f"looked for {REPO_ROOT}/nosuchbehaviour[.yml",
+                          "ROBOT_LAB_SCRIPTS_DIR is not set")  # where it looked
     assert "llm.retry" not in out.stderr
+    scripts = cli("chat", "-m", "scripted/nosuchbehaviour", "hello", ROBOT_LAB_SCRIPTS_DIR="/srv/scripts")
+    assert_one_clear_line(scripts, "/srv/scripts/nosuchbehaviour[.yml|.yaml|.json])")
 
 
 def test_gateway_does_not_retry_permanent_provider_errors() -> None:
@@ -320,3 +350,29 @@ def test_user_docs_link_only_inside_the_repo_and_speak_to_users() -> None:
             assert (page.parent / target).resolve().is_relative_to(REPO_ROOT.resolve()), (page.name, target)
             assert (page.parent / target).exists(), (page.name, target)
         assert not re.search(r"\bthe brief\b", text, re.I), page.name
+
+
+def test_watch_takes_the_short_run_ids_the_tables_show(real_redis_url: str, key_prefix: str) -> None:
+    """The dashboard and tables show a run's last 12 characters; `watch` and `cancel` take them."""
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
+    from robot_lab.runtime.robot import build
+
+    client = redis.Redis.from_url(real_redis_url)
+    net = create_network("nobody")
+    net.task("wait", build(f"unserved-{uid()}", model="scripted/echo"))
+    handle = Coordinator(connection=client, keys=Keys(prefix=key_prefix)).submit(net, "hi")  # no worker
+    env = {"REDIS_URL": real_redis_url, "ROBOT_LAB_KEY_PREFIX": key_prefix}
+    out = cli("watch", handle.run_id[-12:], "--plain", "--timeout", "1", **env)
+    assert "run.started" in out.stdout  # it found the run
+    assert_one_clear_line(out, f"run {handle.run_id} did not finish within 1 s", "no live worker serves it",
+                          code=124)
+    assert cli("cancel", handle.run_id[-12:], **env).stdout.strip() == f"run {handle.run_id[-12:]}: cancelled"
+    assert handle.status == "cancelled"
+    assert_one_clear_line(cli("watch", "zzzz-not-a-run", **env), "run 'zzzz-not-a-run' not found")
+    client.close()
+
+
+def test_run_no_wait_without_a_message_is_a_usage_error(real_redis_url: str, key_prefix: str) -> None:
+    out = cli("run", "robot_lab.demo:support", "--no-wait", REDIS_URL=real_redis_url, ROBOT_LAB_KEY_PREFIX=key_prefix)
+    assert_one_clear_line(out, "--no-wait needs a MESSAGE", code=2)

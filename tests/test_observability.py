@@ -251,3 +251,43 @@ def test_otel_exporter_otlp_endpoint_sends_spans_over_otlp_http(tmp_path) -> Non
     body = b"".join(data for _, data in received)
     assert paths == {"/v1/traces"}
     assert b"bus.publish" in body and b"bus.handle" in body and b"otlp-test" in body
+
+
+def test_a_worker_warm_up_sends_no_trace(spans) -> None:
+    from robot_lab.runtime.llm.gateway import LLMGateway
+    from robot_lab.workers.process import warm_up
+
+    warm_up(["scripted/echo"])
+    assert spans.get_finished_spans() == ()  # no one-span trace per worker start
+    LLMGateway(max_retries=0).complete("scripted/text:ok", [{"role": "user", "content": "a request"}])
+    assert [s.name for s in spans.get_finished_spans()] == ["llm.call"]  # a real call still is one
+
+
+def test_robot_lab_run_roots_its_trace_at_network_run(spans, real_client, monkeypatch, tmp_path) -> None:
+    """With REDIS_URL, `robot-lab run` submits and waits: its trace starts at network.run, as
+    the tree in docs/observability.md shows (and as Network.run's does)."""
+    import uuid
+
+    from click.testing import CliRunner
+
+    from robot_lab import settings
+    from robot_lab.cli import main
+    from robot_lab.network.embedded import EmbeddedWorkers
+
+    monkeypatch.setattr(settings, "_settings", None)
+    robot = f"traced-{uuid.uuid4().hex[:8]}"  # its own rq queue on the shared server
+    module = f"traced_net_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        "from robot_lab.network.dsl import create_network\nfrom robot_lab.runtime.robot import build\n"
+        f"network = create_network('half-broken')\nnetwork.task('only', build({robot!r}, model='scripted/echo'))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with EmbeddedWorkers(real_client, [robot], threads=1):
+        out = CliRunner().invoke(main, ["run", f"{module}:network", "x"])
+    assert out.exit_code == 0, out.output
+    finished = spans.get_finished_spans()
+    by_id = {s.context.span_id: s for s in finished}
+    [root] = [s for s in finished if s.parent is None or s.parent.span_id not in by_id]
+    assert root.name == "network.run" and root.attributes["robot_lab.network"] == "half-broken"
+    submit = next(s for s in finished if s.name == "network.submit")
+    assert by_id[submit.parent.span_id].name == "network.run"
+    assert {by_id[s.parent.span_id].name for s in finished if s.name == "task"} == {"network.submit"}

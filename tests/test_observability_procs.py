@@ -61,7 +61,8 @@ def test_a_request_and_a_run_across_two_processes_form_one_trace_and_are_counted
     port = free_port()
     env = child_env(real_redis_url, key_prefix)
     worker = processes.start([sys.executable, str(REPO_ROOT / "tests" / "otel_proc.py"), str(spans_file),
-                              "worker", robot.name, "--metrics-port", str(port)], env, "worker")
+                              "worker", robot.name, "--metrics-port", str(port), "--metrics-addr", "127.0.0.1",
+                              "--metrics-gauges"], env, "worker")
     wait_for(lambda: client.exists(keys.inbox(robot.name)), timeout=60, interval=0.2)
 
     net = create_network("traced")
@@ -108,6 +109,11 @@ def test_a_request_and_a_run_across_two_processes_form_one_trace_and_are_counted
     assert samples[f'robot_lab_queue_depth{{queue="tasks",robot="{name}"}}'] == 0
     assert samples[f'robot_lab_stream_lag{{robot="{name}"}}'] == 0
     assert samples["robot_lab_redis_up"] == 1
+    assert samples[f'robot_lab_task_seconds_count{{outcome="done",robot="{name}"}}'] == 1  # per robot
+    assert samples[f'robot_lab_task_seconds_sum{{outcome="done",robot="{name}"}}'] > 0
+    # the fleet-wide gauges come from the one exporter (`robot-lab metrics`), never from each worker
+    assert not [k for k in samples if k.startswith(("robot_lab_runs_", "robot_lab_workers_live",
+                                                    "robot_lab_budget_remaining"))]
 
 
 def test_the_standalone_exporter_reads_queues_dead_letters_and_budgets(client, real_redis_url, key_prefix,
@@ -175,4 +181,6 @@ def test_a_worker_with_forked_children_adds_their_counters_up_behind_one_port(
     samples = scrape(port)
     done = samples[f'robot_lab_tasks_total{{outcome="done",robot="{robot.name}"}}']
     assert done == 4  # run in the children, read by the parent's exporter
+    assert samples[f'robot_lab_task_seconds_count{{outcome="done",robot="{robot.name}"}}'] == 4
+    assert not [k for k in samples if k.startswith("robot_lab_queue_depth")]  # no --metrics-gauges
     assert samples[f'robot_lab_llm_calls_total{{model="scripted/echo",outcome="ok",robot="{robot.name}"}}'] == 4

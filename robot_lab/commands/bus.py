@@ -50,7 +50,7 @@ def _content(text: str, as_json: bool) -> Any:
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="TEXT") from exc
     if not isinstance(value, dict):
-        raise click.BadParameter("--json content must be a JSON object", param_hint="TEXT")
+        raise click.BadParameter("--content-json content must be a JSON object", param_hint="TEXT")
     return value
 
 
@@ -65,11 +65,13 @@ def _show_content(content: Any) -> str:
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait with --wait.")
 @click.option("--conversation", "conversation_id", help="Conversation id (ordering key).")
 @click.option("--from", "from_", default="cli", show_default=True, help="Sender name.")
-@click.option("--json", "as_json", is_flag=True, help="TEXT is a JSON object, sent as content.")
+@click.option("--content-json", "content_json", is_flag=True, help="TEXT is a JSON object, sent as content.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print the result as JSON: {"id": ...}, with --wait {"id", "reply"} (the reply\'s content)')
 @click.option("--create", is_flag=True, help="Create the robot's inbox if nobody registered it.")
 def send(
     robot: str, text: str, wait: bool, timeout: float, conversation_id: str | None, from_: str,
-    as_json: bool, create: bool,
+    content_json: bool, as_json: bool, create: bool,
 ) -> None:
     """Publish TEXT to ROBOT's inbox; prints the message id, or the reply with --wait.
 
@@ -77,7 +79,7 @@ def send(
     signing.keys_dir, docs/security.md); under signing.verify=require, --wait accepts only
     a reply signed by ROBOT."""
     bus = _bus()
-    content = _content(text, as_json)
+    content = _content(text, content_json)
     if wait and _embedded() and not bus.exists(robot):
         raise click.UsageError("--wait needs REDIS_URL: in embedded mode no worker shares this process's "
                                "in-process Redis, so no reply can come")
@@ -92,10 +94,11 @@ def send(
     try:
         if wait:
             reply = bus.request(robot, content, timeout=timeout, from_=from_, conversation_id=conversation_id)
-            click.echo(_show_content(reply.content))
+            click.echo(json.dumps({"id": reply.in_reply_to, "reply": reply.content}) if as_json
+                       else _show_content(reply.content))
         else:
             message = bus.publish(robot, content, from_=from_, conversation_id=conversation_id)
-            click.echo(message.id)
+            click.echo(json.dumps({"id": message.id}) if as_json else message.id)
     except AwaitTimeout as exc:
         hint = ("no REDIS_URL: embedded mode has no worker to answer" if _embedded() else
                 f"is a worker serving {robot!r}? (`robot-lab status {robot}`; raise --timeout for a slow model)")

@@ -25,6 +25,7 @@ STYLE = {
     "failed": ("✘", "bold red"),
     "skipped": ("–", "dim"),
     "cancelled": ("⊘", "magenta"),
+    "completed_with_errors": ("✘", "bold red"),
     "retrying": ("↻", "yellow"),
 }
 
@@ -49,7 +50,7 @@ class RunView:
         task = event.task
         kind = event.event
         if kind in ("run.completed", "run.cancelled", "run.failed"):
-            self.run_state = kind.split(".")[1]
+            self.run_state = str(event.data.get("status") or kind.split(".")[1])
         if task is None or task not in self.state:
             return
         if kind == "task.queued":
@@ -90,6 +91,20 @@ class RunView:
             table.add_row(str(stage_of.get(name, "")), name, self.graph.tasks[name].robot,
                           f"[{style}]{icon} {state}[/]", took, text)
         return table
+
+
+def network_models(network: Any) -> list[str] | None:
+    """The models the network's robots call (None when a robot is not in the network itself:
+    then nobody here knows, and warming up loads litellm to be safe)."""
+    from robot_lab.settings import get_settings
+
+    models = []
+    for task in network.spec.tasks:
+        spec = network.robot_spec(task.robot)
+        if spec is None:
+            return None
+        models.append(spec.model or get_settings().default_model())
+    return models
 
 
 def print_event(event: Any) -> None:
@@ -137,10 +152,11 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
     from rich.console import Console  # lazy: start-up time
     from rich.panel import Panel  # lazy: start-up time
 
-    from robot_lab import demo as demo_app  # lazy: start-up time
-    from robot_lab.memory.store import Memory  # lazy: start-up time
-    from robot_lab.network.coordinator import Coordinator, is_embedded  # lazy: start-up time
-    from robot_lab.workers.process import warm_up  # lazy: start-up time
+    from robot_lab import demo as demo_app
+    from robot_lab.commands.waiting import exit_for_result
+    from robot_lab.memory.store import Memory
+    from robot_lab.network.coordinator import Coordinator, is_embedded
+    from robot_lab.workers.process import warm_up
 
     if delay_ms is not None and delay_ms < 0:
         raise click.BadParameter("must be >= 0", param_hint="--delay-ms")
@@ -158,8 +174,8 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
         console.print("[dim]embedded mode: in-process Redis (fakeredis), 4 in-process workers, scripted model[/]")
     console.print(Panel(message, title="customer message"))
     console.print(network.visualize(), style="dim", markup=False, highlight=False)
-    with console.status("loading the model gateway (litellm)..."):
-        warm_up()
+    with console.status("warming up the robots' models..."):
+        warm_up(network_models(network))  # litellm only for a provider model, as a worker does
     started = time.monotonic()
     handle = coordinator.submit(network, message)
     notes = None if embedded else WorkerNotes(
@@ -191,6 +207,5 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
     console.print(f"routed to: [bold]{routed}[/]   shared memory: {found}   "
                   f"wall time: {time.monotonic() - started:.2f}s")
     console.print(Panel(result.reply or "(no reply)", title=f"final answer ({result.final_task})",
-                        border_style="green" if result.status == "completed" else "red"))
-    if result.status != "completed":
-        sys.exit(1)
+                        border_style="green" if result.ok else "red"))
+    exit_for_result(result)

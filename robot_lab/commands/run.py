@@ -84,9 +84,16 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
     With REDIS_URL the tasks go to `robot-lab worker` / `rq worker` processes (while a task
     waits on a queue that no live worker serves, a note says so every few seconds); without,
     they run in this process.
-    """
-    from robot_lab.network.coordinator import Coordinator, is_embedded  # lazy: start-up time
 
+    Exit status: 0 completed; 3 completed_with_errors (a task failed, the run went on);
+    1 cancelled or an error; 124 --timeout passed; 130 interrupted.
+    """
+    from robot_lab.commands.waiting import exit_for_result
+    from robot_lab.network.coordinator import Coordinator, is_embedded
+
+    if message is None and no_wait:
+        raise click.UsageError("--no-wait needs a MESSAGE: the run would start on an empty message "
+                               "(pass '' to mean that)")
     network = resolve_target(target)
     ctx = _context(context)
     coordinator = Coordinator()
@@ -101,34 +108,40 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
             click.echo(f"Error: {timeout_line(run_id, timeout, [], embedded=True)}", err=True)
             sys.exit(TIMEOUT_EXIT)
     else:
-        handle = coordinator.submit(network, message, context=ctx)
-        if no_wait:
-            click.echo(handle.run_id)
-            return
-        click.echo(f"run {handle.run_id} submitted", err=True)
-        with WorkerNotes(handle, lambda line: click.echo(f"note: {line}", err=True)):
-            try:
-                result = handle.wait(timeout=timeout)  # rides out a Redis outage, result included
-            except AwaitTimeout:
-                click.echo(f"Error: {timeout_line(handle.run_id, timeout, waiting_for(handle))}", err=True)
-                sys.exit(TIMEOUT_EXIT)
-            except KeyboardInterrupt:
-                click.echo(f"\nstopped waiting; run {handle.run_id} goes on: `robot-lab watch {handle.run_id}` "
-                           f"or `robot-lab cancel {handle.run_id}`", err=True)
-                sys.exit(130)
+        from robot_lab.observability import otel
+
+        # the trace's root, as in Network.run: network.run > network.submit > task ...
+        with otel.span("network.run", {"network": network.spec.name}):
+            handle = coordinator.submit(network, message, context=ctx)
+            if no_wait:
+                click.echo(handle.run_id)
+                return
+            click.echo(f"run {handle.run_id} submitted", err=True)
+            with WorkerNotes(handle, lambda line: click.echo(f"note: {line}", err=True)):
+                try:
+                    result = handle.wait(timeout=timeout)  # rides out a Redis outage, result included
+                except AwaitTimeout:
+                    click.echo(f"Error: {timeout_line(handle.run_id, timeout, waiting_for(handle))}", err=True)
+                    sys.exit(TIMEOUT_EXIT)
+                except KeyboardInterrupt:
+                    click.echo(f"\nstopped waiting; run {handle.run_id} goes on: `robot-lab watch {handle.run_id}` "
+                               f"or `robot-lab cancel {handle.run_id}`", err=True)
+                    sys.exit(130)
     _print_result(result, as_json)
-    if result.status != "completed":
-        sys.exit(1)
+    exit_for_result(result)
 
 
 @click.command("watch")
-@click.argument("run_id", required=False)
+@click.argument("run_id", required=False, metavar="[RUN_ID]")
 @click.option("--all", "all_runs", is_flag=True, help="Coordinator mode: sweep and report every run, forever")
 @click.option("--plain", is_flag=True, help="Print events as lines instead of the live view")
-@click.option("--timeout", type=float, default=None)
+@click.option("--timeout", type=float, default=None,
+              help="Seconds to follow the run before giving up (exit 124; the run goes on)")
 def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None) -> None:
-    """Follow RUN_ID until it ends (sweeping lost tasks back to the queues meanwhile)."""
-    from robot_lab.network.coordinator import Coordinator, is_embedded  # lazy: start-up time
+    """Follow RUN_ID until it ends (sweeping lost tasks back to the queues meanwhile).
+
+    Exit status as for `robot-lab run`: 0 completed, 3 completed_with_errors, 1 cancelled."""
+    from robot_lab.network.coordinator import Coordinator, is_embedded
 
     coordinator = Coordinator()
     if is_embedded(coordinator.connection):
@@ -143,12 +156,21 @@ def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None
     except ConfigurationError as exc:
         raise click.ClickException(str(exc)) from exc
 
-    if plain:
-        for event in handle.follow(timeout=timeout):
-            print_event(event)
-    else:
-        follow_live(handle, title=f"run {run_id}", timeout=timeout)
-    _print_result(handle.result(), False)
+    try:
+        if plain:
+            for event in handle.follow(timeout=timeout):
+                print_event(event)
+        else:
+            follow_live(handle, title=f"run {handle.run_id}", timeout=timeout)
+    except AwaitTimeout:
+        click.echo(f"Error: {timeout_line(handle.run_id, timeout, waiting_for(handle))}", err=True)
+        sys.exit(TIMEOUT_EXIT)
+    result = handle.result()
+    _print_result(result, False)
+    if result.status != "running":
+        from robot_lab.commands.waiting import exit_for_result
+
+        exit_for_result(result)
 
 
 def _watch_all(coordinator: Any) -> None:

@@ -12,7 +12,9 @@ from robot_lab.commands.status import EMBEDDED_NOTE
 
 @click.command("runs")
 @click.option("--limit", "-n", type=int, default=20, show_default=True)
-@click.option("--status", "status_filter", type=click.Choice(["running", "completed", "cancelled"]), default=None)
+@click.option("--status", "status_filter", default=None,
+              type=click.Choice(["running", "completed", "completed_with_errors", "cancelled"]),
+              help="Only runs in this status (completed_with_errors: finished, but a task failed)")
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON")
 def runs(limit: int, status_filter: str | None, as_json: bool) -> None:
     """Recent runs: status, duration, tasks, tokens and cost (newest first)."""
@@ -37,7 +39,7 @@ def runs(limit: int, status_filter: str | None, as_json: bool) -> None:
     for col, justify in (("run", "left"), ("network", "left"), ("status", "left"), ("started", "left"),
                          ("duration", "right"), ("tasks d/f/s", "right"), ("tokens", "right"), ("cost $", "right")):
         table.add_column(col, justify=justify, no_wrap=col == "run")
-    style = {"completed": "green", "running": "cyan", "cancelled": "magenta"}
+    style = {"completed": "green", "running": "cyan", "cancelled": "magenta", "completed_with_errors": "red"}
     for row in rows:
         started = dt.datetime.fromtimestamp(row["created_at"]).strftime("%Y-%m-%d %H:%M:%S") if row["created_at"] else ""
         duration = f"{row['duration']:.2f}s" if row["duration"] is not None else ""

@@ -27,7 +27,7 @@ def render_status(data: dict[str, Any]) -> None:
     console.print(f"[bold]robot-lab[/] prefix [cyan]{data['prefix']}[/] on {data['redis']}")
     if data["redis"] == "embedded":
         console.print(f"[yellow]{EMBEDDED_NOTE}[/]", soft_wrap=True)
-    if not data["robots"]:
+    if not data["robots"] and not data["unknown"]:  # (a typo gets its problem line instead)
         console.print("[dim]no robots yet: no inbox, queue, worker or run under this prefix[/]")
     else:
         console.print(_robots_table(data))
@@ -47,6 +47,8 @@ def render_status(data: dict[str, Any]) -> None:
     for problem in data["problems"]:
         console.print(f"[yellow]! {problem}[/]", soft_wrap=True, highlight=False)
 
+
+PROBLEMS_EXIT = 3  # `status --check`: something needs a human (the problem lines say what)
 
 EMBEDDED_NOTE = ("embedded mode (no REDIS_URL): this command sees only its own in-process Redis, which is "
                  "empty; set REDIS_URL to the Redis your workers use")
@@ -75,12 +77,14 @@ def _robots_table(data: dict[str, Any]) -> Any:
 @click.command("status")
 @click.argument("robots", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print the status document as JSON")
-def status(robots: tuple[str, ...], as_json: bool) -> None:
+@click.option("--check", is_flag=True, help="Exit 3 when there is any problem line (for cron, CI and probes)")
+def status(robots: tuple[str, ...], as_json: bool, check: bool) -> None:
     """Queues, workers, bus lag, dead letters and active runs of ROBOTS (default: every
     robot this key prefix knows), and a problem line for each thing that needs a human.
-    Exit 1 when a named robot is unknown. It never requeues anything; it only drops rq's
-    registrations of workers that are certainly dead."""
-    from robot_lab.workers.fleet_status import collect_status  # lazy: start-up time
+    Exit 1 when a named robot is unknown; with --check, 3 when there is any problem line.
+    It never requeues anything; it only drops rq's registrations of workers that are
+    certainly dead."""
+    from robot_lab.workers.fleet_status import collect_status
 
     data = collect_status(robots=list(robots) or None)
     if as_json:
@@ -89,6 +93,8 @@ def status(robots: tuple[str, ...], as_json: bool) -> None:
         render_status(data)
     if data["unknown"]:  # the user named a robot that does not exist: a mistake, not a state
         sys.exit(1)
+    if check and data["problems"]:
+        sys.exit(PROBLEMS_EXIT)
 
 
 @click.command("health")

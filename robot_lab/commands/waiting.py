@@ -19,6 +19,42 @@ if TYPE_CHECKING:
 
 NOTE_EVERY = 5.0  # seconds between "still no live worker" notes
 TIMEOUT_EXIT = 124  # like timeout(1): the wait gave up, the run itself may still finish
+FAILED_TASKS_EXIT = 3  # the run finished, but at least one task failed (completed_with_errors)
+RUN_NOT_DONE_EXIT = 1  # cancelled, or any status but a finish
+
+
+def run_exit_code(status: str) -> int:
+    """The exit status of ``run`` / ``demo`` / ``watch`` for a run that ended in ``status``:
+    0 only for ``completed``, so a CI step or a Kubernetes Job fails when a task did."""
+    if status == "completed":
+        return 0
+    return FAILED_TASKS_EXIT if status == "completed_with_errors" else RUN_NOT_DONE_EXIT
+
+
+def failed_tasks_line(result: Any) -> str | None:
+    """One line naming the failed tasks of a finished run and the first one's error."""
+    failed = [name for name, state in result.states.items() if state == "failed"]
+    if not failed:
+        return None
+    first = result.context.get(failed[0])
+    error = " ".join(str(getattr(first, "error", "") or "").split())[:200]
+    more = f" ({error})" if error else ""
+    return (f"run {result.run_id}: {len(failed)} task(s) failed: {', '.join(failed)}{more}; "
+            f"the run went on past them (status {result.status})")
+
+
+def exit_for_result(result: Any) -> None:
+    """Exit as :func:`run_exit_code` says, after one line on stderr naming the failed tasks."""
+    import sys
+
+    import click
+
+    line = failed_tasks_line(result)
+    if line:
+        click.echo(f"Error: {line}", err=True)
+    code = run_exit_code(result.status)
+    if code:
+        sys.exit(code)
 
 
 def serving(connection: RedisClient, keys: Any, robots: list[str]) -> dict[str, bool]:

@@ -15,17 +15,16 @@ from robot_lab.bus import Bus
 from robot_lab.errors import BusError, ConfigurationError
 from robot_lab.keys import Keys
 from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.run_state import RUN_FINISHED as FINISHED_RUN  # the run statuses that end a run (the page reads it)
 from robot_lab.text.strings import as_str as _s
 from robot_lab.workers.fleet_status import collect_status, recent_runs
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
 
-FINISHED_RUN = ("completed", "failed", "cancelled")
-
 
 class DashboardData:
-    """The dashboard's reads and its two actions over one connection."""
+    """The dashboard's reads and its actions over one connection."""
 
     def __init__(self, connection: RedisClient, keys: Keys) -> None:
         self.r = connection
@@ -38,7 +37,39 @@ class DashboardData:
             "prefix": status["prefix"], "redis": status["redis"], "time": status["time"],
             "robots": status["robots"], "workers": status["workers"], "active": status["runs"],
             "recent": recent_runs(self.r, self.keys, limit=20), "problems": status["problems"],
+            "failed_tasks": self.failed_tasks(),
         }
+
+    def failed_tasks(self, runs: int = 50, limit: int = 50) -> list[dict[str, Any]]:
+        """The failed tasks of the latest ``runs`` runs (newest run first) with their error:
+        what an operator looks at first. Two pipelined reads whatever the number of runs."""
+        ids = [_s(r) for r in self.r.zrevrange(self.keys.runs_index(), 0, runs - 1)]
+        pipe = self.r.pipeline(transaction=False)
+        for run_id in ids:
+            key = self.keys.run(run_id)
+            pipe.hmget(key, "network", "status", "finished_at")
+            pipe.hgetall(key + ":state")
+        replies = pipe.execute()
+        failed: list[tuple[str, list[Any], str]] = []
+        for i, run_id in enumerate(ids):
+            meta, states = replies[2 * i], replies[2 * i + 1]
+            failed += [(run_id, meta, _s(t)) for t, v in states.items() if _s(v) == "failed"]
+        failed = failed[:limit]
+        pipe = self.r.pipeline(transaction=False)
+        for run_id, _, task in failed:
+            key = self.keys.run(run_id)
+            pipe.hget(key + ":results", task)
+            pipe.hget(key + ":graph", task)
+            pipe.hget(key + ":attempts", task)
+        replies = pipe.execute() if failed else []
+        out = []
+        for i, (run_id, meta, task) in enumerate(failed):
+            result, node, attempts = (_json(v) for v in replies[3 * i:3 * i + 3])
+            out.append({"run_id": run_id, "network": _s(meta[0] or b""), "run_status": _s(meta[1] or b""),
+                        "finished_at": float(meta[2]) if meta[2] else None, "task": task,
+                        "robot": (node or {}).get("robot"), "attempt": attempts or 0,
+                        "error": (result or {}).get("error")})
+        return out
 
     def dead_letters(self, robot: str, limit: int = 50) -> list[dict[str, Any]]:
         letters = Bus(redis=self.r, keys=self.keys).dead_letters(robot, limit)
@@ -49,9 +80,9 @@ class DashboardData:
         key = self.keys.run(run_id)
         pipe = self.r.pipeline(transaction=False)
         pipe.hgetall(key)
-        for suffix in (":graph", ":state", ":results", ":attempts"):
+        for suffix in (":graph", ":state", ":results", ":attempts", ":inputs"):
             pipe.hgetall(key + suffix)
-        meta, graph, states, results, attempts = pipe.execute()
+        meta, graph, states, results, attempts, inputs = pipe.execute()
         if not meta:
             raise ConfigurationError(f"no run {run_id!r} (finished runs expire)")
         meta = {_s(k): _s(v) for k, v in meta.items()}
@@ -63,7 +94,9 @@ class DashboardData:
             result = _json(results.get(name.encode()) or results.get(name))
             tasks.append({
                 "name": name, "robot": node.get("robot"), "deps": node.get("deps", []),
-                "optional": bool(node.get("optional")), "state": _s(states.get(name.encode(), b"pending")),
+                "optional": bool(node.get("optional")), "activators": node.get("activators", []),
+                "input": _s(inputs[name.encode()]) if name.encode() in inputs else None,
+                "state": _s(states.get(name.encode(), b"pending")),
                 "attempt": int(_s(attempts.get(name.encode(), b"0")) or 0),
                 "reply": (result or {}).get("reply"), "error": (result or {}).get("error"),
                 "input_tokens": (result or {}).get("input_tokens", 0),
@@ -100,6 +133,13 @@ class DashboardData:
     # --- actions (only when the server has a token) ---------------------------------------
     def cancel(self, run_id: str) -> str:
         return Coordinator(connection=self.r, keys=self.keys).cancel(run_id, "cancelled from the dashboard")
+
+    def rerun(self, run_id: str, task: str) -> str:
+
+        status = Coordinator(connection=self.r, keys=self.keys).rerun(run_id, task)
+        if status != "ok":
+            raise ConfigurationError(f"cannot re-run task {task!r} of run {run_id}: {status}")
+        return status
 
     def replay(self, robot: str, ids: list[str] | None) -> list[str]:
         try:

@@ -1,6 +1,6 @@
 """The dashboard's HTTP side: Starlette routes, server-sent events, the action guard.
 
-Read-only by default: the two actions (cancel a run, replay dead letters) exist only when
+Read-only by default: the actions (cancel a run, re-run a failed task, replay dead letters) exist only when
 the server was started with a token (``robot-lab dashboard --allow-actions``), and each POST
 must carry it as ``Authorization: Bearer <token>``. The page never embeds the token; the
 operator pastes it once (kept in the tab's sessionStorage).
@@ -8,12 +8,18 @@ operator pastes it once (kept in the tab's sessionStorage).
 Live runs: ``GET /api/runs/<id>/stream`` is an SSE stream. Each event's ``id`` is the pair of
 stream cursors (run events, memory changes), so a browser that reconnects with
 ``Last-Event-ID`` resumes where it was; the stream ends after the run's ``stream.ended``.
+
+Redis away (a restart, a failover): every API call answers 503 with ``{"error", "redis":
+"down"}`` (the page shows a banner and keeps polling), a live stream sends ``redis`` events
+(down, then up) and reads on from its cursors, and the log gets one ``redis.lost`` /
+``redis.back`` pair per outage instead of a traceback per request.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +36,7 @@ from robot_lab.dashboard.data import FINISHED_RUN, DashboardData
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
+from robot_lab.outage import OutageTracker, describe, is_outage
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
@@ -40,12 +47,21 @@ STATIC = Path(__file__).resolve().parent / "static"
 FEED_BLOCK_MS = 1000  # one XREAD wait; also how often a quiet stream checks for a closed tab
 
 
+class RedisAway(Exception):
+    """Redis did not answer a request (an outage): the client gets a 503, not a traceback."""
+
+
 def create_app(connection: RedisClient, keys: Keys, *, token: str | None = None) -> Starlette:
     """The ASGI app. ``token`` None: read-only (every POST answers 403)."""
     data = DashboardData(connection, keys)
+    outage = OutageTracker("dashboard")
 
     async def threaded(fn: Any, *args: Any) -> Any:
-        return await anyio.to_thread.run_sync(fn, *args)
+        return await _redis_call(outage, fn, *args)
+
+    async def redis_away(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"error": f"Redis is not answering: {exc} (retrying)", "redis": "down"},
+                            status_code=503)
 
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
@@ -72,7 +88,7 @@ def create_app(connection: RedisClient, keys: Keys, *, token: str | None = None)
         except ConfigurationError as exc:
             return JSONResponse({"error": str(exc)}, status_code=404)
         events_at, memory_at = _cursors(request.headers.get("last-event-id"))
-        return StreamingResponse(_feed(data, snapshot, events_at, memory_at), media_type="text/event-stream",
+        return StreamingResponse(_feed(data, snapshot, events_at, memory_at, outage), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     def guarded(action: Any) -> Any:
@@ -86,6 +102,8 @@ def create_app(connection: RedisClient, keys: Keys, *, token: str | None = None)
             try:
                 body = await request.json() if await request.body() else {}
                 result = await threaded(action, request.path_params, body)
+            except RedisAway:
+                raise
             except (ConfigurationError, ValueError) as exc:
                 return JSONResponse({"error": str(exc)}, status_code=400)
             log.info("dashboard.action", action=action.__name__, **request.path_params)
@@ -95,6 +113,9 @@ def create_app(connection: RedisClient, keys: Keys, *, token: str | None = None)
 
     def cancel(params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         return {"status": data.cancel(params["run_id"])}
+
+    def rerun(params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        return {"status": data.rerun(params["run_id"], params["task"])}
 
     def replay(params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         ids = body.get("ids")
@@ -111,9 +132,24 @@ def create_app(connection: RedisClient, keys: Keys, *, token: str | None = None)
         Route("/api/runs/{run_id}", run),
         Route("/api/runs/{run_id}/stream", stream),
         Route("/api/runs/{run_id}/cancel", guarded(cancel), methods=["POST"]),
+        Route("/api/runs/{run_id}/tasks/{task}/rerun", guarded(rerun), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, exception_handlers={RedisAway: redis_away})
+
+
+async def _redis_call(outage: OutageTracker, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` on a worker thread; an outage becomes :class:`RedisAway`, logged once
+    per outage (``redis.lost`` then ``redis.back``)."""
+    try:
+        result = await anyio.to_thread.run_sync(fn, *args)
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        outage.lost(exc)
+        raise RedisAway(describe(exc)) from None
+    outage.back()
+    return result
 
 
 def _cursors(last_event_id: str | None) -> tuple[str, str]:
@@ -128,15 +164,27 @@ def _sse(event: str, payload: Any, event_id: str | None = None) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(payload, default=str)}\n\n"
 
 
-async def _feed(data: DashboardData, snapshot: dict[str, Any], events_at: str, memory_at: str
-                ) -> AsyncIterator[str]:
-    """snapshot, then every run event and memory change as it lands, then ``end``."""
+async def _feed(data: DashboardData, snapshot: dict[str, Any], events_at: str, memory_at: str,
+                outage: OutageTracker | None = None) -> AsyncIterator[str]:
+    """snapshot, then every run event and memory change as it lands, then ``end``. Through
+    a Redis outage it sends ``redis`` events (down, then up) and reads on from its cursors."""
+    outage = outage or OutageTracker("dashboard")
     run_id = snapshot["run_id"]
     yield _sse("snapshot", snapshot)
     finished = snapshot["status"] in FINISHED_RUN
+    away = False
     while True:
-        events, changes, events_at, memory_at = await anyio.to_thread.run_sync(
-            data.feed, run_id, events_at, memory_at, 0 if finished else FEED_BLOCK_MS)
+        try:
+            events, changes, events_at, memory_at = await _redis_call(
+                outage, data.feed, run_id, events_at, memory_at, 0 if finished else FEED_BLOCK_MS)
+        except RedisAway as exc:
+            away = True
+            yield _sse("redis", {"down": True, "error": str(exc)})
+            await anyio.sleep(outage.backoff.next_delay())
+            continue
+        if away:
+            away = False
+            yield _sse("redis", {"down": False})
         cursor = f"{events_at}|{memory_at}"
         for change in changes:
             yield _sse("memory", change, cursor)
@@ -149,6 +197,13 @@ async def _feed(data: DashboardData, snapshot: dict[str, Any], events_at: str, m
                 final = await anyio.to_thread.run_sync(data.run, run_id)
             except ConfigurationError:
                 final = snapshot
+            except Exception as exc:  # Redis went away right at the end: the next round retries
+                if not is_outage(exc):
+                    raise
+                continue
+            if final["status"] not in FINISHED_RUN:  # a re-run task made it run again: read on
+                finished = False
+                continue
             yield _sse("snapshot", final, cursor)
             yield _sse("end", {"status": final["status"]}, cursor)
             return
@@ -156,9 +211,11 @@ async def _feed(data: DashboardData, snapshot: dict[str, Any], events_at: str, m
             yield ": keep-alive\n\n"  # lets the server notice a closed tab
             if not finished:
                 try:
-                    finished = (await anyio.to_thread.run_sync(data.run, run_id))["status"] in FINISHED_RUN
+                    finished = (await _redis_call(outage, data.run, run_id))["status"] in FINISHED_RUN
                 except ConfigurationError:  # the run expired while we watched
                     finished = True
+                except RedisAway:
+                    continue
 
 
 def serve(*, host: str, port: int, url: str | None = None, token: str | None = None) -> None:
@@ -167,5 +224,30 @@ def serve(*, host: str, port: int, url: str | None = None, token: str | None = N
 
     connection = connect(url) if url else get_redis()
     app = create_app(connection, default_keys(), token=token)
+    _check_port(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"dashboard on http://{shown}:{port}/ ({'actions enabled' if token else 'read-only'}; Ctrl-C stops it)",
+          file=sys.stderr, flush=True)
     log.info("dashboard.serving", host=host, port=port, actions=token is not None)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def _check_port(host: str, port: int) -> None:
+    """A busy port or an address this host lacks is the user's to fix: one clear line
+    (uvicorn would log its own error and exit)."""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ConfigurationError(f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            hint = " (another process listens there: pick another --port)" if exc.errno == errno.EADDRINUSE else ""
+            raise ConfigurationError(f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}{hint}"
+                                     ) from None

@@ -61,6 +61,16 @@ class NetworkResult:
     def reply(self) -> str | None:
         return self.value.reply if self.value is not None else None
 
+    @property
+    def ok(self) -> bool:
+        """True only for a run that finished with no failed task."""
+        return self.status == "completed"
+
+    @property
+    def failed_tasks(self) -> list[str]:
+        """The tasks whose robot failed (the run went on past them)."""
+        return [name for name, state in self.states.items() if state == "failed"]
+
     def __getitem__(self, task: str) -> RobotResult:
         return self.context[task]
 
@@ -85,7 +95,7 @@ class RunHandle:
 
     def follow(self, *, timeout: float | None = None, sweep: bool = True,
                block_ms: int = 500) -> Iterator[RunEvent]:
-        """Yield events as they come (replaying from the start) until ``stream.ended``.
+        """Yield events as they come (replaying from the start) until the last ``stream.ended``.
 
         A Redis outage (restart, failover) is waited out with backoff and one ``redis.lost``
         / ``redis.back`` log line pair; the events are read on from where they stopped."""
@@ -108,10 +118,11 @@ class RunHandle:
                 outage.pause()
             else:
                 outage.back()
-            for entry_id, event in entries:
+            for index, (entry_id, event) in enumerate(entries):
                 last = entry_id
                 yield event
-                if event.event == "stream.ended":
+                # the end, unless a re-run task made the finished run run again: its events follow
+                if event.event == "stream.ended" and index == len(entries) - 1 and self.store.status() != "running":
                     return
             if over:
                 return
@@ -240,16 +251,44 @@ class Coordinator:
         log.info("run.submitted", run_id=run_id, network=graph.spec.name, queued=[t for t, _, _ in items])
         return RunHandle(self, run_id)
 
+    def resolve_run_id(self, given: str) -> str:
+        """A run id, or the end of one (the dashboard and `runs` tables show the last 12
+        characters) when exactly one run of the index ends with it."""
+        if len(given) >= 36 or self.connection.exists(self.keys.run(given)):
+            return given
+        found = sorted({_s(member) for member, _ in self.connection.zscan_iter(
+            self.keys.runs_index(), match=f"*{_glob_escape(given)}", count=1000)})
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise ConfigurationError(f"run id {given!r} is ambiguous: {', '.join(found[:5])}"
+                                     f"{' ...' if len(found) > 5 else ''} (give more of it)")
+        return given  # unknown: attach() / cancel() say so
+
     def attach(self, run_id: str) -> RunHandle:
-        handle = RunHandle(self, run_id)
+        handle = RunHandle(self, self.resolve_run_id(run_id))
         handle.store.meta()  # raises a clear error for an unknown run
         return handle
 
     def cancel(self, run_id: str, reason: str = "cancelled by user") -> str:
-        store = RunStore(self.connection, self.keys, run_id)
+        store = RunStore(self.connection, self.keys, self.resolve_run_id(run_id))
         store.meta()
         status = store.cancel(reason)
         store.finish_housekeeping()
+        return status
+
+    def rerun(self, run_id: str, task: str) -> str:
+        """Run failed ``task`` of ``run_id`` again (the tasks after it too); returns ``ok``
+        or why it was refused (:meth:`RunStore.rerun`). The run is swept and followed again
+        like a new one."""
+        store = RunStore(self.connection, self.keys, run_id)
+        store.meta()  # a clear error for an unknown run
+        status, items = store.rerun(task)
+        if status != "ok":
+            return status
+        self.connection.sadd(self.keys.runs_active(), run_id)  # another slot than the run: after the script
+        enqueue_jobs(self.connection, self.keys, run_id, items, graph_for(store))
+        log.info("run.rerun", run_id=run_id, task=task, queued=[t for t, _, _ in items])
         return status
 
     # --- sweeping -------------------------------------------------------------------------
@@ -322,6 +361,15 @@ class Coordinator:
 
 def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal inside a Redis MATCH pattern."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
 __all__ = ["Coordinator", "NetworkResult", "RunHandle", "is_embedded"]

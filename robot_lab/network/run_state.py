@@ -28,6 +28,12 @@ by ``max_concurrent_robots``) -> ``queued`` (an rq job exists or is about to) ->
 (claimed by a worker holding the lease) -> ``done`` | ``failed``; or ``skipped`` (never
 activated, or every parent skipped) and ``cancelled``.
 
+Run statuses (``R.status``): ``running`` -> ``completed`` (every task ended and none failed)
+| ``completed_with_errors`` (every task ended and at least one failed: the run went on past
+the failure, as a network does, but it is not a success) | ``cancelled``. The finishing
+transition is ``finish_run`` in :mod:`.transitions`; it also writes ``tasks_done``,
+``tasks_failed`` and ``tasks_skipped`` on the run record.
+
 The scripts themselves are in :mod:`.transitions`; turning runnable tasks into rq jobs is
 :mod:`.enqueue`.
 """
@@ -60,9 +66,14 @@ from robot_lab.tracing import outgoing_traceparent
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
 
-__all__ = ["DEFAULT_LEASE_MS", "RUN_TTL", "TERMINAL", "RunStore", "SweepView", "TaskStart"]
+__all__ = ["DEFAULT_LEASE_MS", "RUN_CANCELLED", "RUN_COMPLETED", "RUN_COMPLETED_WITH_ERRORS", "RUN_FINISHED", "RUN_TTL",
+           "TERMINAL", "RunStore", "SweepView", "TaskStart"]
 
 TERMINAL = frozenset({"done", "failed", "skipped", "cancelled"})
+RUN_COMPLETED = "completed"
+RUN_COMPLETED_WITH_ERRORS = "completed_with_errors"  # finished, but a task failed
+RUN_CANCELLED = "cancelled"
+RUN_FINISHED = (RUN_COMPLETED, RUN_COMPLETED_WITH_ERRORS, RUN_CANCELLED)
 DEFAULT_LEASE_MS = 5000
 DEFAULT_MAX_ATTEMPTS = 5
 RUN_TTL = 7 * 86_400
@@ -331,6 +342,15 @@ class RunStore:
 
     def cancel(self, reason: str = "cancelled") -> str:
         return _decode(self._eval(transitions.CANCEL, reason))
+
+    def rerun(self, task: str) -> tuple[str, list[tuple[str, str, str]]]:
+        """Run failed ``task`` again, and everything downstream of it after it (see RERUN in
+        :mod:`.transitions`). Returns (status, jobs to enqueue); status ``ok``, or why not:
+        ``unknown``, ``cancelled``, ``unknown-task``, ``not-failed``, ``busy <task>``."""
+        raw = [_decode(v) for v in self._eval(transitions.RERUN, task)]
+        if raw[0] != "ok":
+            return " ".join(raw), []
+        return "ok", _triples(raw[1:])
 
     def repair_queued(self, grace: float = 2.0, view: SweepView | None = None) -> list[tuple[str, str, str]]:
         """Queued tasks whose rq job vanished (the enqueuer died between script and enqueue)."""

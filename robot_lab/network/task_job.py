@@ -251,7 +251,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         if result.input_tokens or result.output_tokens:
             usage = {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
                      "cost": result.cost}
-        metrics.task_finished(robot_name, result.failed)  # before the run can be seen complete
+        metrics.task_finished(robot_name, result.failed, result.duration)  # before the run can be seen complete
         # The robot's work is done: a Redis outage now must not throw it away. Both calls
         # are safe to repeat (a repeated complete is refused, the first one counted; a
         # child whose enqueue was lost is re-enqueued by the sweeper's repair of queued tasks).
@@ -359,22 +359,23 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
     writes = local_writes(memory.scope)
     budgets = _run_budgets(store, combined, job_id, worker)
     try:
-        result = robot.run(
-            message,
-            tools=tools,
-            mcp=mcp,
-            network_config=network_config,
-            task_config=task_config,
-            on_content=deltas.add if stream else None,
-            extra_tools=extra,
-            run_id=store.run_id,
-            task=task,
-            memory=memory,
-            network_hooks=network_hooks,
-            budgets=budgets,
-            doom_loop=_run_doom_loop(store, combined),
-            **context,
-        )
+        with robot.shared_mcp():  # a robot per task: its MCP servers are the process's, not its own
+            result = robot.run(
+                message,
+                tools=tools,
+                mcp=mcp,
+                network_config=network_config,
+                task_config=task_config,
+                on_content=deltas.add if stream else None,
+                extra_tools=extra,
+                run_id=store.run_id,
+                task=task,
+                memory=memory,
+                network_hooks=network_hooks,
+                budgets=budgets,
+                doom_loop=_run_doom_loop(store, combined),
+                **context,
+            )
     finally:
         # the last text.delta and the memory.changed events go out with the result
         work.owed += deltas.take()

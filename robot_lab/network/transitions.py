@@ -75,6 +75,24 @@ local function emit(event, task, robot, data_json)
   table.insert(parts, '}')
   redis.call('XADD', EVENTS, '*', 'event', table.concat(parts))
 end
+-- How a finished run ends (every task terminal): 'completed' when no task failed, else
+-- 'completed_with_errors' -- a failing robot does not stop the run, but the run must not
+-- read as a success. The task counts go on the run record and into run.completed's data,
+-- so listings and watchers need not read the task states.
+local function finish_run(order, ts)
+  local counts = {done = 0, failed = 0, skipped = 0, cancelled = 0}
+  for _, t in ipairs(order) do
+    local s = st(t)
+    counts[s] = (counts[s] or 0) + 1
+  end
+  local status = 'completed'
+  if counts.failed > 0 then status = 'completed_with_errors' end
+  redis.call('HSET', R, 'status', status, 'finished_at', tostring(ts), 'tasks_done', counts.done,
+             'tasks_failed', counts.failed, 'tasks_skipped', counts.skipped)
+  emit('run.completed', nil, nil, '{"status":' .. cjson.encode(status) .. ',"done":' .. counts.done ..
+       ',"failed":' .. counts.failed .. ',"skipped":' .. counts.skipped .. '}')
+  emit('stream.ended', nil, nil, nil)
+end
 local G = {}  -- decoded graph entries, per call
 local function graph(t)
   local g = G[t]
@@ -152,11 +170,7 @@ local function advance()
   for _, t in ipairs(order) do
     if not TERMINAL[st(t)] then finished = false; break end
   end
-  if finished then
-    redis.call('HSET', R, 'status', 'completed', 'finished_at', tostring(ts))
-    emit('run.completed', nil, nil, nil)
-    emit('stream.ended', nil, nil, nil)
-  end
+  if finished then finish_run(order, ts) end
   return out
 end
 """
@@ -315,6 +329,56 @@ end
 emit('run.cancelled', nil, nil, '{"reason":' .. cjson.encode(ARGV[2]) .. '}')
 emit('stream.ended', nil, nil, nil)
 return 'cancelled'
+"""
+
+# ARGV: run_id, task -- run a failed task again (an operator's "re-run", e.g. from the
+# dashboard), as a new attempt. Everything downstream of it (dependents, and optional tasks
+# it could activate, transitively) goes back to pending with its result, input and activation
+# dropped, so it runs on the new result; the run is running again until advance() finishes it
+# anew. Refused while a downstream task is queued or running, and for a cancelled run.
+RERUN = _LIB + r"""
+local t = ARGV[2]
+local status = redis.call('HGET', R, 'status')
+if not status then return {'unknown'} end
+if status == 'cancelled' then return {'cancelled'} end
+local s = st(t)
+if not s then return {'unknown-task'} end
+if s ~= 'failed' then return {'not-failed'} end
+load_states()
+local order = cjson.decode(redis.call('HGET', R, 'order'))
+local reset, changed = {[t] = true}, true
+while changed do
+  changed = false
+  for _, n in ipairs(order) do
+    if not reset[n] then
+      local g = graph(n)
+      local parents = g.deps
+      if g.optional then parents = g.activators end
+      for _, p in ipairs(parents) do
+        if reset[p] then reset[n] = true; changed = true; break end
+      end
+    end
+  end
+end
+local names = {}
+for _, n in ipairs(order) do
+  if reset[n] then
+    if st(n) == 'queued' or st(n) == 'running' then return {'busy', n} end
+    table.insert(names, n)
+  end
+end
+for _, n in ipairs(names) do
+  set_st(n, n == t and 'ready' or 'pending')
+  redis.call('HDEL', RESULTS, n)
+  redis.call('HDEL', INPUTS, n)
+  redis.call('SREM', ACTIVATED, n)
+end
+redis.call('HSET', R, 'status', 'running')
+redis.call('HDEL', R, 'finished_at', 'tasks_done', 'tasks_failed', 'tasks_skipped')
+emit('task.rerun', t, graph(t).robot, '{"reset":' .. cjson.encode(names) .. '}')
+local out = advance()
+table.insert(out, 1, 'ok')
+return out
 """
 
 EMIT = _LIB + r"""

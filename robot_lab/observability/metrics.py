@@ -40,6 +40,8 @@ class _Metrics:
         self.in_flight = Gauge("robot_lab_messages_in_flight", "Bus messages being handled now", ["robot"],
                                multiprocess_mode="livesum")
         self.tasks = Counter("robot_lab_tasks", "Network tasks finished by this process", ["robot", "outcome"])
+        self.task_seconds = Histogram("robot_lab_task_seconds", "Network task duration in this process (the "
+                                      "robot's run, claim to result)", ["robot", "outcome"], buckets=LATENCY_BUCKETS)
         self.llm_calls = Counter("robot_lab_llm_calls", "Model calls", ["robot", "model", "outcome"])
         self.tokens = Counter("robot_lab_llm_tokens", "Model tokens", ["robot", "model", "direction"])
         self.cost = Counter("robot_lab_llm_cost_usd", "Model cost in USD (litellm's price table)", ["robot", "model"])
@@ -139,9 +141,12 @@ def wrong_type_key(robot: str) -> None:
         _m.wrong_type.labels(robot).inc()
 
 
-def task_finished(robot: str, failed: bool) -> None:
+def task_finished(robot: str, failed: bool, seconds: float | None = None) -> None:
     if _m is not None:
-        _m.tasks.labels(robot, "failed" if failed else "done").inc()
+        outcome = "failed" if failed else "done"
+        _m.tasks.labels(robot, outcome).inc()
+        if seconds is not None:
+            _m.task_seconds.labels(robot, outcome).observe(seconds)
 
 
 def llm_call(model: str, response: Any, error: BaseException | None = None) -> None:

@@ -18,6 +18,7 @@ receiving side opens its span with that traceparent as remote parent.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import os
@@ -185,6 +186,19 @@ def _attr_value(value: Any) -> Any:
     return value if isinstance(value, (str, bool, int, float)) else str(value)
 
 
+_untraced: contextvars.ContextVar[bool] = contextvars.ContextVar("robot_lab_untraced", default=False)
+
+
+@contextmanager
+def untraced() -> Iterator[None]:
+    """No span inside this block (a worker's warm-up call: no one-span trace per start)."""
+    token = _untraced.set(True)
+    try:
+        yield
+    finally:
+        _untraced.reset(token)
+
+
 def span(name: str, attributes: Attrs | None = None, *, parent: str | None = None, kind: str = "internal"
          ) -> _Span | _NullSpan:
     """A span around a block: ``with span("llm.call", {"model": m}) as s: ... s.set(tokens=n)``.
@@ -194,7 +208,7 @@ def span(name: str, attributes: Attrs | None = None, *, parent: str | None = Non
     client or server.
     """
     t = tracer()
-    if t is None:
+    if t is None or _untraced.get():
         return NULL_SPAN
     from opentelemetry import trace  # lazy: start-up time
 

@@ -225,6 +225,7 @@ RUN_EVENT_NAMES: tuple[str, ...] = (
     # additions for distributed networks
     "task.queued", "task.started", "task.completed", "task.failed", "task.skipped",
     "task.retrying", "tool_call.started", "tool_call.completed", "run.cancelled", "memory.changed",
+    "task.rerun",
 )
 
 

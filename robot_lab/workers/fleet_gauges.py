@@ -6,9 +6,10 @@ What no single process knows -- how deep a robot's queues are, how far its consu
 lags, what a shared budget has left -- is read from Redis when Prometheus scrapes, by
 :class:`RedisCollector`: a few pipelined reads per robot, no state kept between scrapes.
 
-``robot-lab worker --metrics-port`` serves its process counters plus these gauges for its
-own robots; ``robot-lab metrics`` serves only these gauges, for every robot, from a
-process that runs no robot (one per deployment: gauges from several would be duplicates).
+``robot-lab worker --metrics-port`` serves its process counters (with ``--metrics-gauges``
+also the per-robot gauges of its own robots); ``robot-lab metrics`` serves these gauges, the
+fleet-wide ones included, for every robot, from a process that runs no robot (one per
+deployment: gauges from several would be duplicates).
 """
 
 from __future__ import annotations
@@ -28,25 +29,30 @@ from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
 from robot_lab.network.enqueue import queue_name
 from robot_lab.observability import metrics
+from robot_lab.network.run_state import RUN_FINISHED
 from robot_lab.rq_connection import rq_connection
 from robot_lab.text.strings import as_str as _s
-from robot_lab.workers.fleet_status import live_workers
+from robot_lab.workers.fleet_status import known_robots, live_workers, recent_run_statuses
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.metrics")
 
+RUN_STATUSES = ("running", *RUN_FINISHED)  # every series present, so alerts see 0 rather than nothing
 BUDGET_SCAN_LIMIT = 1000  # budget hashes read per scrape at most (run-scoped ones expire)
 
 
 class RedisCollector:
     """A prometheus_client custom collector over one Redis connection."""
 
-    def __init__(self, connection: RedisClient, keys: Keys, robots: list[str] | None = None) -> None:
+    def __init__(self, connection: RedisClient, keys: Keys, robots: list[str] | None = None, *, fleet: bool = True) -> None:
         self.connection = connection
         self.keys = keys
         self.robots = robots  # None: every registered robot, found at each scrape
+        # fleet: also the unlabelled fleet-wide gauges (workers live, runs, budgets) -- only
+        # the one exporter of a deployment, so sum() over targets never counts them twice
+        self.fleet = fleet
 
     def describe(self) -> list[Any]:
         return []  # no describe-time Redis reads: registering must not need Redis up
@@ -57,12 +63,16 @@ class RedisCollector:
         bus = Bus(redis=self.connection, keys=self.keys)
         up = GaugeMetricFamily("robot_lab_redis_up", "1 when the last scrape could read Redis")
         try:
-            robots = sorted(self.robots if self.robots is not None else bus.robots())
+            workers = live_workers(self.connection, self.keys)
+            # every robot: its inbox, a live worker, or (served by plain rq workers only) its rq queue
+            robots = sorted(self.robots if self.robots is not None else
+                            known_robots(self.connection, self.keys, workers, []))
             stats = bus.stats(robots)
             queued = self._rq_depths(robots)
-            workers = live_workers(self.connection, self.keys)
-            active = int(self.connection.scard(self.keys.runs_active()))
-            budgets = list(self._budgets())
+            if self.fleet:
+                active = int(self.connection.scard(self.keys.runs_active()))
+                recent = recent_run_statuses(self.connection, self.keys)
+                budgets = list(self._budgets())
         except Exception as exc:  # a scrape must answer even when Redis is down
             log.warning("metrics.redis_unreadable", error=f"{type(exc).__name__}: {exc}")
             up.add_metric([], 0)
@@ -86,15 +96,21 @@ class RedisCollector:
         for robot, count in queued.items():
             depth.add_metric([robot, "tasks"], count)
         yield from (depth, lag, pending, dlq)
+        if not self.fleet:
+            return
         live = GaugeMetricFamily("robot_lab_workers_live", "robot-lab workers with a live heartbeat")
         live.add_metric([], len(workers))
         runs = GaugeMetricFamily("robot_lab_runs_active", "Network runs not finished yet")
         runs.add_metric([], active)
+        finished = GaugeMetricFamily("robot_lab_runs_recent", "Network runs started in the last hour, by status "
+                                     "(completed_with_errors: a task failed)", labels=["status"])
+        for status in RUN_STATUSES:
+            finished.add_metric([status], len(recent.get(status, [])))
         remaining = GaugeMetricFamily("robot_lab_budget_remaining", "What a shared budget has left "
                                       "(limit - consumed - reserved)", labels=["scope", "dimension"])
         for scope, dimension, value in budgets:
             remaining.add_metric([scope, dimension], value)
-        yield from (live, runs, remaining)
+        yield from (live, runs, finished, remaining)
 
     def _rq_depths(self, robots: list[str]) -> dict[str, int]:
         from rq import Queue  # lazy: start-up time
@@ -145,17 +161,23 @@ def prepare_worker_metrics(concurrency: int) -> None:
 
 
 def serve_worker_metrics(port: int, robots: list[str], *, connection: RedisClient | None = None, keys: Keys | None = None,
-                         addr: str = "0.0.0.0") -> Any:
-    """``robot-lab worker --metrics-port``: this worker's counters + its robots' Redis gauges."""
-
+                         addr: str = "0.0.0.0", gauges: bool = False) -> Any:
+    """``robot-lab worker --metrics-port``: this worker's counters; with ``gauges`` also its
+    robots' Redis gauges (robot-labelled). Never the fleet-wide ones: every worker would
+    export the same series, and ``sum()`` over targets would count them once per worker."""
     metrics.enable()
-    collector = RedisCollector(connection or get_redis(), keys or default_keys(), robots or None)
-    served = metrics.serve(port, [collector], addr=addr)
-    log.info("metrics.serving", port=port, multiprocess=bool(metrics.multiprocess_dir()))
+    collectors = []
+    if gauges:
+
+        collectors.append(RedisCollector(connection or get_redis(), keys or default_keys(), robots or None,
+                                         fleet=False))
+    served = metrics.serve(port, collectors, addr=addr)
+    log.info("metrics.serving", port=port, addr=addr, gauges=gauges, multiprocess=bool(metrics.multiprocess_dir()))
     return served
 
 
-def start_worker_metrics(port: int, robots: list[str], *, concurrency: int, url: str | None = None) -> Any:
+def start_worker_metrics(port: int, robots: list[str], *, concurrency: int, url: str | None = None,
+                         addr: str = "0.0.0.0", gauges: bool = False) -> Any:
     """What ``robot-lab worker --metrics-port`` does before starting its robots."""
     prepare_worker_metrics(concurrency)
-    return serve_worker_metrics(port, robots, connection=connect(url) if url else None)
+    return serve_worker_metrics(port, robots, connection=connect(url) if url else None, addr=addr, gauges=gauges)

@@ -217,14 +217,77 @@ def active_runs(connection: RedisClient, keys: Keys) -> list[dict[str, Any]]:
     return out
 
 
+RECENT_WINDOW = 3600.0  # seconds: what "recent" means for the failed-runs line and gauge
+RECENT_SCAN_LIMIT = 5000  # run records read at most per look (newest first)
+
+
+def recent_run_statuses(connection: RedisClient, keys: Keys, window: float = RECENT_WINDOW) -> dict[str, list[str]]:
+    """Status -> ids of the runs started in the last ``window`` seconds (newest first, at
+    most :data:`RECENT_SCAN_LIMIT`), one pipelined read: what the ``status`` problem line
+    and the ``robot_lab_runs_recent`` gauge count."""
+    ids = [_s(r) for r in connection.zrevrangebyscore(keys.runs_index(), "+inf", time.time() - window,
+                                                      start=0, num=RECENT_SCAN_LIMIT)]
+    if not ids:
+        return {}
+    pipe = connection.pipeline(transaction=False)
+    for run_id in ids:
+        pipe.hget(keys.run(run_id), "status")  # one slot per run on a cluster
+    out: dict[str, list[str]] = {}
+    for run_id, status in zip(ids, pipe.execute()):
+        if status is not None:
+            out.setdefault(_s(status), []).append(run_id)
+    return out
+
+
+def failed_runs_problem(connection: RedisClient, keys: Keys) -> str | None:
+    """The problem line for runs that finished with failed tasks lately, or None."""
+    from robot_lab.network.run_state import RUN_COMPLETED_WITH_ERRORS
+
+    failed = recent_run_statuses(connection, keys).get(RUN_COMPLETED_WITH_ERRORS, [])
+    if not failed:
+        return None
+    shown = ", ".join(failed[:3]) + (", ..." if len(failed) > 3 else "")
+    return (f"{len(failed)} run(s) with failed tasks in the last hour ({shown}; "
+            f"`robot-lab runs --status {RUN_COMPLETED_WITH_ERRORS}`, `robot-lab watch <run>` for their errors)")
+
+
+def rq_queue_robots(connection: RedisClient, keys: Keys) -> list[str]:
+    """Robots whose ``robot:<name>`` queue rq knows (``rq:queues``) or an rq worker -- a plain
+    ``rq worker robot:<name>`` included -- listens on, and whose spec is published under this
+    prefix (rq's keys are not prefixed: the spec says the robot is this prefix's; every run
+    publishes its robots' specs). So a robot served only by plain rq workers is listed while
+    idle, with queue depth 0. Two pipelined reads of rq's sets, one of EXISTS."""
+
+    rq = rq_connection(connection)
+    queue_prefix = _rq_key("queue:robot:")
+    names = {_s(q)[len(queue_prefix):] for q in rq.smembers(_rq_key("queues")) if _s(q).startswith(queue_prefix)}
+    workers = sorted(_s(w) for w in rq.smembers(_rq_key("workers")))
+    if workers:
+        pipe = rq.pipeline(transaction=False)
+        for key in workers:
+            pipe.hget(key, "queues")
+        for queues in pipe.execute():
+            names.update(q.removeprefix("robot:") for q in _s(queues or b"").split(",")
+                         if q.startswith("robot:") and queue_name(q.removeprefix("robot:")) == q)
+    candidates = sorted(n for n in names if n)
+    if not candidates:
+        return []
+    pipe = connection.pipeline(transaction=False)
+    for name in candidates:
+        pipe.exists(keys.robot_spec(name))  # one slot per robot on a cluster
+    return [name for name, published in zip(candidates, pipe.execute()) if published]
+
+
 def known_robots(connection: RedisClient, keys: Keys, workers: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
-    """Robots of this prefix: the bus registry, live workers, robots of active runs. (No SCAN
-    of published specs: on a large keyspace that is thousands of round trips.)"""
+    """Robots of this prefix: the bus registry, live workers, robots of active runs, and
+    published robots with an rq queue or rq worker (:func:`rq_queue_robots`). (No SCAN of
+    published specs: on a large keyspace that is thousands of round trips.)"""
     names = {_s(r) for r in connection.smembers(keys.registry())}
     for worker in workers:
         names.update(worker.get("robots", []))
     for run in runs:
         names.update(run["robots"])
+    names.update(rq_queue_robots(connection, keys))
     return sorted(n for n in names if n)
 
 
@@ -255,6 +318,7 @@ def robot_rows(connection: RedisClient, keys: Keys, robots: list[str], workers: 
             "worker_names": alive,
             "bus_workers": len(bus_alive),
             "rq_workers": len(registered[queue.name]["live"]),
+            "rq_worker_names": registered[queue.name]["live"],
             "stale_rq_workers": registered[queue.name]["stale"],
             "running": sum(1 for r in runs for t in r["running"] if t["robot"] == robot),
             "abandoned": sum(1 for r in runs for t in r["abandoned"] if t["robot"] == robot),
@@ -331,6 +395,9 @@ def collect_status(connection: RedisClient | None = None, keys: Keys | None = No
     problems += orphans
     problems += stalled_conversation_problems(connection, keys, names)
     problems += wrong_types
+    failed_runs = failed_runs_problem(connection, keys)
+    if failed_runs:
+        problems.append(failed_runs)
     settings = get_settings()
     return {
         "prefix": keys.prefix,

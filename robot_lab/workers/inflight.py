@@ -106,7 +106,8 @@ class RobotPool:
         """``Robot.run`` on a robot of the pool nobody else is using now."""
         robot = self._take()
         try:
-            return robot.run(message, conversation_id=conversation_id, attachments=attachments, **kwargs)
+            with robot.shared_mcp():  # one MCP connection per server for all the slots
+                return robot.run(message, conversation_id=conversation_id, attachments=attachments, **kwargs)
         finally:
             self._give(robot)
 
@@ -293,6 +294,18 @@ def in_flight_worker_class() -> type:
                     self._jobs.pop(job.id, None)
                     self.jobs_done += 1
                     self._slots.notify_all()
+                    if not self._jobs:
+                        self._idle_now()
+
+        def _idle_now(self) -> None:
+            """The last job in hand ended: say ``idle`` to rq (``rq info``, rq-dashboard) now.
+            rq's own idle write came while this job still counted, and the main thread may be
+            blocked in its dequeue for minutes. Called under ``_slots``, so a job taken
+            meanwhile writes its ``busy`` after this."""
+            try:
+                self.set_state(WorkerStatus.IDLE)
+            except Exception as exc:  # cosmetic: the next job's state write corrects it
+                log.warning("worker.state_write_failed", error=f"{type(exc).__name__}: {exc}")
 
         # --- stopping ----------------------------------------------------------------------
         def _shutdown(self) -> None:

@@ -85,8 +85,11 @@ def warm_up(models: Iterable[str] | None = None) -> None:
 
     if models is None or not all(llm.is_scripted(model) for model in models):
         llm.litellm_module()
+    from robot_lab.observability import otel
+
     try:
-        llm.LLMGateway(max_retries=0).complete("scripted/text:ok", [{"role": "user", "content": "warm up"}])
+        with otel.untraced():  # a warm-up is no request: no one-span trace per worker start
+            llm.LLMGateway(max_retries=0).complete("scripted/text:ok", [{"role": "user", "content": "warm up"}])
     except Exception as exc:  # warming up is an optimisation only
         log.warning("worker.warm_up_failed", error=f"{type(exc).__name__}: {exc}")
     from robot_lab.network import task_job  # noqa: F401  (the job's imports, before the first job)
@@ -172,7 +175,12 @@ def _child_main(url: str | None, queues: list[str], name: str, burst: bool, in_f
                 models: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards SIGTERM instead
     warm_up(models)
-    _rq_loop(url, queues, name, burst, in_flight=in_flight)
+    try:
+        _rq_loop(url, queues, name, burst, in_flight=in_flight)
+    finally:
+        from robot_lab.runtime.mcp.pool import close_shared
+
+        close_shared()
 
 
 def _sweeper(connection: RedisClient, keys: Keys, stop: threading.Event, loop: Any) -> None:
@@ -320,6 +328,9 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
         for thread in threads:  # each bus poller lets the messages in hand finish
             thread.join(DRAIN_LIMIT)
         heartbeat.stop()
+        from robot_lab.runtime.mcp.pool import close_shared
+
+        close_shared()  # the MCP servers its runs shared stop with the worker
         log.info("worker.stopped", robots=robots)
 
 

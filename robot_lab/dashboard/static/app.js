@@ -21,15 +21,26 @@ const svg = (tag, attrs = {}) => {
 const short = (id) => (id || "").slice(-12);
 const money = (c) => "$" + Number(c || 0).toFixed(6);
 const ago = (t) => t ? Math.max(0, Math.round(Date.now() / 1000 - t)) + "s ago" : "";
+const clock = (t) => new Date(t * 1000).toLocaleTimeString();
+const elapsed = (t) => (Math.max(0, Date.now() / 1000 - t)).toFixed(1) + "s";
 
 let config = { actions: false };
 let timer = null;
 let source = null;
 
+// Redis away: the server answers 503 {redis: "down"}; a banner says so until a call succeeds
+function redisBanner(down, text) {
+  $("#banner").hidden = !down;
+  if (down) $("#banner").textContent = text || "Redis is not answering; retrying";
+}
+
 async function getJSON(url) {
   const res = await fetch(url);
-  if (!res.ok) throw new Error((await res.json()).error || res.statusText);
-  return res.json();
+  const data = await res.json().catch(() => ({}));
+  if (res.status === 503 && data.redis === "down") { redisBanner(true, data.error); throw new Error(data.error); }
+  if (!res.ok) throw new Error(data.error || res.statusText);
+  redisBanner(false);
+  return data;
 }
 
 async function act(url, body) {
@@ -51,21 +62,36 @@ function fill(table, rows) {
   body.replaceChildren(...rows.map((cells) => el("tr", {}, ...cells.map((c) => el("td", {}, c)))));
 }
 
+// done/failed/skipped of all: a run whose tasks failed must not read as "completed 0/6"
+const counts = (r) => `${r.done} done · ${r.failed} failed · ${r.skipped} skipped / ${r.tasks}`;
+
 // --- overview ----------------------------------------------------------------------------
 async function overview() {
   const data = await getJSON("/api/overview");
   $("#where").textContent = `${data.redis} · prefix ${data.prefix}`;
   $("#problems").replaceChildren(...data.problems.map((p) => el("div", { class: "problem" }, p)));
   fill("#robots", data.robots.map((r) => [r.robot, String(r.queued), String(r.running),
-    String(r.workers), String(r.bus_length), String(r.bus_pending), String(r.bus_lag ?? "?"),
+    String(r.workers), (r.rq_worker_names || []).join(", ") || "0", String(r.bus_length), String(r.bus_pending),
+    String(r.bus_lag ?? "?"),
     r.dlq ? el("a", { href: `#/dlq/${encodeURIComponent(r.robot)}` }, String(r.dlq)) : "0"]));
   fill("#workers", data.workers.map((w) => [w.name, w.role || "", (w.robots || []).join(", "),
     w.host || "", String(w.pid || ""), ago(w.beat)]));
   fill("#active", data.active.map((r) => [el("a", { href: `#/run/${r.run_id}` }, short(r.run_id)), r.network,
     `${r.finished}/${r.tasks}`, r.age + "s", r.running.map((t) => t.task).join(", ")]));
+  fill("#failed-tasks", (data.failed_tasks || []).map((f) => [
+    el("a", { href: `#/run/${f.run_id}` }, short(f.run_id)), f.network, f.task, f.robot || "", String(f.attempt),
+    el("pre", { class: "error" }, f.error || ""),
+    config.actions && f.run_status !== "cancelled"
+      ? el("button", { class: "action", onclick: () => rerun(f.run_id, f.task) }, "Re-run") : ""]));
+  $("#failed-none").hidden = (data.failed_tasks || []).length > 0;
   fill("#recent", data.recent.map((r) => [el("a", { href: `#/run/${r.run_id}` }, short(r.run_id)), r.network,
-    el("span", { class: "state " + r.status }, r.status), `${r.done}/${r.tasks}`,
+    el("span", { class: "state " + r.status }, r.status), counts(r),
     r.duration == null ? "" : r.duration.toFixed(2) + "s", String(r.tokens), money(r.cost)]));
+}
+
+async function rerun(runId, task) {
+  const done = await act(`/api/runs/${encodeURIComponent(runId)}/tasks/${encodeURIComponent(task)}/rerun`);
+  if (done.status === "ok") location.hash = `#/run/${runId}`;
 }
 
 // --- dead letters ------------------------------------------------------------------------
@@ -80,14 +106,17 @@ async function deadLetters(robot) {
 }
 
 // --- one run, live -----------------------------------------------------------------------
-const run = { tasks: new Map(), text: new Map(), id: null };
+const run = { tasks: new Map(), text: new Map(), calls: new Map(), id: null };
+
+// an optional task hangs off the tasks that can route to it (its activators), not off nothing
+const parents = (t) => [...t.deps, ...(t.optional ? t.activators || [] : [])];
 
 function layout(tasks) {
   const depth = new Map();
   const visit = (t) => {
     if (depth.has(t.name)) return depth.get(t.name);
     depth.set(t.name, 0);
-    const d = Math.max(-1, ...t.deps.map((n) => run.tasks.has(n) ? visit(run.tasks.get(n)) : -1)) + 1;
+    const d = Math.max(-1, ...parents(t).map((n) => run.tasks.has(n) ? visit(run.tasks.get(n)) : -1)) + 1;
     depth.set(t.name, d);
     return d;
   };
@@ -111,9 +140,11 @@ function drawDag() {
   marker.append(svg("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#888", stroke: "none" }));
   defs.append(marker);
   const nodes = [defs];
-  for (const t of tasks) for (const dep of t.deps) {
+  for (const t of tasks) for (const dep of parents(t)) {
     const a = pos.get(dep), b = pos.get(t.name);
-    if (a && b) nodes.push(svg("path", { d: `M ${a.x + 150} ${a.y + 20} C ${a.x + 170} ${a.y + 20}, ${b.x - 20} ${b.y + 20}, ${b.x} ${b.y + 20}` }));
+    const routed = !t.deps.includes(dep);  // a routing edge: dashed, taken only when the router picks it
+    if (a && b) nodes.push(svg("path", { class: routed ? "route" : "dep", "data-from": dep, "data-to": t.name,
+      d: `M ${a.x + 150} ${a.y + 20} C ${a.x + 170} ${a.y + 20}, ${b.x - 20} ${b.y + 20}, ${b.x} ${b.y + 20}` }));
   }
   for (const t of tasks) {
     const p = pos.get(t.name);
@@ -138,16 +169,26 @@ function drawTasks(status) {
     tokens += (t.input_tokens || 0) + (t.output_tokens || 0);
     cost += Number(t.cost || 0);
     const text = t.reply ?? run.text.get(t.name) ?? "";
+    const calls = run.calls.get(t.name) || [];
+    const live = t.state === "running" && t.started
+      ? el("span", { class: "running-info" }, ` · started ${clock(t.started)} · ${elapsed(t.started)} · on ${t.worker || "?"}`)
+      : "";
     cards.push(el("div", { class: "task", id: "task-" + t.name },
       el("strong", {}, t.name), " ", el("span", { class: "muted" }, t.robot), " ",
-      el("span", { class: "state " + t.state }, t.state),
+      el("span", { class: "state " + t.state }, t.state), live,
       el("span", { class: "muted" }, ` · ${(t.input_tokens || 0) + (t.output_tokens || 0)} tokens · ${money(t.cost)}`
-        + (t.duration ? ` · ${Number(t.duration).toFixed(2)}s` : "")),
+        + (t.duration ? ` · ${Number(t.duration).toFixed(2)}s` : "") + (t.attempt > 1 ? ` · attempt ${t.attempt}` : "")),
+      t.input ? el("details", { class: "input" }, el("summary", {}, "input"), el("pre", {}, t.input)) : "",
+      calls.length ? el("ul", { class: "calls" }, ...calls.map((c) => el("li", { class: "call" },
+        el("code", {}, `${c.name}(${JSON.stringify(c.input ?? {})})`), c.output != null ? ` → ${String(c.output).slice(0, 200)}` : " …"))) : "",
       t.error ? el("pre", { class: "error" }, t.error) : "",
       text ? el("pre", { class: "text" }, text) : ""));
   }
   $("#tasks").replaceChildren(...cards);
-  $("#run-totals").textContent = `${tokens} tokens · ${money(cost)}`;
+  const states = [...run.tasks.values()].map((t) => t.state);
+  const n = (s) => states.filter((x) => x === s).length;
+  $("#run-totals").textContent = `${counts({ done: n("done"), failed: n("failed"), skipped: n("skipped"),
+    tasks: states.length })} · ${tokens} tokens · ${money(cost)}`;
   $("#cancel").hidden = !config.actions || !["running"].includes(status);
   drawDag();
 }
@@ -175,15 +216,25 @@ function onEvent(ev) {
   if (t && ev.event === "usage.updated") Object.assign(t, { input_tokens: d.input_tokens, output_tokens: d.output_tokens, cost: d.cost });
   if (t && ev.event === "task.completed") Object.assign(t, { reply: d.reply, duration: d.duration });
   if (t && ev.event === "task.failed") t.error = d.error;
-  if (ev.event === "run.completed") run.status = "completed";
+  if (t && ev.event === "task.started") Object.assign(t, { started: ev.ts, worker: d.worker, attempt: d.attempt, error: null });
+  if (t && ev.event === "task.rerun") { run.calls.clear(); for (const n of d.reset || []) Object.assign(run.tasks.get(n) || {}, { state: "pending", error: null, reply: null }); }
+  if (t && ev.event === "tool_call.started") (run.calls.get(t.name) || run.calls.set(t.name, []).get(t.name)).push({ id: d.id, name: d.name, input: d.input });
+  if (t && ev.event === "tool_call.completed") {
+    const call = (run.calls.get(t.name) || []).find((c) => c.id === d.id);
+    if (call) call.output = d.output;
+  }
+  if (ev.event === "run.completed") run.status = d.status || "completed";
+  if (ev.event === "task.rerun") run.status = "running";
   if (ev.event === "run.cancelled") run.status = "cancelled";
-  if (ev.event !== "text.delta") logLine("#events", `${ev.seq} ${ev.event}${ev.task ? " " + ev.task : ""}`);
+  const what = ev.event.startsWith("tool_call.") ? ` ${d.name}${ev.event === "tool_call.started" ? JSON.stringify(d.input ?? {}) : ""}` : "";
+  if (ev.event !== "text.delta") logLine("#events", `${ev.seq} ${ev.event}${ev.task ? " " + ev.task : ""}${what}`);
   drawTasks(run.status);
 }
 
 function follow(id) {
   run.id = id;
   run.text = new Map();
+  run.calls = new Map();
   $("#run-id").textContent = id;
   $("#events").replaceChildren();
   $("#memory").replaceChildren();
@@ -191,6 +242,7 @@ function follow(id) {
   $("#cancel").onclick = async () => { await act(`/api/runs/${id}/cancel`); };
   source = new EventSource(`/api/runs/${encodeURIComponent(id)}/stream`);
   source.addEventListener("snapshot", (m) => snapshot(JSON.parse(m.data)));
+  source.addEventListener("redis", (m) => { const r = JSON.parse(m.data); redisBanner(r.down, r.error); });
   source.addEventListener("run", (m) => onEvent(JSON.parse(m.data)));
   source.addEventListener("memory", (m) => {
     const c = JSON.parse(m.data);
@@ -212,15 +264,20 @@ async function route() {
   try {
     if (view === "run" && arg) { show("run-view"); follow(decodeURIComponent(arg)); }
     else if (view === "dlq" && arg) { show("dlq-view"); await deadLetters(decodeURIComponent(arg)); }
-    else { show("overview-view"); await overview(); timer = setInterval(() => overview().catch(console.error), 2000); }
+    else {
+      show("overview-view");
+      timer = setInterval(() => overview().catch(() => {}), 2000);  // keeps polling through an outage
+      await overview();
+    }
   } catch (err) {
     $("main").prepend(el("div", { class: "problem" }, String(err.message || err)));
   }
 }
 
+setInterval(() => { if (run.id && [...run.tasks.values()].some((t) => t.state === "running")) drawTasks(run.status); }, 1000);
 window.addEventListener("hashchange", route);
 window.addEventListener("DOMContentLoaded", async () => {
-  config = await getJSON("/api/config");
+  config = await fetch("/api/config").then((r) => r.json());  // served without Redis
   $("#mode").textContent = config.actions ? "actions enabled" : "read-only";
   $("#token-box").hidden = !config.actions;
   $("#token").value = sessionStorage.getItem("robot-lab-token") || "";

@@ -515,6 +515,10 @@ class LLMGateway:
                 f"model requests are disabled (ROBOT_LAB_ALLOW_MODEL_REQUESTS=0): refusing to call {model!r}; "
                 "use a scripted/... model"
             )
+        if not is_scripted(model):  # a missing key of a common provider: now, before litellm's import
+            from robot_lab.runtime.llm.credentials import check_known_provider_key
+
+            check_known_provider_key(model, provider, params)
         direct = is_scripted(model) and not _litellm_listening()
         litellm = None if direct else litellm_module()
         kwargs: dict[str, Any] = {k: v for k, v in (params or {}).items() if v is not None}

@@ -180,12 +180,18 @@ def unregister_script(name: str) -> None:
         _registry.pop(name, None)
 
 
-def _load_script_file(name: str) -> Script | None:
+def _script_places(name: str) -> list[Path]:
+    """Where a script file of ``name`` is looked for: the working directory, then
+    ``ROBOT_LAB_SCRIPTS_DIR``."""
     candidates = [Path(name)]
     base = os.environ.get("ROBOT_LAB_SCRIPTS_DIR")
     if base:
         candidates.append(Path(base) / name)
-    for path in candidates:
+    return candidates
+
+
+def _load_script_file(name: str) -> Script | None:
+    for path in _script_places(name):
         for candidate in (path, path.with_suffix(".yml"), path.with_suffix(".yaml"), path.with_suffix(".json")):
             if candidate.is_file():
                 try:
@@ -460,9 +466,11 @@ def _decide(model: str, messages: list[dict[str, Any]], tools: list[dict[str, An
     if decision is None:
         script = _script_for(name)
         if script is None:
+            looked = ", ".join(f"{p.resolve()}[.yml|.yaml|.json]" for p in _script_places(name))
+            unset = "" if os.environ.get("ROBOT_LAB_SCRIPTS_DIR") else "; ROBOT_LAB_SCRIPTS_DIR is not set"
             raise ConfigurationError(
                 f"scripted model {name!r}: not a built-in behaviour (echo, text:, sleep:, route:, loop, fail), "
-                "not a registered script and no such script file"
+                f"not a registered script and no such script file (looked for {looked}{unset})"
             )
         message = last_user_message(messages)
         step = next((r.step for r in script.rules if r.matches(message)), None)

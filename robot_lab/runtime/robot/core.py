@@ -331,6 +331,13 @@ class Robot:
     def mcp_client(self, server_name: str) -> Any:
         return self.mcp.client(server_name)
 
+    def shared_mcp(self) -> Any:
+        """``with robot.shared_mcp(): robot.run(...)``: the run uses this process's shared MCP
+        connections (one per server, reused across robots built from the same spec, closed
+        when idle or at worker shutdown) instead of the robot's own. Workers wrap every run
+        of a robot they build per task or slot with it."""
+        return self._mcp.shared()
+
     def disconnect(self) -> None:
         """Close MCP connections (and the memory listener, if any)."""
         self._mcp.close()

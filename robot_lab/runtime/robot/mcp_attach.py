@@ -4,7 +4,8 @@ run along the Ruby gem's ``mcp`` cascade, failures logged and never fatal to a r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from robot_lab.errors import ConfigurationError
@@ -52,6 +53,24 @@ class MCPAttachment:
     def close(self) -> None:
         if self._manager is not None:
             self._manager.close()
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        """For one run: the process's shared manager of these servers stands in for this
+        robot's own (runtime/mcp/pool.py), so robots built per network task or per in-flight
+        slot reuse one connection per server instead of each starting the servers."""
+        if not self.servers:
+            yield
+            return
+        from robot_lab.runtime.mcp.pool import shared_pool
+
+        own = self._manager
+        with shared_pool().lease(self.owner, self.servers) as manager:
+            self._manager = manager
+            try:
+                yield
+            finally:
+                self._manager = own
 
     def tools_for_run(self, mcp: Any, message: str | None, robot_mcp: Any, network_config: RunConfig | None) -> list[Tool]:
         """MCP tools for this run: runtime ``mcp`` none sends none; ``inherit`` takes the
