@@ -162,6 +162,11 @@ class SkillsSettings(BaseModel):
     workspace_root: str | None = None
     # The read_skill_file tool returns at most this many bytes of a bundle file.
     max_file_read_bytes: int = 64 * 1024
+    # While a skill is in play the model also gets read_file, write_file, list_files and
+    # run_command over the workspace, run in the sandbox like scripts (false: none).
+    workspace_tools: bool = True
+    # At most this many skills are injected into one run (the best-scoring first).
+    max_selected: int = Field(default=3, ge=1)
     # Skills (front-matter names) whose ``trust: core`` is honoured: they run unconfined with
     # the worker's environment. Empty by default: ``trust: core`` alone is only a request.
     core_trusted: list[str] = Field(default_factory=list)
@@ -198,6 +203,13 @@ class BusSettings(BaseModel):
     # inboxes (names or fnmatch globs) a message may name as its reply_to besides its own
     # sender's inbox and _reply.* streams; any other reply_to is dead-lettered reply_refused
     reply_to_allowed: list[str] = []
+    # Files a run wrote come back in its reply's ``attachments``: inline (base64) while the
+    # reply's files add up to at most attachment_inline_bytes, else stored in Redis for
+    # file_ttl seconds as a reference (``robot-lab files get``); larger than max_file_bytes:
+    # listed only.
+    attachment_inline_bytes: int = 256 * 1024
+    file_ttl: int = 86_400
+    max_file_bytes: int = 50 * 1024 * 1024
 
 
 VerifyMode = Literal["off", "warn", "require"]

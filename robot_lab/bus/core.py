@@ -405,6 +405,13 @@ class Bus(DeadLetters):
             headers=merged,
         )
 
+    def fetch_file(self, attachment: Mapping[str, Any] | str) -> bytes:
+        """The bytes of a reply's attachment (inline or stored by reference; a ``ref``
+        string alone works too), checked against its sha256 (:mod:`robot_lab.bus.files`)."""
+        from robot_lab.bus.files import fetch_file
+
+        return fetch_file(self, attachment)
+
     def deliver_reply(self, reply: RobotMessage) -> str | None:
         """Append a reply envelope to its target's stream; None when the target name is not
         a valid channel (logged, not raised: a bad ``reply_to`` must not poison a message)."""

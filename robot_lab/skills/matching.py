@@ -35,6 +35,7 @@ from robot_lab.settings import DEFAULT_MATCH_RULES, MatchRule
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.embedding import Embedder, EmbeddingCache, load_embedder
 from robot_lab.skills.skill import AgentSkill
+from robot_lab.skills.workspace_tools import expand_allowed
 
 log = get_logger("robot_lab.skills.matching")
 
@@ -69,6 +70,7 @@ def allowed_tool_names(skills: Iterable[AgentSkill]) -> set[str] | None:
 
 def filter_tools(tools: Sequence[Any], allowed: set[str] | None, *, always: Iterable[Any] = ()) -> list[Any]:
     """``tools`` restricted to ``allowed`` names (``fnmatch`` patterns), plus ``always``."""
+    allowed = expand_allowed(allowed)  # Read, Bash... stand for the workspace tools
     keep = list(always)
     keep_ids = {id(t) for t in keep}
     for tool in tools:
@@ -77,6 +79,16 @@ def filter_tools(tools: Sequence[Any], allowed: set[str] | None, *, always: Iter
         if allowed is None or any(fnmatch.fnmatchcase(tool.name, pattern) for pattern in allowed):
             keep.append(tool)
     return keep
+
+
+def cap_selected(matched: list[AgentSkill], scores: dict[str, float], limit: int) -> list[AgentSkill]:
+    """At most ``limit`` skills (``skills.max_selected``): the best-scoring, kept in order.
+    Low, close scores otherwise inject many skills' instructions at once."""
+    if len(matched) <= limit:
+        return matched
+    best = {s.name for s in sorted(matched, key=lambda s: -scores.get(s.name, 0.0))[:limit]}
+    log.info("skills.capped", matched=[s.name for s in matched], kept=sorted(best), max_selected=limit)
+    return [s for s in matched if s.name in best]
 
 
 def select(
@@ -252,6 +264,7 @@ class SkillMatcher:
             return [s for s in skills if s.name in current], {}
         matched = select(scored, rule, current)
         scores = {s.name: score for s, score in scored}
+        matched = cap_selected(matched, scores, int(getattr(self.settings.skills, "max_selected", 3) or 3))
         if matched:
             log.info("skills.matched", skills=[s.name for s in matched],
                      scores={s.name: round(scores[s.name], 3) for s in matched}, floor=rule.floor,

@@ -402,6 +402,8 @@ def run_script(
     workspace: str | None = None,
     label: str = "",
     uses_current_python: bool = False,
+    extra_ro: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Run a script command under the grant, choosing the mode from trust and settings.
 
@@ -414,6 +416,8 @@ def run_script(
     ``python`` is the interpreter the command runs with (its folders are mounted read-only);
     ``workspace`` is the conversation's working directory: the script's cwd, mounted
     read-write, unless the operator turned workspaces off (``sandbox.workspace = false``).
+    ``extra_ro`` are more folders mounted read-only (the bundles a workspace tool sees);
+    ``extra_env`` is set over the scrubbed environment (``PYTHONPATH``, ``PATH``).
     """
     if sandbox is None:
         from robot_lab.settings import get_settings
@@ -426,8 +430,9 @@ def run_script(
     if workspace is not None:
         workspace = os.path.realpath(workspace)
         os.makedirs(workspace, exist_ok=True)
+    added = dict(extra_env or {})
     if grant.core:
-        return _run_limited(command, env=dict(os.environ), cwd=workspace or os.getcwd(), grant=grant,
+        return _run_limited(command, env=dict(os.environ) | added, cwd=workspace or os.getcwd(), grant=grant,
                             sandbox=sandbox, max_output=max_output, confined=False)
     if sandbox.enabled:
         usable, reason = bwrap_status()
@@ -437,9 +442,9 @@ def run_script(
         cwd = workspace or choose_cwd(grant, skill_dir)
         extra = python_roots(python) if (python is not None or uses_current_python) else []
         inner = [*rlimit_prefix(Limits.from_sandbox(sandbox), nproc=True), *command]
-        argv = bwrap_argv(inner, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=extra,
+        argv = bwrap_argv(inner, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=[*extra, *extra_ro],
                           extra_rw=[workspace] if workspace else [])
-        return _run_limited(argv, env=script_env(grant), cwd=skill_dir, grant=grant, sandbox=sandbox,
+        return _run_limited(argv, env=script_env(grant) | added, cwd=skill_dir, grant=grant, sandbox=sandbox,
                             max_output=max_output, confined=True)
     if sandbox.when_unavailable != "unconfined":
         log.warning("sandbox.refused", script=label, reason=reason)
@@ -453,7 +458,7 @@ def run_script(
         log.warning("sandbox.unconfined", reason=reason, script=label,
                     note="skill scripts run WITHOUT confinement (sandbox.when_unavailable = unconfined)")
     home = os.path.realpath(os.environ.get("TMPDIR", "/tmp"))
-    return _run_limited(command, env=script_env(grant, home=home) | {"TMPDIR": home},
+    return _run_limited(command, env=script_env(grant, home=home) | {"TMPDIR": home} | added,
                         cwd=workspace or choose_cwd(grant, skill_dir), grant=grant, sandbox=sandbox,
                         max_output=max_output, confined=False)
 

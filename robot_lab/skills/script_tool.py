@@ -46,6 +46,7 @@ from robot_lab.observability import hooks as observe
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.sandbox import Outcome, run_script
 from robot_lab.skills.tool_shape import ToolShape
+from robot_lab.skills.workspace import changed_files, snapshot
 
 log = get_logger("robot_lab.skills.script_tool")
 
@@ -365,7 +366,7 @@ class ScriptTool(ToolShape):
                 args = shlex.split(str(raw))
             except ValueError as exc:
                 return f"Error (bad args): {exc}: {raw!r}"
-        before = _snapshot(self.workspace)
+        before = snapshot(self.workspace)
         try:
             outcome = run_script(
                 [*self.command, *args],
@@ -375,6 +376,7 @@ class ScriptTool(ToolShape):
                 python=self.python,
                 workspace=str(self.workspace) if self.workspace is not None else None,
                 label=f"{self.skill_name}/{self.path.name}",
+                extra_env={"PYTHONPATH": str(self.skill_dir)},  # ``from scripts.x import ...`` works
             )
         except Exception as exc:  # never let a sandbox bug reach the model loop as an exception
             log.error("script_tool.failed", script=str(self.path), error=f"{type(exc).__name__}: {exc}")
@@ -383,7 +385,7 @@ class ScriptTool(ToolShape):
         log.info("script_tool.ran", script=self.path.name, skill=self.skill_name, mode=outcome.mode,
                  returncode=outcome.returncode, timed_out=outcome.timed_out, elapsed=round(outcome.elapsed, 3))
         text = outcome.text(self.grant.timeout)
-        written = _changed(before, _snapshot(self.workspace))
+        written = changed_files(before, snapshot(self.workspace))
         if written:
             text += f"\n[files written to the working directory: {', '.join(written)}]"
         return text
@@ -392,31 +394,3 @@ class ScriptTool(ToolShape):
 
     def __repr__(self) -> str:
         return f"<ScriptTool {self.name} ({self.path})>"
-
-
-_SNAPSHOT_LIMIT = 2_000
-
-
-def _snapshot(folder: Path | None) -> dict[str, tuple[int, int]] | None:
-    """(mtime_ns, size) of the files under ``folder`` (at most a few thousand)."""
-    if folder is None or not folder.is_dir():
-        return None
-    seen: dict[str, tuple[int, int]] = {}
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in files:
-            full = os.path.join(root, name)
-            try:
-                st = os.lstat(full)  # a link a script made is not followed
-            except OSError:
-                continue
-            seen[os.path.relpath(full, folder)] = (st.st_mtime_ns, st.st_size)
-            if len(seen) >= _SNAPSHOT_LIMIT:
-                return seen
-    return seen
-
-
-def _changed(before: dict[str, tuple[int, int]] | None, after: dict[str, tuple[int, int]] | None) -> list[str]:
-    if before is None or after is None:
-        return []
-    return sorted(name for name, stamp in after.items() if before.get(name) != stamp)

@@ -41,6 +41,29 @@ def system_message(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
+class AppliedSkills:
+    """The tools one run offers, and what its workspace held when the run began, so that
+    :meth:`finish` can list the files the run wrote there (``RobotResult.files``)."""
+
+    def __init__(self, tools: list[Tool] | Callable[[], list[Tool]], workspace: Path | None = None) -> None:
+        self.tools = tools
+        self.workspace = workspace
+        self._before: Any = None
+        if workspace is not None:
+            from robot_lab.skills.workspace import snapshot
+
+            self._before = snapshot(workspace)
+
+    def finish(self, result: Any) -> Any:
+        """``result`` with the files the run wrote or changed in the workspace."""
+        if self.workspace is not None and hasattr(result, "files"):
+            from robot_lab.skills.workspace import result_files
+
+            result.files = result_files(self.workspace, self._before)
+            result.workspace = str(self.workspace)
+        return result
+
+
 class PromptAssembly:
     """Templates and skills of one robot, and the prompt they render to."""
 
@@ -118,7 +141,7 @@ class PromptAssembly:
         self, messages: list[dict[str, Any]], skill_mode: str, message: str | None,
         selected: list[Tool], base_prompt: str | None, *, robot_name: str = "robot",
         scope: str | None = None, attachments: Iterable[Any] | None = None,
-    ) -> list[Tool] | Callable[[], list[Tool]]:
+    ) -> AppliedSkills:
         """Apply the AgentSkills for one run; ``robot_lab.skills.session`` does the work.
 
         ``scope`` is the conversation or network run (else this robot's own conversation):
@@ -129,7 +152,7 @@ class PromptAssembly:
         if not self.agent_skills:
             if attachments:
                 log.warning("robot.attachments_ignored", robot=robot_name, reason="the robot has no AgentSkills")
-            return selected
+            return AppliedSkills(selected)
         from robot_lab.skills import default_catalog
         from robot_lab.skills.session import session_for
 
@@ -145,5 +168,5 @@ class PromptAssembly:
             set_system_message(messages, run.prompt)
         tools = run.tools
         if callable(tools):
-            return lambda: [as_tool(t) for t in tools()]  # type: ignore[operator]
-        return [as_tool(t) for t in tools]
+            return AppliedSkills(lambda: [as_tool(t) for t in tools()], session.workspace.path)  # type: ignore[operator]
+        return AppliedSkills([as_tool(t) for t in tools], session.workspace.path)
