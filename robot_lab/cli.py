@@ -30,6 +30,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("robot_lab.commands.chat:chat", "Run one robot on a message, streamed to the terminal."),
     "skills": ("robot_lab.commands.skills:skills", "AgentSkills: list, show, validate, create, match, eval."),
     "send": ("robot_lab.commands.bus:send", "Publish a message to a robot's inbox (--wait for the reply)."),
+    "files": ("robot_lab.commands.files:files_group", "Files robots wrote, carried back in replies (files get REF)."),
     "tail": ("robot_lab.commands.bus:tail", "Follow a robot's inbox live."),
     "bus": ("robot_lab.commands.bus:bus_group", "Inspect robot inboxes (bus stats, bus remove)."),
     "dlq": ("robot_lab.commands.bus:dlq_group", "Dead letters of a robot: list, show, replay, purge."),

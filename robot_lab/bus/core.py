@@ -91,6 +91,7 @@ def build_message(
     in_reply_to: str | None = None,
     headers: Mapping[str, str] | None = None,
     deadline: _dt.datetime | _dt.timedelta | float | None = None,
+    extensions: Mapping[str, Any] | None = None,
 ) -> RobotMessage:
     """The (unsigned) envelope :meth:`Bus.publish` / :meth:`Bus.apublish` append: checked,
     with a traceparent and an absolute deadline."""
@@ -108,6 +109,7 @@ def build_message(
         in_reply_to=in_reply_to,
         headers=_with_traceparent(headers),
         deadline=_deadline(deadline),
+        extensions=dict(extensions or {}),  # top-level extension fields, such as ``attachments``
     )
 
 
@@ -210,6 +212,7 @@ class Bus(DeadLetters):
         headers: Mapping[str, str] | None = None,
         deadline: _dt.datetime | _dt.timedelta | float | None = None,
         create: bool = False,
+        extensions: Mapping[str, Any] | None = None,
     ) -> RobotMessage:
         """Append a RobotMessage to ``to``'s inbox and return it (its ``id`` is the key).
 
@@ -218,7 +221,8 @@ class Bus(DeadLetters):
         """
         message = self.keyring.sign(build_message(
             to, content, from_=from_, kind=kind, reply_to=reply_to, conversation_id=conversation_id,
-            correlation_id=correlation_id, in_reply_to=in_reply_to, headers=headers, deadline=deadline))
+            correlation_id=correlation_id, in_reply_to=in_reply_to, headers=headers, deadline=deadline,
+            extensions=extensions))
         self.publish_message(message, create=create)
         return message
 
@@ -435,6 +439,7 @@ class Bus(DeadLetters):
         conversation_id: str | None = None,
         headers: Mapping[str, str] | None = None,
         deadline: _dt.datetime | _dt.timedelta | float | None = None,
+        extensions: Mapping[str, Any] | None = None,
     ) -> RobotMessage:
         """Publish to ``to`` and block until its reply arrives; returns the reply envelope.
 
@@ -456,6 +461,7 @@ class Bus(DeadLetters):
                 conversation_id=conversation_id,
                 headers=headers,
                 deadline=deadline,
+                extensions=extensions,
             )
             return self._await_reply(reply_key, message, to, timeout)
         finally:
