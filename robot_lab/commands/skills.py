@@ -82,7 +82,7 @@ root_option = click.option(
 
 @click.group()
 def skills() -> None:
-    """AgentSkills (SKILL.md bundles): list, show, validate, create, match, eval."""
+    """AgentSkills (SKILL.md bundles): list, show, validate, create, match, eval, doctor."""
 
 
 @skills.command("list")
@@ -317,6 +317,42 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
     for skill, score in ranked:
         table.add_row(f"{score:.3f}", "yes" if skill.name in picked else "", skill.name, _short(skill.description))
     _console(tables=True).print(table)
+
+
+@skills.command()
+@click.argument("names", nargs=-1)
+@root_option
+@click.option("--json", "as_json", is_flag=True, help="Print each bundle's needs and install lines as JSON.")
+def doctor(names: tuple[str, ...], roots: tuple[str, ...], as_json: bool) -> None:
+    """What the skills' scripts need on this machine (Python packages, programs, node
+    modules), what is missing, and the lines that install it. Every skill, or NAMES.
+
+    Reads the bundles without running them. Exit status 1 when something is missing.
+    """
+    from robot_lab.skills.doctor import diagnose
+
+    catalog = _catalog(roots)
+    try:
+        chosen = [catalog.get(n) for n in names] if names else catalog.all()
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from None
+    found = [diagnose(skill) for skill in chosen]
+    if as_json:
+        _echo_json({"skills": [d.as_dict() for d in found]})
+    else:
+        for d in found:
+            missing = d.missing
+            click.echo(f"{d.skill}: {'ok' if not missing else f'{len(missing)} missing'} ({d.path})")
+            for need in d.needs:
+                mark = "ok     " if need.present else "MISSING"
+                click.echo(f"  {mark} {need.kind:<7} {need.name}  ({', '.join(need.used_in[:3])}"
+                           f"{', ...' if len(need.used_in) > 3 else ''})")
+            for line in d.install_lines():
+                click.echo(f"  install: {line}")
+        if not found:
+            click.echo("no skills found in: " + ", ".join(str(r.path) for r in catalog.roots))
+    if any(d.missing for d in found):
+        sys.exit(1)
 
 
 @skills.command("eval")
