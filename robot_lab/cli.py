@@ -28,7 +28,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "acl": ("robot_lab.commands.acl:acl", "Redis ACL users per robot worker and publisher (print or --apply)."),
     "schema": ("robot_lab.commands.schema:schema", "Print the JSON Schema of a wire type."),
     "chat": ("robot_lab.commands.chat:chat", "Run one robot on a message, streamed to the terminal."),
-    "skills": ("robot_lab.commands.skills:skills", "AgentSkills: list, show, validate, create, match, eval."),
+    "skills": ("robot_lab.commands.skills:skills", "AgentSkills: list, show, validate, create, match, eval, doctor."),
     "send": ("robot_lab.commands.bus:send", "Publish a message to a robot's inbox (--wait for the reply)."),
     "files": ("robot_lab.commands.files:files_group", "Files robots wrote, carried back in replies (files get REF)."),
     "tail": ("robot_lab.commands.bus:tail", "Follow a robot's inbox live."),
