@@ -230,3 +230,33 @@ def test_the_files_a_run_wrote_come_back_in_the_result_and_the_reply(skills_env:
             save_attachments(bus, [{"name": "../evil", "content_base64": ""}], str(skills_env.parent / "out"))
     finally:
         unregister_script("ws-writer")
+
+
+@needs_bwrap
+def test_a_network_tasks_result_lists_the_files_it_wrote(skills_env: Path) -> None:
+    """Location transparency: the same robot as a network task (the rq job, embedded) reports
+    its files in the recorded result and in its task.completed event."""
+    import fakeredis
+
+    from robot_lab import connection
+    from robot_lab.network.dsl import create_network
+
+    connection.reset_embedded()
+    register_script("ws-writer", WRITER)
+    try:
+        client = fakeredis.FakeRedis()
+        net = create_network("office-net")
+        net.task("sheet", robot_lab.build("net-clerk", model="scripted/ws-writer", skills=["sheets"]))
+        result = net.run("make excel spreadsheets with formulas", connection=client)
+        assert result.status == "completed", result
+        task = result.context["sheet"]
+        assert {f.path for f in task.files} == {"out/report.csv", "big.bin"}
+        assert task.workspace and Path(task.workspace, "out", "report.csv").read_text() == "a,b\n1,2\n"
+        from robot_lab.network.coordinator import Coordinator, RunHandle
+
+        handle = RunHandle(Coordinator(connection=client), result.run_id)
+        (done,) = [e for e in handle.events() if e.event == "task.completed"]
+        assert {f["path"] for f in done.data["files"]} == {"out/report.csv", "big.bin"}
+    finally:
+        unregister_script("ws-writer")
+        connection.reset_embedded()
