@@ -8,6 +8,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,8 @@ def test_run_command_sees_the_bundle_read_only_and_nothing_of_the_host(tools: di
     assert run.call({"command": "echo key=${OPENAI_API_KEY:-none} home=$HOME"}) == "key=none home=/tmp"
     net = run.call({"command": "python -c \"import socket; socket.create_connection(('1.1.1.1', 53), 2)\""})
     assert net.startswith("Error (exit 1)") and "Network is unreachable" in net
+    assert net.endswith("[no network in the sandbox: sandbox.network is false and skills.grants.<skill>.network "
+                        "is not set; the operator decides]")
     out = run.call({"command": "echo made > made.txt; exit 4"})
     assert out == "Error (exit 4):\n(no output)\n[files written to the working directory: made.txt]"
 
@@ -260,3 +263,34 @@ def test_a_network_tasks_result_lists_the_files_it_wrote(skills_env: Path) -> No
     finally:
         unregister_script("ws-writer")
         connection.reset_embedded()
+
+
+@needs_bwrap
+def test_a_script_that_fails_for_lack_of_network_says_which_grant_is_missing(tmp_path: Path) -> None:
+    bundle = write_skill(tmp_path / "skills", "weather", "weather", files={
+        "scripts/fetch.py": "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=3)\n"})
+    (tool,) = AgentSkill(bundle).script_tools(sandbox=SandboxSettings())
+    out = tool.call({})
+    assert out.startswith("Error (exit 1)"), out
+    assert out.endswith("[no network in the sandbox: sandbox.network is false and skills.grants.weather.network "
+                        "is not set; the operator decides]")
+
+
+def test_servers_browser_js_and_helper_modules_with_a_shebang_are_not_tools(tmp_path: Path) -> None:
+    from robot_lab.skills.script_tool import plan_script
+
+    bundle = write_skill(tmp_path / "skills", "wild", "wild", files={
+        "scripts/github_utils.py": "#!/usr/bin/env python3\n\"\"\"Shared helpers.\"\"\"\nimport os\n\n\ndef token():\n"
+                                   "    return os.environ.get('GH')\n",
+        "scripts/server.cjs": "const http = require('http');\nhttp.createServer(() => {}).listen(8080);\n",
+        "scripts/helper.js": "(function() { window.addEventListener('load', () => {}); })();\n",
+        "scripts/serve.py": "from flask import Flask\napp = Flask(__name__)\nif __name__ == '__main__':\n    app.run()\n",
+        "scripts/cli.js": "const fs = require('fs');\nconsole.log(process.argv.slice(2));\n",
+        "scripts/report.py": "#!/usr/bin/env python3\nprint('report')\n",
+    })
+    kinds = {p.name: plan_script(p).kind for p in sorted((bundle / "scripts").iterdir())}
+    assert kinds == {"github_utils.py": "library", "server.cjs": "not-a-program", "helper.js": "not-a-program",
+                     "serve.py": "not-a-program", "cli.js": "tool" if shutil.which("node") else "unrunnable",
+                     "report.py": "tool"}
+    assert plan_script(bundle / "scripts" / "server.cjs").why.startswith("a server that runs in the foreground")
+    assert "report" in [t.script_name for t in AgentSkill(bundle).script_tools()]

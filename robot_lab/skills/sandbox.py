@@ -379,6 +379,23 @@ _PROCESS_SIGNS = ("cannot fork", "can't fork", "resource temporarily unavailable
 _MEMORY_SIGNS = ("memoryerror", "cannot allocate memory", "out of memory", "bad_alloc", "failed to allocate")
 
 
+_NETWORK_SIGNS = ("network is unreachable", "temporary failure in name resolution", "name or service not known",
+                  "could not resolve host", "getaddrinfo", "enotfound", "eai_again", "failed to establish a new "
+                  "connection", "nodename nor servname", "no address associated with hostname", "enetunreach")
+
+
+def network_note(outcome: Outcome, grant: Capabilities, label: str = "") -> str:
+    """Said when a failed call without the network grant looks like it wanted the network."""
+    if grant.network or (outcome.returncode == 0 and not outcome.timed_out) or outcome.mode == "refused":
+        return ""
+    if not any(sign in outcome.output.lower() for sign in _NETWORK_SIGNS):
+        return ""
+    skill = label.split("/", 1)[0] if "/" in label else ""
+    grant_name = f"skills.grants.{skill}.network" if skill and skill != "workspace" else "skills.grants.<skill>.network"
+    return (f"[no network in the sandbox: sandbox.network is false and {grant_name} is not set; "
+            "the operator decides]")
+
+
 def _limit_note(outcome: Outcome, limits: Limits, cgroup: CallCgroup | None) -> str:
     """The limits in force, appended when a failed call looks like it hit one of them."""
     if outcome.returncode == 0 and not outcome.timed_out:
@@ -433,7 +450,7 @@ def run_script(
     added = dict(extra_env or {})
     if grant.core:
         return _run_limited(command, env=dict(os.environ) | added, cwd=workspace or os.getcwd(), grant=grant,
-                            sandbox=sandbox, max_output=max_output, confined=False)
+                            sandbox=sandbox, max_output=max_output, confined=False, label=label)
     if sandbox.enabled:
         usable, reason = bwrap_status()
     else:
@@ -445,7 +462,7 @@ def run_script(
         argv = bwrap_argv(inner, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=[*extra, *extra_ro],
                           extra_rw=[workspace] if workspace else [])
         return _run_limited(argv, env=script_env(grant) | added, cwd=skill_dir, grant=grant, sandbox=sandbox,
-                            max_output=max_output, confined=True)
+                            max_output=max_output, confined=True, label=label)
     if sandbox.when_unavailable != "unconfined":
         log.warning("sandbox.refused", script=label, reason=reason)
         return Outcome(
@@ -460,11 +477,11 @@ def run_script(
     home = os.path.realpath(os.environ.get("TMPDIR", "/tmp"))
     return _run_limited(command, env=script_env(grant, home=home) | {"TMPDIR": home} | added,
                         cwd=workspace or choose_cwd(grant, skill_dir), grant=grant, sandbox=sandbox,
-                        max_output=max_output, confined=False)
+                        max_output=max_output, confined=False, label=label)
 
 
 def _run_limited(argv: Sequence[str], *, env: dict[str, str], cwd: str, grant: Capabilities, sandbox: Any,
-                 max_output: int, confined: bool) -> Outcome:
+                 max_output: int, confined: bool, label: str = "") -> Outcome:
     """:func:`execute` inside the call's pids cgroup (where one can be made) with its memory
     rlimit; an unconfined call also carries a reaper token, so that every process it
     started is killed at the end (bwrap's pid namespace does that for a confined one)."""
@@ -488,7 +505,7 @@ def _run_limited(argv: Sequence[str], *, env: dict[str, str], cwd: str, grant: C
     try:
         outcome = execute([*prefix, *argv], env=env, cwd=cwd, timeout=grant.timeout, max_output=max_output,
                           mode="bwrap" if confined else "unconfined", reap=reap)
-        note = _limit_note(outcome, limits, cgroup)
+        note = " ".join(n for n in (_limit_note(outcome, limits, cgroup), network_note(outcome, grant, label)) if n)
     finally:
         if cgroup is not None:
             cgroup.remove()

@@ -186,8 +186,9 @@ def is_library_module(path: Path, text: str | None = None) -> bool:
 class ScriptPlan:
     """How (and whether) a file in ``scripts/`` runs.
 
-    ``kind``: "tool", "library" (an importable module), "data" (not a program) or
-    "unrunnable" (a program whose interpreter is missing: warned about).
+    ``kind``: "tool", "library" (an importable module), "data" (not a program),
+    "not-a-program" (a foreground server, browser JavaScript) or "unrunnable" (a program
+    whose interpreter is missing: warned about).
     """
 
     kind: str
@@ -210,8 +211,38 @@ def _by_extension(path: Path, python: str) -> ScriptPlan | None:
     return None
 
 
+_BROWSER_RE = re.compile(r"\b(?:document\.|window\.|typeof window\b|addEventListener\()")
+_JS_SERVER_RE = re.compile(r"\.listen\(")
+_PY_SERVER_RE = re.compile(r"\b(?:serve_forever|uvicorn\.run|app\.run|mcp\.run|web\.run_app)\(")
+
+
+def not_a_program(path: Path, python_script: bool) -> str:
+    """Why a script should not be offered as a tool although it could be started: a
+    foreground server (it never returns, the call would only time out) or JavaScript for a
+    browser page. Empty when it is a program."""
+    text = _read_text_head(path, 262_144)
+    suffix = path.suffix.lower()
+    if suffix in (".js", ".mjs", ".cjs") or (not python_script and "node" in (shebang(path) or [""])[-1]):
+        if _JS_SERVER_RE.search(text) and ("createServer" in text or "express(" in text):
+            return "a server that runs in the foreground (it listens and never returns)"
+        if _BROWSER_RE.search(text) and "process.argv" not in text:
+            return "JavaScript for a browser page (it uses window/document)"
+    elif python_script and _PY_SERVER_RE.search(text):
+        return "a server that runs in the foreground (it serves and never returns)"
+    return ""
+
+
 def plan_script(path: Path, python: str | None = None) -> ScriptPlan:
     """Decide how ``path`` runs (see the module docstring); ``python`` is the skill's Python."""
+    plan = _plan_script(path, python)
+    if plan.kind == "tool":
+        why = not_a_program(path, plan.python is not None)
+        if why:
+            return ScriptPlan("not-a-program", why=why)
+    return plan
+
+
+def _plan_script(path: Path, python: str | None = None) -> ScriptPlan:
     python = python_executable(python)
     try:
         mode = path.stat().st_mode
@@ -221,6 +252,8 @@ def plan_script(path: Path, python: str | None = None) -> ScriptPlan:
     bang = shebang(path)
     if bang:
         if names_python(bang):
+            if is_library_module(path):  # a helper module that happens to carry a #! line
+                return ScriptPlan("library", why="a Python module (#! line, but no __main__ guard and no top-level code)")
             return ScriptPlan("tool", [python, str(path)], python)
         if executable:
             return ScriptPlan("tool", [str(path)])

@@ -306,7 +306,7 @@ class AgentSkill:
         names: set[str] = set()
         for script in scripts:
             plan = plan_script(script, python)
-            if plan.kind in ("library", "data"):
+            if plan.kind in ("library", "data", "not-a-program"):  # a server or browser JS: not a tool either
                 continue
             if plan.kind == "unrunnable":
                 log.warning("script_tool.skipped", script=str(script), skill=self.name, reason=plan.why)
