@@ -69,13 +69,20 @@ def _catalog(roots: tuple[str, ...]) -> Any:
     return SkillCatalog([*extra, *default_roots()])
 
 
+def _hidden_note(catalog: Any) -> None:
+    """Say where bundles kept in dot-folders are (openai/skills: skills/.curated): not scanned."""
+    for folder, count in getattr(catalog, "hidden", []):
+        click.echo(f"note: {folder} holds {count} bundle(s) in a dot-folder, which is not scanned; "
+                   f"add it as a root: --root {folder}", err=True)
+
+
 def _short(text: str, width: int = 70) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 root_option = click.option(
-    "--root", "roots", multiple=True, type=click.Path(file_okay=False),
+    "--root", "roots", multiple=True, type=click.Path(file_okay=False, exists=True),
     help="Extra skills root, searched before the standard ones (repeatable).",
 )
 
@@ -115,6 +122,7 @@ def list_skills(roots: tuple[str, ...], as_json: bool) -> None:
         console.print("no skills found in: " + ", ".join(str(r.path) for r in catalog.roots))
     for problem in catalog.problems:  # plain lines: long paths must stay greppable
         click.echo(f"skipped {problem.path}: {problem.message}")
+    _hidden_note(catalog)
 
 
 def _mode(skill: Any, grant: Any) -> str:
@@ -272,13 +280,19 @@ def create(name: str, root: str, description: str | None) -> None:
               show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
 def match(message: str, roots: tuple[str, ...], threshold: float | None, embedder: str, as_json: bool) -> None:
-    """Score MESSAGE against every skill in the catalog, and show which the rule picks."""
+    """Score MESSAGE against every skill in the catalog, and show which the rule picks.
+
+    --json prints {embedder, fallback_from, floor, margin, max_selected, matched: [names],
+    scores: [{name, score, matched, description}]}, best first.
+    """
     from rich.table import Table
 
     from robot_lab.settings import get_settings
     from robot_lab.skills.embedding import TfidfEmbedder, load_embedder
-    from robot_lab.skills.matching import SkillMatcher, select
+    from robot_lab.skills.matching import SkillMatcher, cap_selected, select
 
+    if not message.strip():
+        raise click.BadParameter("MESSAGE is empty: give the text to score", param_hint="MESSAGE")
     settings = get_settings()
     if embedder == "tfidf":
         chosen: Any = TfidfEmbedder()
@@ -294,15 +308,19 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
     catalog = _catalog(roots)
     matcher = SkillMatcher(chosen, threshold, settings=settings)
     skills = catalog.all()
+    if not skills:
+        _hidden_note(catalog)
     try:
         scored = matcher.scores(message, skills)
     except Exception as exc:
         raise click.ClickException(f"embedding failed: {type(exc).__name__}: {exc}") from None
     rule = matcher.rule
-    picked = {s.name for s in select(scored, rule)}
+    limit = int(settings.skills.max_selected)
+    picked = {s.name for s in cap_selected(select(scored, rule), {s.name: v for s, v in scored}, limit)}
     ranked = sorted(scored, key=lambda item: -item[1])
     if as_json:
         _echo_json({"embedder": chosen.name, "fallback_from": fallback, "floor": rule.floor, "margin": rule.margin,
+                    "max_selected": limit,
                     "matched": [s.name for s, _ in ranked if s.name in picked],
                     "scores": [{"name": s.name, "score": round(score, 4), "matched": s.name in picked,
                                 "description": s.description} for s, score in ranked]})
@@ -374,11 +392,22 @@ def eval_cmd(prompts: str, roots: tuple[str, ...], embedder: str, max_fp: float,
     from robot_lab.skills.evaluation import choose_rule, evaluate, load_prompts, score_all
     from robot_lab.skills.matching import SkillMatcher
 
+    if not 0 <= max_fp <= 1:
+        raise click.BadParameter(f"{max_fp} is not a share between 0 and 1 (0.10 = 10 %)", param_hint="--max-fp")
     settings = get_settings()
-    chosen_embedder: Any = TfidfEmbedder() if embedder == "tfidf" else load_embedder(settings)
+    if embedder == "tfidf":
+        chosen_embedder: Any = TfidfEmbedder()
+    elif embedder == "fastembed":
+        chosen_embedder = load_embedder(settings.model_copy(update={"skills": settings.skills.model_copy(
+            update={"embedder": "fastembed"})}), quiet=True)
+    else:
+        chosen_embedder = load_embedder(settings, quiet=True)
     matcher = SkillMatcher(chosen_embedder, settings=settings)
     try:
         labelled = load_prompts(prompts)
+        if not any(p.skill is None for p in labelled):
+            raise ConfigurationError(f"{prompts}: no unrelated prompts (skill: null): false positives cannot be "
+                                     "measured, so no rule can be chosen; add prompts that should match nothing")
         scored = score_all(matcher, labelled, _catalog(roots).all())
         current = evaluate(labelled, scored, matcher.rule)
         best = choose_rule(labelled, scored, max_fp_rate=max_fp)
@@ -396,6 +425,8 @@ def eval_cmd(prompts: str, roots: tuple[str, ...], embedder: str, max_fp: float,
         return
     click.echo(f"embedder {chosen_embedder.name}, {len(labelled)} prompts")
     click.echo(f"configured rule: {current.line()}")
+    for text in current.misses:
+        click.echo(f"  missed: {text}")
     click.echo(f"chosen rule:     {best.line()}")
     for text in best.misses:
         click.echo(f"  missed: {text}")

@@ -122,8 +122,8 @@ class AgentSkill:
         self._scripts: list[Path] | None = None
         self._scripts_stamp: tuple[int, ...] | None = None
         self._tools_cache: dict[str, tuple[tuple[int, ...], list[ScriptTool]]] = {}
-        for message in self.warnings:
-            log.warning("skill.warning", skill=self.name, path=str(self.skill_md), warning=message)
+        for message in self.warnings:  # kept on the skill; `skills validate` / `list` say them, once
+            log.debug("skill.warning", skill=self.name, path=str(self.skill_md), warning=message)
 
     @property
     def _skills_settings(self) -> Any:

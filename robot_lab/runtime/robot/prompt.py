@@ -116,7 +116,17 @@ class PromptAssembly:
 
         catalog = default_catalog()
         self.agent_skills = catalog.select(names)
-        return [n for n in names if catalog.find(n) is None]
+        rest = [n for n in names if catalog.find(n) is None]
+        from robot_lab.runtime.templates import find_template, template_dirs
+
+        dirs = self.template_dirs if self.template_dirs is not None else template_dirs()
+        unknown = [n for n in rest if find_template(n, dirs) is None]
+        if unknown:  # a typo in skills=[...] names the skill, not a template search
+            known = ", ".join(catalog.names()) or "none"
+            raise ConfigurationError(
+                f"unknown skill {unknown[0]!r}: no AgentSkill of that name in the catalog (skills: {known}) "
+                f"and no template skill {unknown[0]}.md (searched {', '.join(str(d) for d in dirs) or 'no template_path'})")
+        return rest
 
     # --- rendering -----------------------------------------------------------------------
     def render(self, build_context: Mapping[str, Any], system_prompt: str | None,
