@@ -113,13 +113,16 @@ class MatchRule(BaseModel):
     floor: float
     margin: float = 0.05
     switch_margin: float = 0.05
+    # how a skill is scored: "description" (cosine with the whole description) or "blend"
+    # (its mean with the best cosine over the description's sentences and trigger phrases)
+    scoring: Literal["description", "blend"] = "description"
 
 
 # Per-model match rules (chosen on tests/skills_eval and a public collection, see
 # docs/skills.md "The match rule, and the evidence for it"). A configured
 # ``skills.match_rules`` adds to these rather than replacing them.
 DEFAULT_MATCH_RULES: dict[str, MatchRule] = {
-    "sentence-transformers/all-MiniLM-L6-v2": MatchRule(floor=0.20, margin=0.05, switch_margin=0.05),
+    "sentence-transformers/all-MiniLM-L6-v2": MatchRule(floor=0.22, margin=0.05, switch_margin=0.05, scoring="blend"),
     "BAAI/bge-small-en-v1.5": MatchRule(floor=0.70, margin=0.03, switch_margin=0.03),
     "tfidf": MatchRule(floor=0.29, margin=0.0, switch_margin=0.05),
 }
