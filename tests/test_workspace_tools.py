@@ -103,6 +103,8 @@ def test_run_command_sees_the_bundle_read_only_and_nothing_of_the_host(tools: di
     assert net.startswith("Error (exit 1)") and "Network is unreachable" in net
     assert net.endswith("[no network in the sandbox: sandbox.network is false and skills.grants.<skill>.network "
                         "is not set; the operator decides]")
+    missing = run.call({"command": "python -c \"open('nope.pdf')\""})
+    assert "FileNotFoundError" in missing and "no network" not in missing  # not a network failure
     out = run.call({"command": "echo made > made.txt; exit 4"})
     assert out == "Error (exit 4):\n(no output)\n[files written to the working directory: made.txt]"
 

@@ -26,6 +26,7 @@ past ``max_output_bytes`` is dropped. Failures are text for the model: ``Error (
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -379,16 +380,17 @@ _PROCESS_SIGNS = ("cannot fork", "can't fork", "resource temporarily unavailable
 _MEMORY_SIGNS = ("memoryerror", "cannot allocate memory", "out of memory", "bad_alloc", "failed to allocate")
 
 
-_NETWORK_SIGNS = ("network is unreachable", "temporary failure in name resolution", "name or service not known",
-                  "could not resolve host", "getaddrinfo", "enotfound", "eai_again", "failed to establish a new "
-                  "connection", "nodename nor servname", "no address associated with hostname", "enetunreach")
+_NETWORK_RE = re.compile(
+    r"network is unreachable|temporary failure in name resolution|name or service not known|could not resolve "
+    r"host|\bgetaddrinfo\b|\benotfound\b|\beai_again\b|\benetunreach\b|failed to establish a new connection|"
+    r"nodename nor servname|no address associated with hostname", re.I)
 
 
 def network_note(outcome: Outcome, grant: Capabilities, label: str = "") -> str:
     """Said when a failed call without the network grant looks like it wanted the network."""
     if grant.network or (outcome.returncode == 0 and not outcome.timed_out) or outcome.mode == "refused":
         return ""
-    if not any(sign in outcome.output.lower() for sign in _NETWORK_SIGNS):
+    if not _NETWORK_RE.search(outcome.output):  # FileNotFoundError is no ENOTFOUND: words only
         return ""
     skill = label.split("/", 1)[0] if "/" in label else ""
     grant_name = f"skills.grants.{skill}.network" if skill and skill != "workspace" else "skills.grants.<skill>.network"
