@@ -34,7 +34,7 @@ openpyxl = pytest.importorskip("openpyxl", reason="openpyxl is not installed (pi
 docx = pytest.importorskip("docx", reason="python-docx is not installed (pip install -e '.[test]')")
 pptx = pytest.importorskip("pptx", reason="python-pptx is not installed (pip install -e '.[test]')")
 
-pytestmark = [pytest.mark.slow, needs_bwrap]
+pytestmark = [pytest.mark.slow, needs_bwrap, pytest.mark.timeout(300)]  # LibreOffice starts slowly on a loaded box
 
 PDF, DOCX, XLSX, PPTX = (os.path.realpath(SKILLS / n) for n in ("pdf", "docx", "xlsx", "pptx"))
 HAS_OFFICE = shutil.which("soffice") is not None and shutil.which("pdftoppm") is not None

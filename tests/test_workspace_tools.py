@@ -296,3 +296,16 @@ def test_servers_browser_js_and_helper_modules_with_a_shebang_are_not_tools(tmp_
                      "report.py": "tool"}
     assert plan_script(bundle / "scripts" / "server.cjs").why.startswith("a server that runs in the foreground")
     assert "report" in [t.script_name for t in AgentSkill(bundle).script_tools()]
+
+
+def test_tool_mode_offers_the_workspace_tools_once_a_skill_is_activated(tmp_path: Path) -> None:
+    reader = write_skill(tmp_path / "skills", "reader", "read pdf reports", extra="allowed-tools: [Read]\n")
+    session = SkillSession("clerk", "c-tool", settings=Settings(skills={"workspace_root": str(tmp_path / "w")}))
+    run = session.tool_mode_run([AgentSkill(reader)], [], "BASE")
+    assert callable(run.tools)
+    assert [t.name for t in run.tools()] == ["Skill"]
+    skill_tool = run.tools()[0]
+    text = skill_tool.call({"skill": "reader"})
+    assert text.startswith('<skill name="reader">')
+    assert f"Skill folder (read-only, on PYTHONPATH for run_command): {os.path.realpath(reader)}" in text
+    assert [t.name for t in run.tools()] == ["Skill", "read_file", "read_skill_file"]  # allowed-tools: [Read]

@@ -14,6 +14,7 @@ catalog and the skills are shared).
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -173,6 +174,7 @@ class SkillTool(ToolShape):
         # a body (or arguments) holding "</skill>" must not close the wrapper early
         parts = [f'<skill name="{skill.name}">', f"# Skill activated: {skill.name}", "", _escape(instructions), ""]
         parts.append(f"Arguments: {_escape(activation.args) if activation.args else '(none)'}")
+        parts.append(f"Skill folder (read-only, on PYTHONPATH for run_command): {os.path.realpath(skill.path)}")
         if activation.tools:
             tools = "; ".join(f"{t.name} ({t.description})" for t in activation.tools)
             parts.append(f"Tools added by this skill: {tools}")
