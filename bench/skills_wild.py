@@ -16,8 +16,9 @@ default settings (no network, no fs grants, a fresh workspace), and sorted by wh
   file: --help``): it started;
 * ``timed out``, ``refused`` (no sandbox).
 
-Which of them start depends on what is installed here: run ``skills doctor`` first and
-install what it says (docs/skills.md lists the office skills' needs). Not a timing
+Which of them start depends on what is installed for the scripts' Python: run ``skills
+doctor`` and install what it says, or point ``ROBOT_LAB_SKILLS__PYTHON`` at a venv that has
+it (docs/skills.md lists the office skills' needs and the figures measured). Not a timing
 benchmark: it prints counts, and the failures with their first line.
 """
 
