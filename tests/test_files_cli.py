@@ -135,3 +135,16 @@ def test_doctor_names_what_a_bundles_scripts_need(tmp_path: Path, monkeypatch: p
     text = run("skills", "doctor", "--root", str(tmp_path / "skills"), "office")
     assert "MISSING python  robot_lab_no_such_pkg  (scripts/convert.py)" in text.output
     assert run("skills", "doctor", "--root", str(tmp_path / "skills"), "nope").exit_code == 1
+
+
+def test_doctor_venv_makes_a_fresh_interpreter_and_names_the_setting(tmp_path: Path) -> None:
+    from tests.test_workspace_tools import write_skill
+
+    write_skill(tmp_path / "skills", "plain", "stdlib only", files={"scripts/run.py": "import json\nprint(1)\n"})
+    venv = tmp_path / "skill-venv"
+    result = run("skills", "doctor", "--root", str(tmp_path / "skills"), "plain", "--venv", str(venv), "--json")
+    assert result.exit_code == 0, result.output
+    python = venv.resolve() / "bin" / "python"
+    assert python.exists()
+    assert f"venv ready: set ROBOT_LAB_SKILLS__PYTHON={python}" in result.output
+    assert json.loads(result.stdout)["skills"][0]["python"] == str(python)  # checked with that interpreter

@@ -341,7 +341,10 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
 @click.argument("names", nargs=-1)
 @root_option
 @click.option("--json", "as_json", is_flag=True, help="Print each bundle's needs and install lines as JSON.")
-def doctor(names: tuple[str, ...], roots: tuple[str, ...], as_json: bool) -> None:
+@click.option("--venv", "venv", type=click.Path(file_okay=False), default=None,
+              help="Create a virtual environment here with the Python packages the skills need (pip, needs the "
+                   "package index), and print the skills.python setting that uses it.")
+def doctor(names: tuple[str, ...], roots: tuple[str, ...], as_json: bool, venv: str | None) -> None:
     """What the skills' scripts need on this machine (Python packages, programs, node
     modules), what is missing, and the lines that install it. Every skill, or NAMES.
 
@@ -355,6 +358,9 @@ def doctor(names: tuple[str, ...], roots: tuple[str, ...], as_json: bool) -> Non
     except ConfigurationError as exc:
         raise click.ClickException(str(exc)) from None
     found = [diagnose(skill) for skill in chosen]
+    if venv is not None:
+        _make_venv(Path(venv), sorted({n.install for d in found for n in d.needs if n.kind == "python"}))
+        found = [diagnose(skill, python=str(Path(venv).resolve() / "bin" / "python")) for skill in chosen]
     if as_json:
         _echo_json({"skills": [d.as_dict() for d in found]})
     else:
@@ -371,6 +377,24 @@ def doctor(names: tuple[str, ...], roots: tuple[str, ...], as_json: bool) -> Non
             click.echo("no skills found in: " + ", ".join(str(r.path) for r in catalog.roots))
     if any(d.missing for d in found):
         sys.exit(1)
+
+
+def _make_venv(folder: Path, packages: list[str]) -> None:
+    """A fresh venv (not robot-lab's packages: a bundle may need other versions, such as
+    mcp-builder's mcp 1.x) holding ``packages``; says which setting points skills at it."""
+    import subprocess
+    import venv as venv_mod
+
+    if not (folder / "bin" / "python").exists():
+        venv_mod.EnvBuilder(with_pip=bool(packages)).create(folder)
+    python = folder.resolve() / "bin" / "python"
+    if packages:
+        click.echo(f"installing into {folder}: {' '.join(packages)}", err=True)
+        done = subprocess.run([str(python), "-m", "pip", "install", "-q", *packages])
+        if done.returncode != 0:
+            raise click.ClickException(f"pip could not install {' '.join(packages)} into {folder} (exit {done.returncode})")
+    click.echo(f"venv ready: set ROBOT_LAB_SKILLS__PYTHON={python} (every skill), or "
+               f"skills.root_python = {{\"<skills root>\": \"{python}\"}} (one root's skills)", err=True)
 
 
 @skills.command("eval")
