@@ -309,3 +309,30 @@ def test_tool_mode_offers_the_workspace_tools_once_a_skill_is_activated(tmp_path
     assert text.startswith('<skill name="reader">')
     assert f"Skill folder (read-only, on PYTHONPATH for run_command): {os.path.realpath(reader)}" in text
     assert [t.name for t in run.tools()] == ["Skill", "read_file", "read_skill_file"]  # allowed-tools: [Read]
+
+
+@needs_bwrap
+def test_a_robot_without_skills_can_be_given_the_workspace_tools_by_import_path(skills_env: Path) -> None:
+    from robot_lab.skills import workspace_tools as module
+
+    assert module.read_file.call({"path": "x"}).startswith("Error (read_file): no working directory")
+    register_script("ws-plain", {"turns": [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}},
+                        {"name": "write_file", "arguments": {"path": "upper.txt", "content": "HELLO"}}]},
+        {"reply": "{tool_results}"}]})
+    clear_recorded_calls()
+    try:
+        robot = robot_lab.build(name="plain", model="scripted/ws-plain", system_prompt="BASE",
+                                local_tools=["robot_lab.skills.workspace_tools:read_file",
+                                             "robot_lab.skills.workspace_tools:write_file"])
+        result = robot.run("shout my notes", tools="inherit", conversation_id="c-plain",
+                           attachments=[("notes.txt", b"hello")])
+        assert result.error is None, result
+        assert "read_file: hello" in str(result.reply)
+        assert [f.path for f in result.files] == ["upper.txt"]
+        assert Path(str(result.workspace), "upper.txt").read_text() == "HELLO"
+        system = recorded_calls()[0]["system"]
+        assert system.startswith("BASE") and "Files: notes.txt" in system
+        assert robot.instructions == "BASE"  # the working directory lines were for that run only
+    finally:
+        unregister_script("ws-plain")

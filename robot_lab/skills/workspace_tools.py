@@ -152,12 +152,14 @@ def expand_allowed(allowed: Iterable[str] | None) -> set[str] | None:
 class WorkspaceTool(ToolShape):
     """One of the four tools, bound to a workspace and the bundles in play."""
 
-    def __init__(self, name: str, description: str, parameters: dict[str, Any], *, workspace: Path,
+    needs_workspace = True  # the Robot binds an unbound one to the conversation's workspace
+
+    def __init__(self, name: str, description: str, parameters: dict[str, Any], *, workspace: Path | None,
                  bundles: Sequence[Path] = (), sandbox: Any = None, settings: Any = None) -> None:
         self.name = name
         self.description = description
         self.parameters = parameters
-        self.workspace = Path(workspace)
+        self.workspace = Path(workspace) if workspace is not None else None
         self.bundles = [Path(b) for b in bundles]
         self.sandbox = sandbox
         self.settings = settings
@@ -217,8 +219,15 @@ class WorkspaceTool(ToolShape):
         return text
 
     # --- the four tools -------------------------------------------------------------------------
+    def in_workspace(self, workspace: str | os.PathLike[str]) -> WorkspaceTool:
+        """A copy bound to ``workspace`` (what a run offers)."""
+        return WorkspaceTool(self.name, self.description, self.parameters, workspace=Path(workspace),
+                             bundles=self.bundles, sandbox=self.sandbox, settings=self.settings)
+
     def call(self, arguments: dict[str, Any] | None = None) -> str:
         """Run the tool; its text, or ``Error (...)`` text. Never raises."""
+        if self.workspace is None:
+            return f"Error ({self.name}): no working directory (the tool was called outside a robot's run)"
         args = dict(arguments or {})
         try:
             return getattr(self, f"_{self.name}")(args)
@@ -347,6 +356,13 @@ def workspace_tools(workspace: str | os.PathLike[str], bundles: Iterable[str | o
             for name in names if name in SPECS]
 
 
+# Unbound tools a robot may list by import path without any skill
+# (``local_tools=["robot_lab.skills.workspace_tools:run_command"]``): each run binds them to
+# its conversation's workspace, where attachments land.
+read_file, write_file, list_files, run_command = (WorkspaceTool(name, *SPECS[name], workspace=None)
+                                                  for name in WORKSPACE_TOOL_NAMES)
+
+
 def bundles_prompt(skills: Sequence[Any]) -> str:
     """The system-prompt line stating where each skill's bundle is mounted."""
     if not skills:
@@ -356,5 +372,5 @@ def bundles_prompt(skills: Sequence[Any]) -> str:
             f"python <folder>/scripts/<script>.py): {where}")
 
 
-__all__ = ["ALIASES", "WORKSPACE_TOOL_NAMES", "WorkspaceTool", "bundles_prompt", "expand_allowed",
-           "workspace_tools"]
+__all__ = ["ALIASES", "WORKSPACE_TOOL_NAMES", "WorkspaceTool", "bundles_prompt", "expand_allowed", "list_files",
+           "read_file", "run_command", "workspace_tools", "write_file"]

@@ -159,7 +159,8 @@ class PromptAssembly:
         that stick. Match mode: matched instructions and the working directory are in the
         prompt, their script tools offered. Tool mode: the prompt lists the skills and a
         ``Skill`` tool activates one, so the offered tools are recomputed every round."""
-        if not self.agent_skills:
+        unbound = [t for t in selected if getattr(getattr(t, "inner", t), "needs_workspace", False)]
+        if not self.agent_skills and not unbound:
             if attachments:
                 log.warning("robot.attachments_ignored", robot=robot_name, reason="the robot has no AgentSkills")
             return AppliedSkills(selected)
@@ -170,6 +171,12 @@ class PromptAssembly:
             self._own_skill_scope = f"robot-{robot_name}-{uuid.uuid4().hex[:12]}"
         session = session_for(robot_name, scope or self._own_skill_scope)
         session.attach(attachments)
+        if unbound:  # workspace tools given by import path: bound to this conversation's workspace
+            selected = [as_tool(getattr(t, "inner", t).in_workspace(session.workspace.path)) if t in unbound else t
+                        for t in selected]
+        if not self.agent_skills:
+            set_system_message(messages, "\n\n".join(p for p in (base_prompt, session.workspace.prompt()) if p))
+            return AppliedSkills(selected, session.workspace.path)
         if skill_mode == "tool":
             run = session.tool_mode_run(self.agent_skills, selected, base_prompt, catalog=default_catalog())
         else:
