@@ -148,6 +148,11 @@ class Keys:
         """String: JSON list of the skill names a conversation is using (they stick to it)."""
         return f"{self.conversation(robot, conversation_id)}:skills"
 
+    # --- result files -----------------------------------------------------------------------
+    def result_file(self, sha256: str) -> str:
+        """String: the bytes of a file a reply refers to (too big to travel inline), by digest."""
+        return f"{self.prefix}:file:{sha256}"
+
 
 def default_keys() -> Keys:
     """Keys of the configured prefix; cluster hash tags when the ``cluster`` setting is on or

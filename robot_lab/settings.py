@@ -116,13 +116,16 @@ class MatchRule(BaseModel):
     floor: float
     margin: float = 0.05
     switch_margin: float = 0.05
+    # how a skill is scored: "description" (cosine with the whole description) or "blend"
+    # (its mean with the best cosine over the description's sentences and trigger phrases)
+    scoring: Literal["description", "blend"] = "description"
 
 
 # Per-model match rules (chosen on tests/skills_eval and a public collection, see
 # docs/skills.md "The match rule, and the evidence for it"). A configured
 # ``skills.match_rules`` adds to these rather than replacing them.
 DEFAULT_MATCH_RULES: dict[str, MatchRule] = {
-    "sentence-transformers/all-MiniLM-L6-v2": MatchRule(floor=0.20, margin=0.05, switch_margin=0.05),
+    "sentence-transformers/all-MiniLM-L6-v2": MatchRule(floor=0.22, margin=0.05, switch_margin=0.05, scoring="blend"),
     "BAAI/bge-small-en-v1.5": MatchRule(floor=0.70, margin=0.03, switch_margin=0.03),
     "tfidf": MatchRule(floor=0.29, margin=0.0, switch_margin=0.05),
 }
@@ -165,6 +168,11 @@ class SkillsSettings(BaseModel):
     workspace_root: str | None = None
     # The read_skill_file tool returns at most this many bytes of a bundle file.
     max_file_read_bytes: int = 64 * 1024
+    # While a skill is in play the model also gets read_file, write_file, list_files and
+    # run_command over the workspace, run in the sandbox like scripts (false: none).
+    workspace_tools: bool = True
+    # At most this many skills are injected into one run (the best-scoring first).
+    max_selected: int = Field(default=3, ge=1)
     # Skills (front-matter names) whose ``trust: core`` is honoured: they run unconfined with
     # the worker's environment. Empty by default: ``trust: core`` alone is only a request.
     core_trusted: list[str] = Field(default_factory=list)
@@ -205,6 +213,13 @@ class BusSettings(BaseModel):
     # dead_letter (reason misaddressed, before any handler) or warn (log bus.misaddressed and
     # handle it, the Ruby gem's behaviour). Under signing require it is always dead-lettered.
     misaddressed: Literal["dead_letter", "warn"] = "dead_letter"
+    # Files a run wrote come back in its reply's ``attachments``: inline (base64) while the
+    # reply's files add up to at most attachment_inline_bytes, else stored in Redis for
+    # file_ttl seconds as a reference (``robot-lab files get``); larger than max_file_bytes:
+    # listed only.
+    attachment_inline_bytes: int = 256 * 1024
+    file_ttl: int = 86_400
+    max_file_bytes: int = 50 * 1024 * 1024
 
 
 VerifyMode = Literal["off", "warn", "require"]

@@ -373,7 +373,8 @@ def test_only_declared_env_vars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert seen["RL_TEST_TOKEN"] == "s3cr3t-value"
     assert "RL_TEST_UNDECLARED" not in seen and "OPENAI_API_KEY" not in seen and "RL_TEST_MISSING" not in seen
     baseline = {"PATH", "HOME", "LANG", "TMPDIR", "PWD", "LC_CTYPE", "SHLVL", "_"}
-    assert set(seen) - baseline == {"RL_TEST_DECLARED", "RL_TEST_TOKEN"}
+    assert set(seen) - baseline == {"RL_TEST_DECLARED", "RL_TEST_TOKEN", "PYTHONPATH"}
+    assert seen["PYTHONPATH"] == os.path.realpath(directory)  # the bundle: ``from scripts.x import ...``
     assert seen["HOME"] == "/tmp"
 
 

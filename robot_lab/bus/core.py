@@ -79,6 +79,7 @@ def build_message(
     in_reply_to: str | None = None,
     headers: Mapping[str, str] | None = None,
     deadline: _dt.datetime | _dt.timedelta | float | None = None,
+    extensions: Mapping[str, Any] | None = None,
 ) -> RobotMessage:
     """The (unsigned) envelope :meth:`Bus.publish` / :meth:`Bus.apublish` append: checked,
     with a traceparent and an absolute deadline."""
@@ -96,6 +97,7 @@ def build_message(
         in_reply_to=in_reply_to,
         headers=_with_traceparent(headers),
         deadline=_deadline(deadline),
+        extensions=dict(extensions or {}),  # top-level extension fields, such as ``attachments``
     )
 
 
@@ -199,6 +201,7 @@ class Bus(Requests, Outbox, DeadLetters):
         headers: Mapping[str, str] | None = None,
         deadline: _dt.datetime | _dt.timedelta | float | None = None,
         create: bool = False,
+        extensions: Mapping[str, Any] | None = None,
     ) -> RobotMessage:
         """Append a RobotMessage to ``to``'s inbox and return it (its ``id`` is the key).
 
@@ -207,7 +210,8 @@ class Bus(Requests, Outbox, DeadLetters):
         """
         message = self.keyring.sign(build_message(
             to, content, from_=from_, kind=kind, reply_to=reply_to, conversation_id=conversation_id,
-            correlation_id=correlation_id, in_reply_to=in_reply_to, headers=headers, deadline=deadline))
+            correlation_id=correlation_id, in_reply_to=in_reply_to, headers=headers, deadline=deadline,
+            extensions=extensions))
         self.publish_message(message, create=create)
         return message
 
@@ -373,6 +377,13 @@ class Bus(Requests, Outbox, DeadLetters):
             correlation_id=original.correlation_id or original.id,
             headers=merged,
         )
+
+    def fetch_file(self, attachment: Mapping[str, Any] | str) -> bytes:
+        """The bytes of a reply's attachment (inline or stored by reference; a ``ref``
+        string alone works too), checked against its sha256 (:mod:`robot_lab.bus.reply_files`)."""
+        from robot_lab.bus.reply_files import fetch_file
+
+        return fetch_file(self, attachment)
 
     def deliver_reply(self, reply: RobotMessage) -> str | None:
         """Append a reply envelope to its target's stream; None when the target name is not

@@ -49,6 +49,7 @@ from robot_lab.bus.stalls import sweep_interval
 from robot_lab.bus.core import Bus
 from robot_lab.bus.names import check_robot_name
 from robot_lab.bus.delivery import Delivery
+from robot_lab.bus.reply_files import reply_attachments
 from robot_lab.bus.handling import Handling
 from robot_lab.bus.intake import Intake
 from robot_lab.bus.key_types import is_wrong_type, wrong_typed_keys
@@ -217,7 +218,7 @@ class BusPoller(Intake, Handling, Reclaim):
             else:
                 with guard:
                     result = robot.run(flatten_content(message.content), **kwargs)
-            return getattr(result, "reply", result)
+            return result if getattr(result, "files", None) else getattr(result, "reply", result)
 
         return self.respond_to_tasks(run, auto_reply=auto_reply)
 
@@ -241,6 +242,7 @@ class BusPoller(Intake, Handling, Reclaim):
                 log.info("bus.reply_resent", entry=d.entry_id, deliveries=d.deliveries)
             return
         content = fn(msg)
+        files = reply_attachments(self.bus, content) if getattr(content, "files", None) else []
         if content is not None and not isinstance(content, (str, Mapping)):
             content = getattr(content, "reply", None) if hasattr(content, "reply") else str(content)
         ttl = int(self.bus.settings.record_ttl)
@@ -248,6 +250,8 @@ class BusPoller(Intake, Handling, Reclaim):
             r.set(record_key, make_record(fp, b""), nx=True, ex=ttl)
             return
         reply: RobotMessage | None = self.bus.build_reply(msg, content, from_=self.robot)
+        if files and reply is not None:
+            reply.extensions["attachments"] = files  # what the run wrote (robot_lab.bus.reply_files)
         if not r.set(record_key, make_record(fp, encode_message(reply)), nx=True, ex=ttl):  # type: ignore[arg-type]
             # another consumer handled it meanwhile: send the reply it recorded, not ours
             theirs, body = read_record(r.get(record_key) or b"")

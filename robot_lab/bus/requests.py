@@ -46,7 +46,8 @@ class Requests:
     # provided by Bus: the arguments these operations pass
     def publish(self, to: str, content: str | Mapping[str, Any], *, from_: str = ..., reply_to: str | None = ...,
                 conversation_id: str | None = ..., headers: Mapping[str, str] | None = ...,
-                deadline: _dt.datetime | _dt.timedelta | float | None = ...) -> RobotMessage:
+                deadline: _dt.datetime | _dt.timedelta | float | None = ...,
+                extensions: Mapping[str, Any] | None = ...) -> RobotMessage:
         raise NotImplementedError
 
     async def apublish(self, to: str, content: str | Mapping[str, Any], *, from_: str = ..., reply_to: str | None = ...,
@@ -64,6 +65,7 @@ class Requests:
         conversation_id: str | None = None,
         headers: Mapping[str, str] | None = None,
         deadline: _dt.datetime | _dt.timedelta | float | None = None,
+        extensions: Mapping[str, Any] | None = None,
     ) -> RobotMessage:
         """Publish to ``to`` and block until its reply arrives; returns the reply envelope.
 
@@ -86,6 +88,7 @@ class Requests:
                 conversation_id=conversation_id,
                 headers=headers,
                 deadline=deadline,
+                extensions=extensions,
             )
             return self._await_reply(reply_key, message, to, timeout)
         finally:

@@ -69,9 +69,13 @@ def _show_content(content: Any) -> str:
 @click.option("--json", "as_json", is_flag=True,
               help='Print the result as JSON: {"id": ...}, with --wait {"id", "reply"} (the reply\'s content)')
 @click.option("--create", is_flag=True, help="Create the robot's inbox if nobody registered it.")
+@click.option("--attach", "attachments", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A file for the robot's skills workspace, sent as bytes; repeatable.")
+@click.option("--out", "out", type=click.Path(file_okay=False), default=None,
+              help="With --wait: save the files the reply carries into this folder.")
 def send(
     robot: str, text: str, wait: bool, timeout: float, conversation_id: str | None, from_: str,
-    content_json: bool, as_json: bool, create: bool,
+    content_json: bool, as_json: bool, create: bool, attachments: tuple[str, ...] = (), out: str | None = None,
 ) -> None:
     """Publish TEXT to ROBOT's inbox; prints the message id, or the reply with --wait.
 
@@ -80,6 +84,9 @@ def send(
     a reply signed by ROBOT."""
     bus = _bus()
     content = _content(text, content_json)
+    if out is not None and not wait:
+        raise click.UsageError("--out saves the reply's files: it needs --wait")
+    extensions = _attachments(attachments)
     if wait and _embedded() and not bus.exists(robot):
         raise click.UsageError("--wait needs REDIS_URL: in embedded mode no worker shares this process's "
                                "in-process Redis, so no reply can come")
@@ -93,11 +100,14 @@ def send(
                        "deletes it)", err=True)
     try:
         if wait:
-            reply = bus.request(robot, content, timeout=timeout, from_=from_, conversation_id=conversation_id)
+            reply = bus.request(robot, content, timeout=timeout, from_=from_, conversation_id=conversation_id,
+                                extensions=extensions)
             click.echo(json.dumps({"id": reply.in_reply_to, "reply": reply.content}) if as_json
                        else _show_content(reply.content))
+            _reply_files(bus, reply, out)
         else:
-            message = bus.publish(robot, content, from_=from_, conversation_id=conversation_id)
+            message = bus.publish(robot, content, from_=from_, conversation_id=conversation_id,
+                                  extensions=extensions)
             click.echo(json.dumps({"id": message.id}) if as_json else message.id)
     except AwaitTimeout as exc:
         hint = ("no REDIS_URL: embedded mode has no worker to answer" if _embedded() else
@@ -105,6 +115,30 @@ def send(
         raise click.ClickException(f"{exc}; {hint}") from exc
     except BusError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _attachments(paths: tuple[str, ...]) -> dict[str, Any] | None:
+    if not paths:
+        return None
+    from pathlib import Path
+
+    from robot_lab.skills.workspace import envelope_attachments
+
+    return {"attachments": envelope_attachments([(Path(p).name, Path(p).read_bytes()) for p in paths])}
+
+
+def _reply_files(bus: Any, reply: Any, out: str | None) -> None:
+    """List the files a reply carries (stderr); save them under ``out`` when given."""
+    from robot_lab.bus.reply_files import save_attachments
+
+    files = reply.extensions.get("attachments") or []
+    for item in files:
+        how = "inline" if "content_base64" in item else (f"ref {item['ref']}" if item.get("ref") else
+                                                          f"not sent: {item.get('missing')}")
+        click.echo(f"file: {item.get('name')} ({item.get('size')} bytes, {how})", err=True)
+    if out is not None and files:
+        for path in save_attachments(bus, [f for f in files if "missing" not in f], out):
+            click.echo(f"saved: {path}", err=True)
 
 
 def _format_entry(entry_id: str, fields: dict[bytes, bytes], as_json: bool) -> str:

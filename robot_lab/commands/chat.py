@@ -25,6 +25,8 @@ from robot_lab.errors import RobotLabError
               help="match: inject the skills that match the message; tool: the model loads them with Skill.")
 @click.option("--attach", "attachments", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="A file for the skills' working directory; repeatable.")
+@click.option("--out", "out", type=click.Path(file_okay=False), default=None,
+              help="Copy the files the run wrote in its working directory into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the RobotResult as JSON instead of streaming text.")
 def chat(
     message: str,
@@ -37,6 +39,7 @@ def chat(
     skill_names: tuple[str, ...],
     skill_mode: str,
     attachments: tuple[str, ...],
+    out: str | None,
     as_json: bool,
 ) -> None:
     """Run one robot on MESSAGE and stream its reply.
@@ -79,6 +82,7 @@ def chat(
 
         name = "" if isinstance(exc, ConfigurationError) else f"{type(exc).__name__}: "
         raise click.ClickException(name + one_line(exc)) from exc
+    copied = _copy_out(result, out)
     if as_json:
         click.echo(json.dumps(result.export(), indent=2, default=str))
         return
@@ -90,3 +94,25 @@ def chat(
         + (f" tool calls={len(result.tool_calls)}" if result.tool_calls else ""),
         err=True,
     )
+    if result.workspace:
+        click.echo(f"working directory: {result.workspace}", err=True)
+    for item in result.files:
+        click.echo(f"file: {item.path} ({item.size} bytes)" + (f" -> {copied[item.path]}" if item.path in copied else ""),
+                   err=True)
+
+
+def _copy_out(result: object, out: str | None) -> dict[str, str]:
+    """Copy the run's files (``RobotResult.files``) from its workspace into ``out``."""
+    import shutil
+
+    files = getattr(result, "files", None) or []
+    workspace = getattr(result, "workspace", None)
+    if out is None or not files or not workspace:
+        return {}
+    copied: dict[str, str] = {}
+    for item in files:
+        target = Path(out) / item.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(workspace) / item.path, target, follow_symlinks=False)
+        copied[item.path] = str(target)
+    return copied

@@ -67,20 +67,27 @@ def _catalog(roots: tuple[str, ...]) -> Any:
     return SkillCatalog([*extra, *default_roots()])
 
 
+def _hidden_note(catalog: Any) -> None:
+    """Say where bundles kept in dot-folders are (openai/skills: skills/.curated): not scanned."""
+    for folder, count in getattr(catalog, "hidden", []):
+        click.echo(f"note: {folder} holds {count} bundle(s) in a dot-folder, which is not scanned; "
+                   f"add it as a root: --root {folder}", err=True)
+
+
 def _short(text: str, width: int = 70) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 root_option = click.option(
-    "--root", "roots", multiple=True, type=click.Path(file_okay=False),
+    "--root", "roots", multiple=True, type=click.Path(file_okay=False, exists=True),
     help="Extra skills root, searched before the standard ones (repeatable).",
 )
 
 
 @click.group()
 def skills() -> None:
-    """AgentSkills (SKILL.md bundles): list, show, validate, create, match, eval."""
+    """AgentSkills (SKILL.md bundles): list, show, validate, create, match, eval, doctor."""
 
 
 @skills.command("list")
@@ -113,6 +120,7 @@ def list_skills(roots: tuple[str, ...], as_json: bool) -> None:
         console.print("no skills found in: " + ", ".join(str(r.path) for r in catalog.roots))
     for problem in catalog.problems:  # plain lines: long paths must stay greppable
         click.echo(f"skipped {problem.path}: {problem.message}")
+    _hidden_note(catalog)
 
 
 def _mode(skill: Any, grant: Any) -> str:
@@ -270,13 +278,19 @@ def create(name: str, root: str, description: str | None) -> None:
               show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
 def match(message: str, roots: tuple[str, ...], threshold: float | None, embedder: str, as_json: bool) -> None:
-    """Score MESSAGE against every skill in the catalog, and show which the rule picks."""
-    from rich.table import Table  # lazy: start-up time
+    """Score MESSAGE against every skill in the catalog, and show which the rule picks.
 
-    from robot_lab.settings import get_settings  # lazy: start-up time
-    from robot_lab.skills.embedding import TfidfEmbedder, load_embedder  # lazy: start-up time
-    from robot_lab.skills.matching import SkillMatcher, select  # lazy: start-up time
+    --json prints {embedder, fallback_from, floor, margin, max_selected, matched: [names],
+    scores: [{name, score, matched, description}]}, best first.
+    """
+    from rich.table import Table
 
+    from robot_lab.settings import get_settings
+    from robot_lab.skills.embedding import TfidfEmbedder, load_embedder
+    from robot_lab.skills.matching import SkillMatcher, cap_selected, select
+
+    if not message.strip():
+        raise click.BadParameter("MESSAGE is empty: give the text to score", param_hint="MESSAGE")
     settings = get_settings()
     if embedder == "tfidf":
         chosen: Any = TfidfEmbedder()
@@ -292,15 +306,19 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
     catalog = _catalog(roots)
     matcher = SkillMatcher(chosen, threshold, settings=settings)
     skills = catalog.all()
+    if not skills:
+        _hidden_note(catalog)
     try:
         scored = matcher.scores(message, skills)
     except Exception as exc:
         raise click.ClickException(f"embedding failed: {type(exc).__name__}: {exc}") from None
     rule = matcher.rule
-    picked = {s.name for s in select(scored, rule)}
+    limit = int(settings.skills.max_selected)
+    picked = {s.name for s in cap_selected(select(scored, rule), {s.name: v for s, v in scored}, limit)}
     ranked = sorted(scored, key=lambda item: -item[1])
     if as_json:
         _echo_json({"embedder": chosen.name, "fallback_from": fallback, "floor": rule.floor, "margin": rule.margin,
+                    "max_selected": limit,
                     "matched": [s.name for s, _ in ranked if s.name in picked],
                     "scores": [{"name": s.name, "score": round(score, 4), "matched": s.name in picked,
                                 "description": s.description} for s, score in ranked]})
@@ -315,6 +333,66 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
     for skill, score in ranked:
         table.add_row(f"{score:.3f}", "yes" if skill.name in picked else "", skill.name, _short(skill.description))
     _console(tables=True).print(table)
+
+
+@skills.command()
+@click.argument("names", nargs=-1)
+@root_option
+@click.option("--json", "as_json", is_flag=True, help="Print each bundle's needs and install lines as JSON.")
+@click.option("--venv", "venv", type=click.Path(file_okay=False), default=None,
+              help="Create a virtual environment here with the Python packages the skills need (pip, needs the "
+                   "package index), and print the skills.python setting that uses it.")
+def doctor(names: tuple[str, ...], roots: tuple[str, ...], as_json: bool, venv: str | None) -> None:
+    """What the skills' scripts need on this machine (Python packages, programs, node
+    modules), what is missing, and the lines that install it. Every skill, or NAMES.
+
+    Reads the bundles without running them. Exit status 1 when something is missing.
+    """
+    from robot_lab.skills.doctor import diagnose
+
+    catalog = _catalog(roots)
+    try:
+        chosen = [catalog.get(n) for n in names] if names else catalog.all()
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from None
+    found = [diagnose(skill) for skill in chosen]
+    if venv is not None:
+        _make_venv(Path(venv), sorted({n.install for d in found for n in d.needs if n.kind == "python"}))
+        found = [diagnose(skill, python=str(Path(venv).resolve() / "bin" / "python")) for skill in chosen]
+    if as_json:
+        _echo_json({"skills": [d.as_dict() for d in found]})
+    else:
+        for d in found:
+            missing = d.missing
+            click.echo(f"{d.skill}: {'ok' if not missing else f'{len(missing)} missing'} ({d.path})")
+            for need in d.needs:
+                mark = "ok     " if need.present else "MISSING"
+                click.echo(f"  {mark} {need.kind:<7} {need.name}  ({', '.join(need.used_in[:3])}"
+                           f"{', ...' if len(need.used_in) > 3 else ''})")
+            for line in d.install_lines():
+                click.echo(f"  install: {line}")
+        if not found:
+            click.echo("no skills found in: " + ", ".join(str(r.path) for r in catalog.roots))
+    if any(d.missing for d in found):
+        sys.exit(1)
+
+
+def _make_venv(folder: Path, packages: list[str]) -> None:
+    """A fresh venv (not robot-lab's packages: a bundle may need other versions, such as
+    mcp-builder's mcp 1.x) holding ``packages``; says which setting points skills at it."""
+    import subprocess
+    import venv as venv_mod
+
+    if not (folder / "bin" / "python").exists():
+        venv_mod.EnvBuilder(with_pip=bool(packages)).create(folder)
+    python = folder.resolve() / "bin" / "python"
+    if packages:
+        click.echo(f"installing into {folder}: {' '.join(packages)}", err=True)
+        done = subprocess.run([str(python), "-m", "pip", "install", "-q", *packages])
+        if done.returncode != 0:
+            raise click.ClickException(f"pip could not install {' '.join(packages)} into {folder} (exit {done.returncode})")
+    click.echo(f"venv ready: set ROBOT_LAB_SKILLS__PYTHON={python} (every skill), or "
+               f"skills.root_python = {{\"<skills root>\": \"{python}\"}} (one root's skills)", err=True)
 
 
 @skills.command("eval")
@@ -336,11 +414,22 @@ def eval_cmd(prompts: str, roots: tuple[str, ...], embedder: str, max_fp: float,
     from robot_lab.skills.evaluation import choose_rule, evaluate, load_prompts, score_all  # lazy: start-up time
     from robot_lab.skills.matching import SkillMatcher  # lazy: start-up time
 
+    if not 0 <= max_fp <= 1:
+        raise click.BadParameter(f"{max_fp} is not a share between 0 and 1 (0.10 = 10 %)", param_hint="--max-fp")
     settings = get_settings()
-    chosen_embedder: Any = TfidfEmbedder() if embedder == "tfidf" else load_embedder(settings)
+    if embedder == "tfidf":
+        chosen_embedder: Any = TfidfEmbedder()
+    elif embedder == "fastembed":
+        chosen_embedder = load_embedder(settings.model_copy(update={"skills": settings.skills.model_copy(
+            update={"embedder": "fastembed"})}), quiet=True)
+    else:
+        chosen_embedder = load_embedder(settings, quiet=True)
     matcher = SkillMatcher(chosen_embedder, settings=settings)
     try:
         labelled = load_prompts(prompts)
+        if not any(p.skill is None for p in labelled):
+            raise ConfigurationError(f"{prompts}: no unrelated prompts (skill: null): false positives cannot be "
+                                     "measured, so no rule can be chosen; add prompts that should match nothing")
         scored = score_all(matcher, labelled, _catalog(roots).all())
         current = evaluate(labelled, scored, matcher.rule)
         best = choose_rule(labelled, scored, max_fp_rate=max_fp)
@@ -358,6 +447,8 @@ def eval_cmd(prompts: str, roots: tuple[str, ...], embedder: str, max_fp: float,
         return
     click.echo(f"embedder {chosen_embedder.name}, {len(labelled)} prompts")
     click.echo(f"configured rule: {current.line()}")
+    for text in current.misses:
+        click.echo(f"  missed: {text}")
     click.echo(f"chosen rule:     {best.line()}")
     for text in best.misses:
         click.echo(f"  missed: {text}")

@@ -245,6 +245,9 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
             data["error"] = result.error
         if activate:
             data["activate"] = activate
+        if result.files:  # what the task wrote in the run's workspace (the result keeps them too)
+            data["files"] = [{"path": f.path, "size": f.size, "sha256": f.sha256, "media_type": f.media_type}
+                             for f in result.files]
         if spec.memory_key:
             _write_memory(store, keys, meta, spec.memory_key, result, task)
         usage = None

@@ -158,6 +158,15 @@ class ToolResultMessage(
 Message = TextMessage | ToolCallMessage | ToolResultMessage
 
 
+class ResultFile(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """A file a run wrote or changed in its workspace (``path`` relative to it)."""
+
+    path: str
+    size: int
+    sha256: str
+    media_type: str = "application/octet-stream"
+
+
 class RobotResult(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     """What one robot run produced. ``error`` is set when the run failed inside a network
     (robot_lab turns the exception into a result whose text is ``"Error: Class: msg"``)."""
@@ -175,6 +184,10 @@ class RobotResult(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     delegated_by: str | None = None
     error: str | None = None
     activate: list[str] = msgspec.field(default_factory=list)
+    # what the run wrote or changed in its skills workspace, and that folder (on the host
+    # that ran it: replies carry the bytes, see robot_lab.bus.reply_files)
+    files: list[ResultFile] = msgspec.field(default_factory=list)
+    workspace: str | None = None
 
     @property
     def reply(self) -> str | None:

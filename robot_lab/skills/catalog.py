@@ -92,6 +92,14 @@ def entry_point_roots(group: str = ENTRY_POINT_GROUP) -> list[Root]:
     return roots
 
 
+def _bundles_in(folder: Path) -> int:
+    """How many bundles (``<child>/SKILL.md``) a folder holds."""
+    try:
+        return sum(1 for child in folder.iterdir() if child.is_dir() and (child / SKILL_FILE).exists())
+    except OSError:
+        return 0
+
+
 def default_roots(settings: Any = None, *, entry_points: bool = True) -> list[Root]:
     """The standard root order (see the module docstring)."""
     if settings is None:
@@ -125,6 +133,8 @@ class SkillCatalog:
         self._folded: dict[str, AgentSkill] = {}
         self.roots: list[Root] = []
         self.problems: list[Problem] = []
+        # dot-folders of a root that hold bundles (not scanned): (folder, number of bundles)
+        self.hidden: list[tuple[Path, int]] = []
 
     # --- scanning ------------------------------------------------------------------------
     def _resolve_roots(self) -> list[Root]:
@@ -147,6 +157,7 @@ class SkillCatalog:
     def _scan(self) -> None:
         skills: dict[str, AgentSkill] = {}
         problems: list[Problem] = []
+        hidden: list[tuple[Path, int]] = []
         roots = self._resolve_roots()
         for root in roots:
             if not root.path.is_dir():
@@ -157,6 +168,11 @@ class SkillCatalog:
                 log.warning("skills.root_unreadable", root=str(root.path), error=str(exc))
                 continue
             for entry in entries:
+                if entry.name.startswith(".") and entry.is_dir():
+                    count = _bundles_in(entry)
+                    if count:  # openai/skills keeps its bundles in skills/.curated, .system ...
+                        hidden.append((entry, count))
+                    continue
                 if entry.name.startswith(".") or not entry.is_dir():
                     continue
                 if not (entry / SKILL_FILE).exists() and not (entry / SKILL_FILE).is_symlink():
@@ -186,6 +202,7 @@ class SkillCatalog:
         for skill in skills.values():
             self._folded.setdefault(_fold(skill.name), skill)
         self.problems = problems
+        self.hidden = hidden
         log.debug("skills.scanned", count=len(skills), skipped=len(problems), roots=[str(r.path) for r in roots])
 
     def reload(self) -> None:

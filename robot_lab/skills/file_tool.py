@@ -55,7 +55,7 @@ class SkillFileTool(ToolShape):
             return f"Error ({self.name}): unknown skill {name!r}; active skills: {', '.join(self.skills) or 'none'}"
         relative = str(arguments.get("path") or "").strip().lstrip("/") or "."
         root = os.path.realpath(skill.path)
-        target = os.path.realpath(os.path.join(root, relative))
+        target = _case_insensitive(root, os.path.realpath(os.path.join(root, relative)))
         if not is_under(target, root):
             return f"Error ({self.name}): {relative!r} is outside the {skill.name} skill folder"
         if os.path.isdir(target):
@@ -98,6 +98,17 @@ class SkillFileTool(ToolShape):
 
     def __repr__(self) -> str:
         return f"<SkillFileTool {list(self.skills)}>"
+
+
+def _case_insensitive(root: str, target: str) -> str:
+    """``target``, or the one file of the bundle whose path matches it ignoring case (a
+    SKILL.md says FORMS.md, the file is forms.md); unchanged when none or several match."""
+    if os.path.exists(target) or not is_under(target, root):
+        return target
+    want = os.path.relpath(target, root).lower()
+    found = [os.path.join(base, name) for base, _, names in os.walk(root) for name in names
+             if os.path.relpath(os.path.join(base, name), root).lower() == want]
+    return os.path.realpath(found[0]) if len(found) == 1 else target
 
 
 def bundle_files(skill: AgentSkill) -> list[str]:

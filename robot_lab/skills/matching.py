@@ -22,6 +22,7 @@ already chosen until another beats them by ``switch_margin``.
 from __future__ import annotations
 
 import fnmatch
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -37,6 +38,7 @@ from robot_lab.settings import DEFAULT_MATCH_RULES, MatchRule, get_settings
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.embedding import Embedder, EmbeddingCache, load_embedder
 from robot_lab.skills.skill import AgentSkill
+from robot_lab.skills.workspace_tools import expand_allowed
 
 log = get_logger("robot_lab.skills.matching")
 
@@ -71,6 +73,7 @@ def allowed_tool_names(skills: Iterable[AgentSkill]) -> set[str] | None:
 
 def filter_tools(tools: Sequence[Any], allowed: set[str] | None, *, always: Iterable[Any] = ()) -> list[Any]:
     """``tools`` restricted to ``allowed`` names (``fnmatch`` patterns), plus ``always``."""
+    allowed = expand_allowed(allowed)  # Read, Bash... stand for the workspace tools
     keep = list(always)
     keep_ids = {id(t) for t in keep}
     for tool in tools:
@@ -79,6 +82,26 @@ def filter_tools(tools: Sequence[Any], allowed: set[str] | None, *, always: Iter
         if allowed is None or any(fnmatch.fnmatchcase(tool.name, pattern) for pattern in allowed):
             keep.append(tool)
     return keep
+
+
+_SENTENCE_RE = re.compile(r"(?<=[.;:!?])\s+|\n+|\s+-\s+|,\s+(?=(?:or|and|also|use|when)\b)")
+
+
+def description_sentences(text: str) -> list[str]:
+    """A description cut into its sentences and trigger phrases ("Use when ...; also when
+    ..."), at least two words each; the whole text when it has no such parts."""
+    parts = [p.strip(" -\u2022\"'") for p in _SENTENCE_RE.split(text) if p and p.strip()]
+    return [p for p in parts if len(p.split()) >= 2] or [text]
+
+
+def cap_selected(matched: list[AgentSkill], scores: dict[str, float], limit: int) -> list[AgentSkill]:
+    """At most ``limit`` skills (``skills.max_selected``): the best-scoring, kept in order.
+    Low, close scores otherwise inject many skills' instructions at once."""
+    if len(matched) <= limit:
+        return matched
+    best = {s.name for s in sorted(matched, key=lambda s: -scores.get(s.name, 0.0))[:limit]}
+    log.info("skills.capped", matched=[s.name for s in matched], kept=sorted(best), max_selected=limit)
+    return [s for s in matched if s.name in best]
 
 
 def select(
@@ -213,10 +236,42 @@ class SkillMatcher:
                 self._matrices.popitem(last=False)
         return matrix
 
+    def sentence_matrix(self, skills: Sequence[AgentSkill]) -> tuple[np.ndarray, np.ndarray]:
+        """The vectors of every skill's description sentences stacked (m, d), and where each
+        skill's rows start; memoised and cached like the description vectors."""
+        embedder = self.embedder
+        key = (f"{embedder.name}#sentences", tuple(s.description_digest for s in skills))
+        with self._lock:
+            hit = self._matrices.get(key)
+            if hit is not None:
+                self._matrices.move_to_end(key)
+                return hit  # type: ignore[return-value]
+        parts = [description_sentences(s.description) for s in skills]
+        flat = [p for group in parts for p in group]
+        if embedder.cacheable:
+            vectors = self.cache.get_many(embedder.name, flat)
+            missing = [i for i, v in enumerate(vectors) if v is None]
+            if missing:
+                fresh = embedder.embed_passages([flat[i] for i in missing])
+                for i, vec in zip(missing, fresh):
+                    vectors[i] = vec
+                self.cache.put_many(embedder.name, [flat[i] for i in missing], list(fresh))
+            matrix = np.stack(vectors).astype(np.float32)
+        else:
+            matrix = np.asarray(embedder.embed_passages(flat), dtype=np.float32)
+        starts = np.cumsum([0, *[len(g) for g in parts[:-1]]]).astype(np.int64)
+        with self._lock:
+            self._matrices[key] = (matrix, starts)  # type: ignore[assignment]
+            while len(self._matrices) > 64:
+                self._matrices.popitem(last=False)
+        return matrix, starts
+
     def warm(self, skills: Sequence[AgentSkill]) -> None:
         """Embed the descriptions now (worker start-up) instead of on the first message."""
         if skills:
             self.passage_matrix(list(skills))
+            if self.rule.scoring == "blend":
+                self.sentence_matrix(list(skills))
 
     # --- scoring -------------------------------------------------------------------------------
     def scores(self, message: Any, skills: Sequence[AgentSkill]) -> list[tuple[AgentSkill, float]]:
@@ -229,6 +284,11 @@ class SkillMatcher:
         if matrix.size == 0 or query.size == 0 or matrix.shape[1] != query.shape[0]:
             return [(s, 0.0) for s in skills]
         sims = matrix @ query
+        if self.rule.scoring == "blend":
+            sentences, starts = self.sentence_matrix(skills)
+            if sentences.size and sentences.shape[1] == query.shape[0]:
+                best = np.maximum.reduceat(sentences @ query, starts)
+                sims = (sims + best) / 2
         return [(s, float(v)) for s, v in zip(skills, sims)]
 
     def match(self, message: Any, skills: Sequence[AgentSkill], *, current: Sequence[str] = ()) -> list[AgentSkill]:
@@ -250,6 +310,7 @@ class SkillMatcher:
             return [s for s in skills if s.name in current], {}
         matched = select(scored, rule, current)
         scores = {s.name: score for s, score in scored}
+        matched = cap_selected(matched, scores, int(getattr(self.settings.skills, "max_selected", 3) or 3))
         if matched:
             log.info("skills.matched", skills=[s.name for s in matched],
                      scores={s.name: round(scores[s.name], 3) for s in matched}, floor=rule.floor,

@@ -26,6 +26,7 @@ past ``max_output_bytes`` is dropped. Failures are text for the model: ``Error (
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -380,6 +381,24 @@ _PROCESS_SIGNS = ("cannot fork", "can't fork", "resource temporarily unavailable
 _MEMORY_SIGNS = ("memoryerror", "cannot allocate memory", "out of memory", "bad_alloc", "failed to allocate")
 
 
+_NETWORK_RE = re.compile(
+    r"network is unreachable|temporary failure in name resolution|name or service not known|could not resolve "
+    r"host|\bgetaddrinfo\b|\benotfound\b|\beai_again\b|\benetunreach\b|failed to establish a new connection|"
+    r"nodename nor servname|no address associated with hostname", re.I)
+
+
+def network_note(outcome: Outcome, grant: Capabilities, label: str = "") -> str:
+    """Said when a failed call without the network grant looks like it wanted the network."""
+    if grant.network or (outcome.returncode == 0 and not outcome.timed_out) or outcome.mode == "refused":
+        return ""
+    if not _NETWORK_RE.search(outcome.output):  # FileNotFoundError is no ENOTFOUND: words only
+        return ""
+    skill = label.split("/", 1)[0] if "/" in label else ""
+    grant_name = f"skills.grants.{skill}.network" if skill and skill != "workspace" else "skills.grants.<skill>.network"
+    return (f"[no network in the sandbox: sandbox.network is false and {grant_name} is not set; "
+            "the operator decides]")
+
+
 def _limit_note(outcome: Outcome, limits: Limits, cgroup: CallCgroup | None) -> str:
     """The limits in force, appended when a failed call looks like it hit one of them."""
     if outcome.returncode == 0 and not outcome.timed_out:
@@ -402,6 +421,8 @@ def run_script(
     python: str | None = None,
     workspace: str | None = None,
     label: str = "",
+    extra_ro: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Run a script command under the grant, choosing the mode from trust and settings.
 
@@ -414,6 +435,8 @@ def run_script(
     ``python`` is the interpreter the command runs with (its folders are mounted read-only);
     ``workspace`` is the conversation's working directory: the script's cwd, mounted
     read-write, unless the operator turned workspaces off (``sandbox.workspace = false``).
+    ``extra_ro`` are more folders mounted read-only (the bundles a workspace tool sees);
+    ``extra_env`` is set over the scrubbed environment (``PYTHONPATH``, ``PATH``).
     """
     if sandbox is None:
         sandbox = get_settings().sandbox
@@ -424,9 +447,10 @@ def run_script(
     if workspace is not None:
         workspace = os.path.realpath(workspace)
         os.makedirs(workspace, exist_ok=True)
+    added = dict(extra_env or {})
     if grant.core:
-        return _run_limited(command, env=dict(os.environ), cwd=workspace or os.getcwd(), grant=grant,
-                            sandbox=sandbox, max_output=max_output, confined=False)
+        return _run_limited(command, env=dict(os.environ) | added, cwd=workspace or os.getcwd(), grant=grant,
+                            sandbox=sandbox, max_output=max_output, confined=False, label=label)
     if sandbox.enabled:
         usable, reason = bwrap_status()
     else:
@@ -435,10 +459,10 @@ def run_script(
         cwd = workspace or choose_cwd(grant, skill_dir)
         extra = python_roots(python) if python is not None else []
         inner = [*rlimit_prefix(Limits.from_sandbox(sandbox), nproc=True), *command]
-        argv = bwrap_argv(inner, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=extra,
+        argv = bwrap_argv(inner, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=[*extra, *extra_ro],
                           extra_rw=[workspace] if workspace else [])
-        return _run_limited(argv, env=script_env(grant), cwd=skill_dir, grant=grant, sandbox=sandbox,
-                            max_output=max_output, confined=True)
+        return _run_limited(argv, env=script_env(grant) | added, cwd=skill_dir, grant=grant, sandbox=sandbox,
+                            max_output=max_output, confined=True, label=label)
     if sandbox.when_unavailable != "unconfined":
         log.warning("sandbox.refused", script=label, reason=reason)
         return Outcome(
@@ -451,13 +475,13 @@ def run_script(
         log.warning("sandbox.unconfined", reason=reason, script=label,
                     note="skill scripts run WITHOUT confinement (sandbox.when_unavailable = unconfined)")
     home = os.path.realpath(os.environ.get("TMPDIR", "/tmp"))
-    return _run_limited(command, env=script_env(grant, home=home) | {"TMPDIR": home},
+    return _run_limited(command, env=script_env(grant, home=home) | {"TMPDIR": home} | added,
                         cwd=workspace or choose_cwd(grant, skill_dir), grant=grant, sandbox=sandbox,
-                        max_output=max_output, confined=False)
+                        max_output=max_output, confined=False, label=label)
 
 
 def _run_limited(argv: Sequence[str], *, env: dict[str, str], cwd: str, grant: Capabilities, sandbox: Any,
-                 max_output: int, confined: bool) -> Outcome:
+                 max_output: int, confined: bool, label: str = "") -> Outcome:
     """:func:`execute` inside the call's pids cgroup (where one can be made) with its memory
     rlimit; an unconfined call also carries a reaper token, so that every process it
     started is killed at the end (bwrap's pid namespace does that for a confined one)."""
@@ -481,7 +505,7 @@ def _run_limited(argv: Sequence[str], *, env: dict[str, str], cwd: str, grant: C
     try:
         outcome = execute([*prefix, *argv], env=env, cwd=cwd, timeout=grant.timeout, max_output=max_output,
                           mode="bwrap" if confined else "unconfined", reap=reap)
-        note = _limit_note(outcome, limits, cgroup)
+        note = " ".join(n for n in (_limit_note(outcome, limits, cgroup), network_note(outcome, grant, label)) if n)
     finally:
         if cgroup is not None:
             cgroup.remove()

@@ -46,6 +46,7 @@ from robot_lab.observability import instrument as observe
 from robot_lab.skills.capabilities import Capabilities
 from robot_lab.skills.sandbox import Outcome, run_script
 from robot_lab.skills.tool_shape import ToolShape
+from robot_lab.skills.workspace import changed_files, snapshot
 
 log = get_logger("robot_lab.skills.script_tool")
 
@@ -185,8 +186,9 @@ def is_library_module(path: Path, text: str | None = None) -> bool:
 class ScriptPlan:
     """How (and whether) a file in ``scripts/`` runs.
 
-    ``kind``: "tool", "library" (an importable module), "data" (not a program) or
-    "unrunnable" (a program whose interpreter is missing: warned about).
+    ``kind``: "tool", "library" (an importable module), "data" (not a program),
+    "not-a-program" (a foreground server, browser JavaScript) or "unrunnable" (a program
+    whose interpreter is missing: warned about).
     """
 
     kind: str
@@ -209,8 +211,38 @@ def _by_extension(path: Path, python: str) -> ScriptPlan | None:
     return None
 
 
+_BROWSER_RE = re.compile(r"\b(?:document\.|window\.|typeof window\b|addEventListener\()")
+_JS_SERVER_RE = re.compile(r"\.listen\(")
+_PY_SERVER_RE = re.compile(r"\b(?:serve_forever|uvicorn\.run|app\.run|mcp\.run|web\.run_app)\(")
+
+
+def not_a_program(path: Path, python_script: bool) -> str:
+    """Why a script should not be offered as a tool although it could be started: a
+    foreground server (it never returns, the call would only time out) or JavaScript for a
+    browser page. Empty when it is a program."""
+    text = _read_text_head(path, 262_144)
+    suffix = path.suffix.lower()
+    if suffix in (".js", ".mjs", ".cjs") or (not python_script and "node" in (shebang(path) or [""])[-1]):
+        if _JS_SERVER_RE.search(text) and ("createServer" in text or "express(" in text):
+            return "a server that runs in the foreground (it listens and never returns)"
+        if _BROWSER_RE.search(text) and "process.argv" not in text:
+            return "JavaScript for a browser page (it uses window/document)"
+    elif python_script and _PY_SERVER_RE.search(text):
+        return "a server that runs in the foreground (it serves and never returns)"
+    return ""
+
+
 def plan_script(path: Path, python: str | None = None) -> ScriptPlan:
     """Decide how ``path`` runs (see the module docstring); ``python`` is the skill's Python."""
+    plan = _plan_script(path, python)
+    if plan.kind == "tool":
+        why = not_a_program(path, plan.python is not None)
+        if why:
+            return ScriptPlan("not-a-program", why=why)
+    return plan
+
+
+def _plan_script(path: Path, python: str | None = None) -> ScriptPlan:
     python = python_executable(python)
     try:
         mode = path.stat().st_mode
@@ -220,6 +252,8 @@ def plan_script(path: Path, python: str | None = None) -> ScriptPlan:
     bang = shebang(path)
     if bang:
         if names_python(bang):
+            if is_library_module(path):  # a helper module that happens to carry a #! line
+                return ScriptPlan("library", why="a Python module (#! line, but no __main__ guard and no top-level code)")
             return ScriptPlan("tool", [python, str(path)], python)
         if executable:
             return ScriptPlan("tool", [str(path)])
@@ -354,7 +388,7 @@ class ScriptTool(ToolShape):
                 args = shlex.split(str(raw))
             except ValueError as exc:
                 return f"Error (bad args): {exc}: {raw!r}"
-        before = _snapshot(self.workspace)
+        before = snapshot(self.workspace)
         try:
             outcome = run_script(
                 [*self.command, *args],
@@ -364,6 +398,7 @@ class ScriptTool(ToolShape):
                 python=self.python,
                 workspace=str(self.workspace) if self.workspace is not None else None,
                 label=f"{self.skill_name}/{self.path.name}",
+                extra_env={"PYTHONPATH": str(self.skill_dir)},  # ``from scripts.x import ...`` works
             )
         except Exception as exc:  # never let a sandbox bug reach the model loop as an exception
             log.error("script_tool.failed", script=str(self.path), error=f"{type(exc).__name__}: {exc}")
@@ -372,7 +407,7 @@ class ScriptTool(ToolShape):
         log.info("script_tool.ran", script=self.path.name, skill=self.skill_name, mode=outcome.mode,
                  returncode=outcome.returncode, timed_out=outcome.timed_out, elapsed=round(outcome.elapsed, 3))
         text = outcome.text(self.grant.timeout)
-        written = _changed(before, _snapshot(self.workspace))
+        written = changed_files(before, snapshot(self.workspace))
         if written:
             text += f"\n[files written to the working directory: {', '.join(written)}]"
         return text
@@ -381,31 +416,3 @@ class ScriptTool(ToolShape):
 
     def __repr__(self) -> str:
         return f"<ScriptTool {self.name} ({self.path})>"
-
-
-_SNAPSHOT_LIMIT = 2_000
-
-
-def _snapshot(folder: Path | None) -> dict[str, tuple[int, int]] | None:
-    """(mtime_ns, size) of the files under ``folder`` (at most a few thousand)."""
-    if folder is None or not folder.is_dir():
-        return None
-    seen: dict[str, tuple[int, int]] = {}
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in files:
-            full = os.path.join(root, name)
-            try:
-                st = os.lstat(full)  # a link a script made is not followed
-            except OSError:
-                continue
-            seen[os.path.relpath(full, folder)] = (st.st_mtime_ns, st.st_size)
-            if len(seen) >= _SNAPSHOT_LIMIT:
-                return seen
-    return seen
-
-
-def _changed(before: dict[str, tuple[int, int]] | None, after: dict[str, tuple[int, int]] | None) -> list[str]:
-    if before is None or after is None:
-        return []
-    return sorted(name for name, stamp in after.items() if before.get(name) != stamp)

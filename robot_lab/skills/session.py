@@ -37,6 +37,7 @@ from robot_lab.skills.matching import SkillMatcher, default_matcher, filter_tool
 from robot_lab.skills.skill import AgentSkill
 from robot_lab.skills.skill_tool import SkillTool
 from robot_lab.skills.workspace import Workspace
+from robot_lab.skills.workspace_tools import bundles_prompt, workspace_tools
 
 log = get_logger("robot_lab.skills.session")
 
@@ -132,8 +133,11 @@ class SkillSession:
     # --- one run ---------------------------------------------------------------------------------
     def _prompt(self, instructions: str, base: str | None, skills: Sequence[AgentSkill]) -> str:
         parts = [p for p in (instructions, base) if p]
-        if skills:
+        if skills or self.workspace.files():
             parts.append(self.workspace.prompt())
+        if skills and self._workspace_tools_on():
+            parts.append(bundles_prompt(skills))
+        if skills:
             readable = [f"{s.name}: {', '.join(files)}" for s in skills if (files := bundle_files(s))]
             if readable:
                 parts.append("Skill files you can open with read_skill_file: " + "; ".join(readable))
@@ -142,6 +146,18 @@ class SkillSession:
     def _skill_tools(self, skills: Sequence[AgentSkill], tools: Sequence[Any]) -> list[Any]:
         bound = [t.in_workspace(self.workspace.path) if hasattr(t, "in_workspace") else t for t in tools]
         return [*bound, SkillFileTool(list(skills))] if skills else bound
+
+    def _workspace_tools_on(self) -> bool:
+        skills = getattr(self.settings, "skills", None)
+        return bool(getattr(skills, "workspace_tools", True))
+
+    def _workspace_tools(self, skills: Sequence[AgentSkill]) -> list[Any]:
+        """read_file, write_file, list_files, run_command over the workspace, the skills'
+        bundles mounted read-only (``skills.workspace_tools = false``: none)."""
+        if not self._workspace_tools_on():
+            return []
+        sandbox = getattr(self.settings, "sandbox", None)
+        return workspace_tools(self.workspace.path, [s.path for s in skills], sandbox=sandbox, settings=self.settings)
 
     def match_run(
         self,
@@ -160,8 +176,11 @@ class SkillSession:
             injection = matcher.prepare(message or "", skills, ceiling=ceiling, sandbox=sandbox, current=self.current)
             self._save_current([s.name for s in injection.skills])
         if not injection:
+            if self.workspace.files():  # the user's files are listed (and reachable) all the same
+                return RunSkills(prompt=self._prompt("", base_prompt, []), scores=injection.scores,
+                                 tools=unique_tools([*robot_tools, *self._workspace_tools([])]))
             return RunSkills(prompt=None, tools=list(robot_tools), scores=injection.scores)
-        robot_part = filter_tools(robot_tools, injection.allowed_tools)
+        robot_part = filter_tools([*robot_tools, *self._workspace_tools(injection.skills)], injection.allowed_tools)
         offered = unique_tools([*robot_part, *self._skill_tools(injection.skills, injection.tools)])
         return RunSkills(prompt=self._prompt(injection.instructions, base_prompt, injection.skills),
                          tools=offered, skills=list(injection.skills), scores=injection.scores)
@@ -187,7 +206,8 @@ class SkillSession:
         def offered() -> list[Any]:
             active = skill_tool.active
             extra = self._skill_tools(active, skill_tool.active_tools())
-            robot_part = filter_tools(robot_tools, skill_tool.allowed_tools())
+            offered_robot = [*robot_tools, *self._workspace_tools(active)] if active else list(robot_tools)
+            robot_part = filter_tools(offered_robot, skill_tool.allowed_tools())
             return unique_tools([skill_tool, *robot_part, *extra])
 
         return RunSkills(prompt=prompt, tools=offered, skills=list(skills))

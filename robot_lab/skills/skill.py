@@ -121,8 +121,8 @@ class AgentSkill:
         self._scripts: list[Path] | None = None
         self._scripts_stamp: tuple[int, ...] | None = None
         self._tools_cache: dict[str, tuple[tuple[int, ...], list[ScriptTool]]] = {}
-        for message in self.warnings:
-            log.warning("skill.warning", skill=self.name, path=str(self.skill_md), warning=message)
+        for message in self.warnings:  # kept on the skill; `skills validate` / `list` say them, once
+            log.debug("skill.warning", skill=self.name, path=str(self.skill_md), warning=message)
 
     @property
     def _skills_settings(self) -> Any:
@@ -303,7 +303,7 @@ class AgentSkill:
         names: set[str] = set()
         for script in scripts:
             plan = plan_script(script, python)
-            if plan.kind in ("library", "data"):
+            if plan.kind in ("library", "data", "not-a-program"):  # a server or browser JS: not a tool either
                 continue
             if plan.kind == "unrunnable":
                 log.warning("script_tool.skipped", script=str(script), skill=self.name, reason=plan.why)

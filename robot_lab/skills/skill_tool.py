@@ -14,6 +14,8 @@ catalog and the skills are shared).
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +57,14 @@ class Activation:
     skill: AgentSkill
     args: str
     tools: list[Any] = field(default_factory=list)
+
+
+_CLOSE_RE = re.compile(r"</(skill)\b", re.I)
+
+
+def _escape(text: str) -> str:
+    """``</skill>`` -> ``<\\/skill>``: the rest of the text reads the same to a model."""
+    return _CLOSE_RE.sub(r"<\\/\1", text)
 
 
 class SkillTool(ToolShape):
@@ -161,8 +171,10 @@ class SkillTool(ToolShape):
 
     def activation_text(self, activation: Activation, instructions: str) -> str:
         skill = activation.skill
-        parts = [f'<skill name="{skill.name}">', f"# Skill activated: {skill.name}", "", instructions, ""]
-        parts.append(f"Arguments: {activation.args or '(none)'}")
+        # a body (or arguments) holding "</skill>" must not close the wrapper early
+        parts = [f'<skill name="{skill.name}">', f"# Skill activated: {skill.name}", "", _escape(instructions), ""]
+        parts.append(f"Arguments: {_escape(activation.args) if activation.args else '(none)'}")
+        parts.append(f"Skill folder (read-only, on PYTHONPATH for run_command): {os.path.realpath(skill.path)}")
         if activation.tools:
             tools = "; ".join(f"{t.name} ({t.description})" for t in activation.tools)
             parts.append(f"Tools added by this skill: {tools}")

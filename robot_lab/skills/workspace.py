@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import mimetypes
 import os
 import re
 import stat
@@ -38,6 +39,7 @@ from typing import Any
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.settings import get_settings
+from robot_lab.schemas.messages import ResultFile
 from robot_lab.skills.capabilities import expand_path, is_under
 
 log = get_logger("robot_lab.skills.workspace")
@@ -203,6 +205,57 @@ def _write_new(target: Path, data: bytes) -> None:
         handle.write(data)
 
 
+_SNAPSHOT_LIMIT = 2_000
+
+
+def snapshot(folder: Path | None) -> dict[str, tuple[int, int]] | None:
+    """(mtime_ns, size) of the files under ``folder`` (at most a few thousand)."""
+    if folder is None or not folder.is_dir():
+        return None
+    seen: dict[str, tuple[int, int]] = {}
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            full = os.path.join(root, name)
+            try:
+                st = os.lstat(full)  # a link a script made is not followed
+            except OSError:
+                continue
+            seen[os.path.relpath(full, folder)] = (st.st_mtime_ns, st.st_size)
+            if len(seen) >= _SNAPSHOT_LIMIT:
+                return seen
+    return seen
+
+
+def changed_files(before: dict[str, tuple[int, int]] | None, after: dict[str, tuple[int, int]] | None) -> list[str]:
+    if before is None or after is None:
+        return []
+    return sorted(name for name, stamp in after.items() if before.get(name) != stamp)
+
+
+def result_files(folder: Path | None, before: dict[str, tuple[int, int]] | None) -> list[ResultFile]:
+    """What changed in ``folder`` since ``before`` (a :func:`snapshot`), with sizes, digests
+    and media types: a run's :attr:`RobotResult.files`. Links are not followed."""
+    if folder is None or before is None:
+        return []
+    out: list[ResultFile] = []
+    for name in changed_files(before, snapshot(folder)):
+        full = folder / name
+        try:
+            if full.is_symlink() or not full.is_file():
+                continue
+            digest = hashlib.sha256()
+            with open(full, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            size = full.stat().st_size
+        except OSError:
+            continue
+        media = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        out.append(ResultFile(path=name, size=size, sha256=digest.hexdigest(), media_type=media))
+    return out
+
+
 def envelope_attachments(items: Iterable[Any]) -> list[dict[str, str]]:
     """The envelope's ``attachments`` list: ``(name, bytes)`` pairs become base64 content,
     paths stay paths (resolved on the worker, under its ``sandbox.attach_from``)."""
@@ -219,4 +272,4 @@ def envelope_attachments(items: Iterable[Any]) -> list[dict[str, str]]:
     return out
 
 
-__all__ = ["Workspace", "envelope_attachments", "workspace_root"]
+__all__ = ["Workspace", "changed_files", "envelope_attachments", "result_files", "snapshot", "workspace_root"]

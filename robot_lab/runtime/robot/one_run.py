@@ -78,7 +78,7 @@ async def execute(
             )
             saved_prompt = robot.instructions
             try:
-                offered = await io.blocking(
+                applied = await io.blocking(
                     robot._prompt.with_agent_skills,
                     robot.messages, plan.skill_mode, ctx.request, selected, saved_prompt, robot_name=robot.name,
                     scope=robot._skill_scope or run_id, attachments=attachments,
@@ -86,7 +86,8 @@ async def execute(
 
                 async def generation() -> RobotResult:
                     request = await io.blocking(robot._learning.inject, gen_ctx.request)
-                    return await tool_loop(robot, plan, request, offered, on_content, io)
+                    result = await tool_loop(robot, plan, request, applied.tools, on_content, io)
+                    return await io.blocking(applied.finish, result)  # the files the run wrote
 
                 return await io.hooks("llm_generation", gen_ctx, generation)
             finally:

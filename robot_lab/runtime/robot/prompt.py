@@ -44,6 +44,29 @@ def system_message(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
+class AppliedSkills:
+    """The tools one run offers, and what its workspace held when the run began, so that
+    :meth:`finish` can list the files the run wrote there (``RobotResult.files``)."""
+
+    def __init__(self, tools: list[Tool] | Callable[[], list[Tool]], workspace: Path | None = None) -> None:
+        self.tools = tools
+        self.workspace = workspace
+        self._before: Any = None
+        if workspace is not None:
+            from robot_lab.skills.workspace import snapshot
+
+            self._before = snapshot(workspace)
+
+    def finish(self, result: Any) -> Any:
+        """``result`` with the files the run wrote or changed in the workspace."""
+        if self.workspace is not None and hasattr(result, "files"):
+            from robot_lab.skills.workspace import result_files
+
+            result.files = result_files(self.workspace, self._before)
+            result.workspace = str(self.workspace)
+        return result
+
+
 class PromptAssembly:
     """Templates and skills of one robot, and the prompt they render to."""
 
@@ -96,7 +119,17 @@ class PromptAssembly:
 
         catalog = default_catalog()
         self.agent_skills = catalog.select(names)
-        return [n for n in names if catalog.find(n) is None]
+        rest = [n for n in names if catalog.find(n) is None]
+        from robot_lab.runtime.templates import find_template, template_dirs
+
+        dirs = self.template_dirs if self.template_dirs is not None else template_dirs()
+        unknown = [n for n in rest if find_template(n, dirs) is None]
+        if unknown:  # a typo in skills=[...] names the skill, not a template search
+            known = ", ".join(catalog.names()) or "none"
+            raise ConfigurationError(
+                f"unknown skill {unknown[0]!r}: no AgentSkill of that name in the catalog (skills: {known}) "
+                f"and no template skill {unknown[0]}.md (searched {', '.join(str(d) for d in dirs) or 'no template_path'})")
+        return rest
 
     # --- rendering -----------------------------------------------------------------------
     def render(self, build_context: Mapping[str, Any], system_prompt: str | None,
@@ -121,7 +154,7 @@ class PromptAssembly:
         self, messages: list[dict[str, Any]], skill_mode: str, message: str | None,
         selected: list[Tool], base_prompt: str | None, *, robot_name: str = "robot",
         scope: str | None = None, attachments: Iterable[Any] | None = None,
-    ) -> list[Tool] | Callable[[], list[Tool]]:
+    ) -> AppliedSkills:
         """Apply the AgentSkills for one run; ``robot_lab.skills.session`` does the work.
 
         ``scope`` is the conversation or network run (else this robot's own conversation):
@@ -129,17 +162,24 @@ class PromptAssembly:
         that stick. Match mode: matched instructions and the working directory are in the
         prompt, their script tools offered. Tool mode: the prompt lists the skills and a
         ``Skill`` tool activates one, so the offered tools are recomputed every round."""
-        if not self.agent_skills:
+        unbound = [t for t in selected if getattr(getattr(t, "inner", t), "needs_workspace", False)]
+        if not self.agent_skills and not unbound:
             if attachments:
                 log.warning("robot.attachments_ignored", robot=robot_name, reason="the robot has no AgentSkills")
-            return selected
-        from robot_lab.skills import default_catalog  # lazy: start-up time
-        from robot_lab.skills.session import session_for  # lazy: start-up time
+            return AppliedSkills(selected)
+        from robot_lab.skills import default_catalog
+        from robot_lab.skills.session import session_for
 
         if self._own_skill_scope is None:
             self._own_skill_scope = f"robot-{robot_name}-{uuid.uuid4().hex[:12]}"
         session = session_for(robot_name, scope or self._own_skill_scope)
         session.attach(attachments)
+        if unbound:  # workspace tools given by import path: bound to this conversation's workspace
+            selected = [as_tool(getattr(t, "inner", t).in_workspace(session.workspace.path)) if t in unbound else t
+                        for t in selected]
+        if not self.agent_skills:
+            set_system_message(messages, "\n\n".join(p for p in (base_prompt, session.workspace.prompt()) if p))
+            return AppliedSkills(selected, session.workspace.path)
         if skill_mode == "tool":
             run = session.tool_mode_run(self.agent_skills, selected, base_prompt, catalog=default_catalog())
         else:
@@ -148,5 +188,5 @@ class PromptAssembly:
             set_system_message(messages, run.prompt)
         tools = run.tools
         if callable(tools):
-            return lambda: [as_tool(t) for t in tools()]  # type: ignore[operator]
-        return [as_tool(t) for t in tools]
+            return AppliedSkills(lambda: [as_tool(t) for t in tools()], session.workspace.path)  # type: ignore[operator]
+        return AppliedSkills([as_tool(t) for t in tools], session.workspace.path)
