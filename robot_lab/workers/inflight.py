@@ -32,6 +32,7 @@ every entry in hand. A Robot object holds the conversation of the run in hand, s
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -101,7 +102,8 @@ class RobotPool:
         """``Robot.run`` on a robot of the pool nobody else is using now."""
         robot = self._take()
         try:
-            with robot.shared_mcp():  # one MCP connection per server for all the slots
+            shared = getattr(robot, "shared_mcp", None)  # (a pool may hold any robot-like object)
+            with shared() if shared is not None else contextlib.nullcontext():  # one MCP connection per server for all slots
                 return robot.run(message, conversation_id=conversation_id, attachments=attachments, **kwargs)
         finally:
             self._give(robot)
