@@ -102,8 +102,9 @@ class RobotPool:
         """``Robot.run`` on a robot of the pool nobody else is using now."""
         robot = self._take()
         try:
-            shared = getattr(robot, "shared_mcp", None)  # (a pool may hold any robot-like object)
-            with shared() if shared is not None else contextlib.nullcontext():  # one MCP connection per server for all slots
+            # one MCP connection per server for all the slots (a pool may hold any robot-like object)
+            shared = getattr(robot, "shared_mcp", None)
+            with shared() if shared is not None else contextlib.nullcontext():
                 return robot.run(message, conversation_id=conversation_id, attachments=attachments, **kwargs)
         finally:
             self._give(robot)
