@@ -31,7 +31,8 @@ def _no_retries(monkeypatch):
 
 def test_failed_tasks_are_listed_and_one_can_be_re_run_with_the_token(redis_client, key_prefix):
     keys = Keys(prefix=key_prefix)
-    router, bad = build(f"router-{uid()}", model="scripted/route:billing"), build(f"bad-{uid()}", model="scripted/fail:down")
+    router = build(f"router-{uid()}", model="scripted/route:billing")
+    bad = build(f"bad-{uid()}", model="scripted/fail:down")
     net = create_network("desk")
     net.task("classify", router, routes=["billing", "general"])
     net.task("billing", bad, depends_on="optional", retries=0)

@@ -32,6 +32,7 @@ every entry in hand. A Robot object holds the conversation of the run in hand, s
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -106,7 +107,9 @@ class RobotPool:
         """``Robot.run`` on a robot of the pool nobody else is using now."""
         robot = self._take()
         try:
-            with robot.shared_mcp():  # one MCP connection per server for all the slots
+            # one MCP connection per server for all the slots (a pool may hold any robot-like object)
+            shared = getattr(robot, "shared_mcp", None)
+            with shared() if shared is not None else contextlib.nullcontext():
                 return robot.run(message, conversation_id=conversation_id, attachments=attachments, **kwargs)
         finally:
             self._give(robot)
