@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from robot_lab.errors import ConfigurationError, retryable
+from robot_lab.errors import ConfigurationError, InputRequired, retryable
 from robot_lab.keys import Keys, default_keys  # default_keys: Memory.for_robot's layout
 from robot_lab.logging import get_logger, log_context
 from robot_lab.memory.values import local_writes
@@ -32,6 +32,7 @@ from robot_lab.network.run_state import DEFAULT_LEASE_MS, RunStore, enqueue_jobs
 from robot_lab.runtime.registry import robot_source
 from robot_lab.network.routing import choose_routes, route_tool_for
 from robot_lab.network.lease import DeltaBuffer, LeaseHeartbeat
+from robot_lab.network import waiting
 
 log = get_logger("robot_lab.workers")
 
@@ -211,6 +212,9 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
                                                        task=task, robot=robot_name):
         try:
             result, activate = _run_task_hooks(store, graph, task, job_id, worker, work)
+        except InputRequired as exc:  # a person must answer: the task parks, this job ends
+            _send_owed(store, task, robot_name, work)
+            return waiting.park(store, task, job_id, exc)
         except Exception as exc:
             if caused_by_outage(exc):
                 # Not the task's fault: no failure is recorded (and no traceback logged by
@@ -378,6 +382,7 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
             network_hooks=network_hooks,
             budgets=budgets,
             doom_loop=_run_doom_loop(store, combined),
+            durable_id=waiting.task_scope(store, task, spec.robot, deltas.flush),  # step journal, human input
             **context,
         )
     finally:

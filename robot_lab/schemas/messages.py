@@ -293,6 +293,7 @@ class RunConfigData(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     auto_compact: str | None = None
     compact_threshold: float | None = None
     max_tools: int | None = None
+    input_timeout: float | None = None
 
 
 class RobotSpec(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
