@@ -107,8 +107,8 @@ class InputRequired(RobotLabError):
 
     def __init__(self, question: str, *, choices: list[str] | None = None, default: str | None = None,
                  kind: str = "question", tool: str | None = None, arguments: dict | None = None,
-                 timeout: float | None = None) -> None:
-        super().__init__(question)
+                 timeout: float | None = None, message: str | None = None) -> None:
+        super().__init__(message or question)
         self.question = question
         self.choices = list(choices) if choices else None
         self.default = default

@@ -41,6 +41,10 @@ def request_input(question: str, *, choices: list[str] | None = None, default: s
     scope = runner.scope if runner is not None else None
     if (scope is None or scope.interactive) and _tty():
         return _normalized(_prompt(request, runner.robot if runner else "robot"), choices, default, kind)
+    if scope is None or scope.inputs is None:  # nothing can park this run: say what would answer
+        request.args = (f"{runner.robot if runner else 'the robot'} asks {question!r} and nothing here can answer: "
+                        "pass on_input= to run(), run it on a terminal, or give it a durable_id (or run it as a "
+                        "network task or served robot) so it parks until `robot-lab answer`",)
     raise request
 
 
