@@ -135,7 +135,7 @@ def test_on_input_answers_ask_user_and_approvals(redis_client):
 def test_without_on_input_or_a_terminal_a_plain_run_raises_a_clear_error(redis_client, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     model = _script([{"tool_calls": [{"name": "ask_user", "arguments": {"question": "Name?"}}]}, {"reply": "x"}])
-    with pytest.raises(InputRequired, match="asks .Name\?. and nothing here can answer: pass on_input="):
+    with pytest.raises(InputRequired, match=r"asks .Name\?. and nothing here can answer: pass on_input="):
         build(f"asker-{uid()}", model=model, local_tools=[AskUser]).run("go", tools="inherit")
 
 

@@ -73,7 +73,7 @@ def answer(target: str, text: str | None, approve: bool, deny: str | None, by: s
     --approve / --deny WHY an approval. The run resumes on any worker of its robot."""
     _require_redis()
     from robot_lab.network.waiting import answer as give, for_run
-    from robot_lab.runtime.durable.requests import InputStore
+    from robot_lab.inputs import InputStore
     from robot_lab.connection import get_redis
     from robot_lab.keys import default_keys
 

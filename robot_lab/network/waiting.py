@@ -27,7 +27,7 @@ from robot_lab.logging import get_logger
 from robot_lab.network import transitions
 from robot_lab.network.run_state import RUN_TTL, RunStore, enqueue_jobs
 from robot_lab.runtime.durable.journal import Journal
-from robot_lab.runtime.durable.requests import Answer, InputRequest, InputStore
+from robot_lab.inputs import Answer, InputRequest, InputStore
 from robot_lab.runtime.durable.scope import DurableScope
 
 log = get_logger("robot_lab.network.waiting")
@@ -136,6 +136,9 @@ def answer(request_id: str, text: str | None = None, *, approve: bool | None = N
 
 def _resume_owner(connection: Any, keys: Keys, found: InputRequest) -> None:
     owner = found.owner
+    if owner.get("kind") == "message":
+        _wake_served(connection, keys, found)
+        return
     if owner.get("kind") != "task":
         return  # an in-process durable run resumes when it is run again with its durable_id
     data = {"request_id": found.id, "by": found.answer.by if found.answer else None}
@@ -145,6 +148,28 @@ def _resume_owner(connection: Any, keys: Keys, found: InputRequest) -> None:
         data["timed_out"] = True
     status = resume(connection, keys, owner["run_id"], owner["task"], data)
     log.info("input.answered", request=found.id, run_id=owner["run_id"], task=owner["task"], resumed=status)
+
+
+def _wake_served(connection: Any, keys: Keys, found: InputRequest) -> None:
+    """A served message waits for this (now answered) request: put an ``answer`` envelope in
+    its robot's inbox, in its conversation, so a worker runs it again and replies to its
+    sender (bus/parking.py; the recorded answer stands, the envelope only wakes it)."""
+    from robot_lab.bus import Bus
+    from robot_lab.schemas import decode_message
+
+    robot = str(owner_robot(found))
+    raw = connection.get(f"{keys.inbox(robot)}:parked:{found.id}")
+    if raw is None:
+        return
+    original = decode_message(raw)
+    Bus(connection, keys=keys).publish(
+        robot, {"text": found.answer.text if found.answer else "", "approved": found.answer.approved if found.answer else None},
+        from_=original.from_, kind="answer", in_reply_to=found.id, reply_to=original.reply_to,
+        conversation_id=original.conversation_id, create=True)
+
+
+def owner_robot(found: InputRequest) -> Any:
+    return found.owner.get("robot") or found.request.get("robot")
 
 
 def pending(connection: Any = None, keys: Keys | None = None, limit: int = 1000) -> list[InputRequest]:

@@ -3,7 +3,7 @@
 
 from robot_lab.runtime.durable.human import AskUser, ask_user, request_input
 from robot_lab.runtime.durable.journal import Journal, request_hash
-from robot_lab.runtime.durable.requests import Answer, InputRequest, InputStore
+from robot_lab.inputs import Answer, InputRequest, InputStore
 from robot_lab.runtime.durable.scope import (
     DurableScope,
     StepInfo,

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from robot_lab.errors import InputRequired
-from robot_lab.runtime.durable.requests import Answer
+from robot_lab.inputs import Answer
 from robot_lab.runtime.durable.scope import _step, current_runner, on_input_handler
 from robot_lab.runtime.tools import Tool
 

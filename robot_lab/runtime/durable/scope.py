@@ -18,7 +18,7 @@ from typing import Any
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.runtime.durable.journal import Journal
-from robot_lab.runtime.durable.requests import InputStore
+from robot_lab.inputs import InputStore
 
 Emit = Callable[[str, dict[str, Any]], None]
 
@@ -112,9 +112,13 @@ def current_step() -> StepInfo:
     return step
 
 
+SERVED_PREFIX = "bus:"  # durable ids of served bus messages: bus:<robot>:<from>:<id> (bus/poller.py)
+
+
 def local_scope(durable_id: str) -> DurableScope:
-    """The scope of an in-process ``run(durable_id=...)``: journal and requests on the
-    configured Redis (embedded fakeredis without ``REDIS_URL``), 7 days."""
+    """The scope of a ``run(durable_id=...)``: journal and requests on the configured Redis
+    (embedded fakeredis without ``REDIS_URL``), 7 days. Ids starting ``bus:`` are served bus
+    messages, whose requests are answered by ``answer`` envelopes (bus/parking.py)."""
     from robot_lab.connection import get_redis
     from robot_lab.keys import default_keys
     from robot_lab.settings import get_settings
@@ -123,5 +127,8 @@ def local_scope(durable_id: str) -> DurableScope:
     ttl = 7 * 86_400
     journal = Journal(redis, keys.durable_steps(durable_id), ttl, scope=f"durable:{durable_id}",
                       on_divergence=get_settings().durable.on_divergence)
+    served = durable_id.startswith(SERVED_PREFIX)  # a served bus message: never a terminal prompt
+    owner = ({"kind": "message", "robot": durable_id.split(":")[1], "durable_id": durable_id} if served
+             else {"kind": "local", "durable_id": durable_id})
     return DurableScope(id=f"durable:{durable_id}", journal=journal, inputs=InputStore(redis, keys),
-                        owner={"kind": "local", "durable_id": durable_id}, interactive=True, ttl=ttl)
+                        owner=owner, interactive=not served, ttl=ttl)
