@@ -252,3 +252,22 @@ def test_cancel_ends_a_waiting_run_and_its_request(redis_client):
     with pytest.raises(ConfigurationError, match="is cancelled"):
         waiting.answer(request.id, "late", connection=redis_client)
     assert waiting.pending(redis_client, default_keys()) == []
+
+
+def test_a_prompt_changed_while_a_task_waits_fails_the_resumed_attempt_naming_the_step(redis_client):
+    import json as _json
+
+    bot, handle, workers = _submit(redis_client, ASK_THEN_APPROVE, system_prompt="v1")
+    try:
+        request = _parked(handle)
+        key = default_keys().run(handle.run_id)
+        robots = _json.loads(redis_client.hget(key, "robots"))
+        spec = _json.loads(robots[bot.name])
+        robots[bot.name] = _json.dumps({**spec, "system_prompt": "v2"})  # a redeploy changed the prompt
+        redis_client.hset(key, "robots", _json.dumps(robots))
+        handle.answer("A1", request_id=request.id)
+        result = handle.wait(timeout=30)
+    finally:
+        workers.stop()
+    assert result.states == {"ask": "failed"}
+    assert "StepDivergence" in result.value.error and "step 0 (model" in result.value.error

@@ -101,6 +101,8 @@ class StepRunner:
             denial = await io.blocking(self._approve, tool, name, arguments) if tool is not None else None
             text = denial if denial is not None else await call()
         except InputRequired as exc:
+            if exc.timeout is None:
+                exc.timeout = getattr(tool, "input_timeout", None)
             if scope is None or scope.inputs is None:
                 raise
             await io.blocking(self._park, step, digest, exc)
