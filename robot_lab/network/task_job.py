@@ -133,6 +133,7 @@ class TaskWork:
     learnings_read: bool = False
     input: str | None = None
     owed: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
+    steps: Any = None  # the step journal, read with the claim (None: not read)
 
 
 # The run record's fields a task reads with its claim ("spec" too while this process has not
@@ -153,9 +154,12 @@ def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) 
         version_key = store.keys.memory_version(_memory_scope(store, spec))
         learnings_key = default_keys().memory(f"robot:{spec.robot}")
 
+        steps_key = store.keys.run_steps(store.run_id, task)
+
         def also(pipe: Any) -> None:
             pipe.get(version_key)
             pipe.hget(learnings_key, "learnings")
+            pipe.hgetall(steps_key)  # the task's step journal (runtime/durable)
 
     start = store.start_task(task, job_id, worker, lease_ms, RUN_FIELDS if graph is not None else [*RUN_FIELDS, "spec"],
                              also=also)
@@ -188,6 +192,7 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
         if also is not None:
             work.since = int(also[0]) if also[0] is not None else 0
             work.learnings, work.learnings_read = also[1], True
+            work.steps = also[2]
         with LeaseHeartbeat(store, task, worker, lease_ms, outage):
             outcome = _execute(store, keys, run_id, task, job_id, worker, work, outage)
         _sweep_soon(connection, keys)
@@ -330,15 +335,14 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
     stream = meta.get("stream", "1") == "1"
     deltas = DeltaBuffer(store, task, spec.robot)
 
-    def on_tool_call(call: Any) -> None:
-        deltas.flush()  # the text before the call goes out before it
-        store.emit("tool_call.started", task=task, robot=spec.robot,
-                   data={"id": call.id, "name": call.name, "input": call.input})
+    def on_tool_call(call: Any) -> None:  # after the text and step events before it, in one round trip
+        deltas.owe("tool_call.started", {"id": call.id, "name": call.name, "input": call.input})
+        deltas.flush()
 
     def on_tool_result(message: Any) -> None:
+        deltas.owe("tool_call.completed", {"id": message.tool.id, "name": message.tool.name,
+                                           "output": message.content})
         deltas.flush()
-        store.emit("tool_call.completed", task=task, robot=spec.robot,
-                   data={"id": message.tool.id, "name": message.tool.name, "output": message.content})
 
     robot = Robot.from_spec(robot_spec, on_tool_call=on_tool_call, on_tool_result=on_tool_result)
     if work.learnings_read:
@@ -382,7 +386,7 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
             network_hooks=network_hooks,
             budgets=budgets,
             doom_loop=_run_doom_loop(store, combined),
-            durable_id=waiting.task_scope(store, task, spec.robot, deltas.flush),  # step journal, human input
+            durable_id=waiting.task_scope(store, task, spec.robot, deltas, work.steps),  # step journal, human input
             **context,
         )
     finally:

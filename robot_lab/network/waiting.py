@@ -55,24 +55,19 @@ return out
 """
 
 
-def task_scope(store: RunStore, task: str, robot: str, before_emit: Any = None) -> DurableScope:
+def task_scope(store: RunStore, task: str, robot: str, events: Any, preloaded: Any = None) -> DurableScope:
     """The durable scope of one network task: its journal lives with the run (same hash
-    tag, same TTL), its step events go to the run's event stream (after the text streamed
-    before them: ``before_emit``)."""
+    tag, same TTL; ``preloaded``: read with the claim), its step events go to the run's
+    stream through ``events`` (the task's DeltaBuffer: in order after the text streamed
+    before them, with its next event write -- no round trip of their own)."""
     from robot_lab.settings import get_settings
 
     scope_id = f"run:{store.run_id}:{task}"
-
-    def emit(event: str, data: dict[str, Any]) -> None:
-        if before_emit is not None:
-            before_emit()
-        store.emit(event, task=task, robot=robot, data=data)
-
     journal = Journal(store.r, store.keys.run_steps(store.run_id, task), RUN_TTL, scope=scope_id,
-                      on_divergence=get_settings().durable.on_divergence)
+                      on_divergence=get_settings().durable.on_divergence, preloaded=preloaded)
     owner = {"kind": "task", "run_id": store.run_id, "task": task, "robot": robot}
     return DurableScope(id=scope_id, journal=journal, inputs=InputStore(store.r, store.keys), owner=owner,
-                        emit=emit, ttl=RUN_TTL)
+                        emit=events.owe, ttl=RUN_TTL)
 
 
 def park(store: RunStore, task: str, job_id: str, exc: InputRequired) -> dict[str, Any]:

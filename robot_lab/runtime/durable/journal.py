@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from robot_lab.errors import StepDivergence
@@ -36,19 +37,24 @@ def _decode(value: Any) -> str:
 class Journal:
     """One scope's steps in the Redis hash ``key`` (read once, written per step)."""
 
-    def __init__(self, redis: Any, key: str, ttl: int, *, scope: str, on_divergence: str = "error") -> None:
+    def __init__(self, redis: Any, key: str, ttl: int, *, scope: str, on_divergence: str = "error",
+                 preloaded: Mapping[Any, Any] | None = None) -> None:
         self.redis = redis
         self.key = key
         self.ttl = int(ttl)
         self.scope = scope
         self.on_divergence = on_divergence
-        self._steps: dict[int, dict[str, Any]] | None = None
+        self._steps: dict[int, dict[str, Any]] | None = None if preloaded is None else self._parse(preloaded)
+
+    @staticmethod
+    def _parse(raw: Mapping[Any, Any]) -> dict[int, dict[str, Any]]:
+        return {int(_decode(k)): json.loads(v) for k, v in raw.items() if _decode(k).isdigit()}
 
     def steps(self) -> dict[int, dict[str, Any]]:
-        """Every recorded step (one HGETALL, then cached for the run)."""
+        """Every recorded step (one HGETALL -- or what the owner read with another round trip,
+        ``preloaded`` -- then cached for the run)."""
         if self._steps is None:
-            raw = self.redis.hgetall(self.key)
-            self._steps = {int(_decode(k)): json.loads(v) for k, v in raw.items() if _decode(k).isdigit()}
+            self._steps = self._parse(self.redis.hgetall(self.key))
         return self._steps
 
     def replay(self, index: int, kind: str, name: str, digest: str) -> dict[str, Any] | None:
