@@ -185,6 +185,12 @@ def test_a_parked_task_answered_and_approved_resumes_without_repeating_model_cal
     try:
         question = _parked(handle)
         assert handle.states() == {"ask": "waiting"}
+        pytest.importorskip("prometheus_client")
+        from robot_lab.workers.metrics import RedisCollector
+
+        gauges = {m.name: m.samples[0].value for m in RedisCollector(redis_client, default_keys(), []).collect()
+                  if m.samples and not m.samples[0].labels}
+        assert gauges["robot_lab_inputs_pending"] == 1
         assert not redis_client.exists(default_keys().run_lease(handle.run_id, "ask"))
         requested = [e for e in handle.events() if e.event == "hitl.requested"]
         assert requested[0].data["question"] == "Which order?" and requested[0].data["id"] == question.id
@@ -271,3 +277,26 @@ def test_a_prompt_changed_while_a_task_waits_fails_the_resumed_attempt_naming_th
         workers.stop()
     assert result.states == {"ask": "failed"}
     assert "StepDivergence" in result.value.error and "step 0 (model" in result.value.error
+
+
+def test_a_robot_run_nested_in_a_tool_asks_through_the_outer_run(redis_client, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    inner_model = _script([{"tool_calls": [{"name": "ask_user", "arguments": {"question": "Inner?"}}]},
+                           {"reply": "inner got {tool_results}"}])
+    inner = build(f"inner-{uid()}", model=inner_model, local_tools=[AskUser])
+
+    @tool
+    def consult() -> str:
+        """Ask the inner robot."""
+        return inner.run("help", tools="inherit").reply
+
+    outer_model = _script([{"tool_calls": [{"name": "consult", "arguments": {}}]}, {"reply": "outer: {tool_results}"}])
+    durable_id = uid()
+    outer = build(f"outer-{uid()}", model=outer_model, local_tools=[consult])
+    with pytest.raises(InputRequired) as parked:
+        outer.run("go", tools="inherit", durable_id=durable_id)
+    assert parked.value.request["question"] == "Inner?"
+    waiting.answer(parked.value.request["id"], "yes", connection=redis_client)
+    result = build(outer.name, model=outer_model, local_tools=[consult]).run("go", tools="inherit",
+                                                                           durable_id=durable_id)
+    assert result.reply == "outer: - consult: inner got - ask_user: yes"

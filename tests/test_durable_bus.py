@@ -130,3 +130,18 @@ def test_under_require_only_an_allowed_signed_sender_may_answer(redis_client, mo
                 conversation_id="c-4", reply_to="other")
     _drain(poller)
     assert _inbox(bus, "other")[-1].content == "refunding - ask_user: B2"
+
+
+def test_a_remote_delegation_to_a_robot_that_asks_fails_naming_the_question(redis_client) -> None:
+    from robot_lab.errors import InferenceError
+    from robot_lab.runtime.delegation import delegate
+
+    bus = Bus(redis_client)
+    robot = _robot(f"desk-{uuid.uuid4().hex[:6]}")
+    poller = _serve(bus, robot)
+    poller.start()
+    try:
+        with pytest.raises(InferenceError, match=r"waits for a person's answer to 'Which order\?' \(request [0-9a-f]+\)"):
+            delegate(robot.name, "refund please", delegated_by="boss", timeout=30, bus=bus)
+    finally:
+        poller.stop()

@@ -99,6 +99,17 @@ class DashboardData:
 
         return Coordinator(connection=self.r, keys=self.keys).cancel(run_id, "cancelled from the dashboard")
 
+    def pending(self) -> list[dict[str, Any]]:
+        """Input requests waiting for an answer (docs/durable.md)."""
+        from robot_lab.network.waiting import pending
+
+        return [r.to_dict() for r in pending(self.r, self.keys)]
+
+    def answer(self, request_id: str, text: str | None, approve: bool | None, by: str) -> dict[str, Any]:
+        from robot_lab.network.waiting import answer
+
+        return answer(request_id, text, approve=approve, by=by, connection=self.r, keys=self.keys).to_dict()
+
     def replay(self, robot: str, ids: list[str] | None) -> list[str]:
         try:
             return Bus(redis=self.r, keys=self.keys).replay_dead_letters(robot, ids or None)

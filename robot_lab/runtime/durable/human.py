@@ -38,7 +38,7 @@ def request_input(question: str, *, choices: list[str] | None = None, default: s
     handler = on_input_handler()
     if handler is not None:
         return _normalized(_as_answer(handler(request), kind), choices, default, kind)
-    scope = runner.scope if runner is not None else None
+    scope = runner.effective_scope() if runner is not None else None
     if (scope is None or scope.interactive) and _tty():
         return _normalized(_prompt(request, runner.robot if runner else "robot"), choices, default, kind)
     if scope is None or scope.inputs is None:  # nothing can park this run: say what would answer

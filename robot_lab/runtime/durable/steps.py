@@ -43,6 +43,10 @@ class StepRunner:
         self.index = 0
         self.replayed = False  # whether the last step came from the journal
         self._token: Any = None
+        # a run nested in another's tool (an in-process delegation) asks through the outer
+        # run: the outer step parks, and its answer reaches the nested question on resume
+        self.parent: StepRunner | None = _runner.get()
+        self.outer_step: StepInfo | None = _step.get()
 
     @classmethod
     def begin(cls, robot: str, input_timeout: float | None = None) -> StepRunner:
@@ -93,6 +97,8 @@ class StepRunner:
                 self.replayed = True
                 return str(record["result"])
         request_id = record.get("request") if record is not None else None
+        if scope is None and self.outer_step is not None:
+            request_id = self.outer_step.request_id
         step = StepInfo(index, "tool", name, f"{scope.id}:{index}" if scope else None,
                         scope.id if scope else None, request_id)
         started = self._started(index, "tool", name) if scope is not None else time.monotonic()
@@ -179,11 +185,17 @@ class StepRunner:
                                              "status": "waiting", "request": request["id"]})
         exc.request = request  # the owner parks the run and emits hitl.requested with it
 
+    def effective_scope(self) -> DurableScope | None:
+        """This run's scope, else the scope of the run this one is nested in."""
+        if self.scope is not None or self.parent is None:
+            return self.scope
+        return self.parent.effective_scope()
+
     def answer_for(self, request_id: str) -> Any:
         """The recorded answer of ``request_id`` (None while it waits); a timed-out request
         without a default raises :class:`InputTimeout`."""
         if self.scope is None or self.scope.inputs is None:
-            return None
+            return self.parent.answer_for(request_id) if self.parent is not None else None
         found = self.scope.inputs.get(request_id)
         if found is None or found.answer is None:
             return None
