@@ -21,6 +21,7 @@ from robot_lab.network.dsl import create_network
 from robot_lab.runtime.llm.recording import recorded_calls
 from robot_lab.runtime.robot import build
 from tests.redis_server import REPO_ROOT, wait_for
+from tests.test_redis_restart import aof_redis  # noqa: F401 - a private redis-server with AOF
 from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -178,3 +179,36 @@ def test_a_hundred_parked_runs_in_one_worker_with_four_slots_all_resume(client, 
     for h in handles:
         assert h.wait(timeout=120).reply.endswith("refunded A1 (approved)")
     assert len(client.lrange(f"{key_prefix}:refunds", 0, -1)) == 100
+
+
+def test_a_parked_run_survives_a_redis_crash_with_aof_and_new_workers(aof_redis, key_prefix, processes,
+                                                                      tmp_path):  # noqa: F811
+    import redis
+
+    client = redis.Redis.from_url(aof_redis.url)
+    bot = build(f"survivor-{uid()}", model="scripted/ask_refund",
+                local_tools=["robot_lab.runtime.durable.human:AskUser", f"{TOOLS}:big_refund"])
+    record = tmp_path / "calls.jsonl"
+    env = _env(aof_redis.url, key_prefix, record)
+    publish_specs([bot.to_spec()], connection=client, keys=Keys(prefix=key_prefix))
+    first = processes.start([str(VENV_BIN / "robot-lab"), "worker", bot.name, "--no-bus"], env, "w0")
+    wait_for_workers(client, [f"robot:{bot.name}"], timeout=60)
+    net = create_network("survive")
+    net.task("ask", bot, tools="inherit")
+    handle = Coordinator(connection=client, keys=Keys(prefix=key_prefix)).submit(net, "refund my order")
+    wait_for(lambda: handle.states().get("ask") == "waiting", timeout=30, interval=0.05)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(30) == 0
+    aof_redis.stop(signal.SIGKILL)  # a crash: the AOF (appendfsync always) has every acknowledged write
+    aof_redis.start()
+    client = redis.Redis.from_url(aof_redis.url)
+    handle = Coordinator(connection=client, keys=Keys(prefix=key_prefix)).attach(handle.run_id)
+    assert handle.states() == {"ask": "waiting"}
+    processes.start([str(VENV_BIN / "robot-lab"), "worker", bot.name, "--no-bus"], env, "w1")
+    _cli(env, "answer", handle.run_id, "B2")
+    wait_for(lambda: [r for r in json.loads(_cli(env, "pending", "--json").stdout) if r["kind"] == "approval"],
+             timeout=30, interval=0.2)
+    _cli(env, "answer", handle.run_id, "--deny", "not today")
+    result = handle.wait(timeout=60)
+    assert "ask_user: B2" in result.reply and "the user denied this call: not today" in result.reply
+    assert _calls(record, bot.name) == 3
