@@ -71,9 +71,14 @@ def test_a_served_robot_asks_over_the_bus_and_the_answer_resumes_it(redis_client
     assert final.kind == "reply" and final.in_reply_to == answer.id
     assert final.content == "refunding - ask_user: B2"
     assert len(recorded_calls()) == 2  # the first model call was replayed from the message's journal
-    # the answer is recorded once: a second one is refused
+    # the answer is recorded once: a second one is refused, from the CLI and over the bus
     with pytest.raises(Exception, match="already answered by client"):
         waiting.answer(request_id, "A1", connection=redis_client)
+    bus.publish(robot.name, "1", from_="client", kind="answer", in_reply_to=request_id, conversation_id="c-1")
+    _drain(poller)
+    [letter] = bus.dead_letters(robot.name)
+    assert letter.reason == "answer_refused" and "already answered" in letter.error
+    assert len(recorded_calls()) == 2
     # the conversation goes on normally
     bus.publish(robot.name, "thanks", from_="client", conversation_id="c-1")
     _drain(poller)

@@ -226,6 +226,10 @@ class BusPoller(Intake, Handling, Reclaim):
                 return
             original = parked.original
             fn = lambda _answer, fn=fn: fn(original)  # noqa: E731 - the answer re-runs the parked message
+        elif msg.kind == "answer":  # to nothing waiting: already answered, expired or unknown
+            self._dead_letter(d, "answer_refused", f"no message of {self.robot!r} waits for request "
+                              f"{msg.in_reply_to!r} (already answered, expired, or unknown)")
+            return
         elif msg.is_reply:
             return
         elif waits_on is not None:  # the conversation waits for an answer: ask again, run nothing
