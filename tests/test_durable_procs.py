@@ -212,3 +212,46 @@ def test_a_parked_run_survives_a_redis_crash_with_aof_and_new_workers(aof_redis,
     result = handle.wait(timeout=60)
     assert "ask_user: B2" in result.reply and "the user denied this call: not today" in result.reply
     assert _calls(record, bot.name) == 3
+
+
+def test_an_unanswered_question_times_out_to_its_default_in_a_real_worker(client, real_redis_url, key_prefix,
+                                                                         processes, tmp_path):  # noqa: F811
+    bot = build(f"patient-{uid()}", model="scripted/ask_default", local_tools=["robot_lab.runtime.durable.human:AskUser"],
+                config={"input_timeout": 0.5})
+    env = _env(real_redis_url, key_prefix, tmp_path / "calls.jsonl")
+    publish_specs([bot.to_spec()], connection=client)
+    processes.start([str(VENV_BIN / "robot-lab"), "worker", bot.name, "--no-bus"], env, "w")
+    wait_for_workers(client, [f"robot:{bot.name}"], timeout=60)
+    net = create_network("timeout")
+    net.task("ask", bot, tools="inherit")
+    handle = Coordinator(connection=client).submit(net, "pick a size")
+    wait_for(lambda: handle.states().get("ask") == "waiting", timeout=30, interval=0.05)
+    # nobody answers: the worker's own sweeper answers with the default once input_timeout passed
+    wait_for(lambda: handle.status == "completed", timeout=60, interval=0.1)
+    assert handle.result().reply == "size - ask_user: M"
+    assert [e.data["by"] for e in _events(handle.store, "hitl.resolved", "ask")] == ["timeout"]
+
+
+def test_a_served_robot_in_a_real_worker_asks_over_the_bus(client, real_redis_url, key_prefix, processes,
+                                                           tmp_path):  # noqa: F811
+    from robot_lab.bus import Bus
+
+    bot = build(f"desk-{uid()}", model="scripted/ask_refund",
+                local_tools=["robot_lab.runtime.durable.human:AskUser", f"{TOOLS}:big_refund"])
+    record = tmp_path / "calls.jsonl"
+    env = _env(real_redis_url, key_prefix, record)
+    publish_specs([bot.to_spec()], connection=client)
+    processes.start([str(VENV_BIN / "robot-lab"), "worker", bot.name], env, "w")
+    bus = Bus(client, keys=Keys(prefix=key_prefix))
+    wait_for(lambda: client.sismember(Keys(prefix=key_prefix).registry(), bot.name), timeout=60, interval=0.1)
+    question = bus.request(bot.name, "refund please", timeout=60, from_="client", conversation_id="t-1")
+    assert question.kind == "input_required" and question.content["question"] == "Which order?"
+    approval = bus.request(bot.name, "1", timeout=60, from_="client", kind="answer",
+                           in_reply_to=question.content["request_id"], conversation_id="t-1")
+    assert approval.kind == "input_required" and approval.content["kind"] == "approval"
+    assert approval.content["tool"] == "big_refund" and approval.content["arguments"] == {"order": "A1"}
+    final = bus.request(bot.name, {"approved": True}, timeout=60, from_="client", kind="answer",
+                        in_reply_to=approval.content["request_id"], conversation_id="t-1")
+    assert final.kind == "reply" and "refunded A1 (approved)" in final.content
+    assert _calls(record, bot.name) == 3  # each model call once across the two parks
+    assert [v.decode().split("|")[0] for v in client.lrange(f"{key_prefix}:refunds", 0, -1)] == ["big:A1"]
