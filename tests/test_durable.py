@@ -300,3 +300,31 @@ def test_a_robot_run_nested_in_a_tool_asks_through_the_outer_run(redis_client, m
     result = build(outer.name, model=outer_model, local_tools=[consult]).run("go", tools="inherit",
                                                                            durable_id=durable_id)
     assert result.reply == "outer: - consult: inner got - ask_user: yes"
+
+
+def test_an_approved_tool_that_asks_again_parks_twice_in_one_step(redis_client, monkeypatch):
+    from robot_lab.runtime.durable import request_input
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+
+    @tool(requires_approval=True)
+    def ship(order: str) -> str:
+        """Ship an order."""
+        return f"shipped {order} by {request_input('Which carrier?').text}"
+
+    model = _script([{"tool_calls": [{"name": "ship", "arguments": {"order": "A1"}}]}, {"reply": "{tool_results}"}])
+    durable_id = uid()
+
+    def attempt():
+        return build(f"shipper-{uid()}", model=model, local_tools=[ship]).run("go", tools="inherit",
+                                                                              durable_id=durable_id)
+
+    with pytest.raises(InputRequired) as first:
+        attempt()
+    assert first.value.request["kind"] == "approval"
+    waiting.answer(first.value.request["id"], approve=True, connection=redis_client)
+    with pytest.raises(InputRequired) as second:
+        attempt()
+    assert second.value.request["question"] == "Which carrier?"
+    waiting.answer(second.value.request["id"], "bike", connection=redis_client)
+    assert attempt().reply == "- ship: shipped A1 by bike"

@@ -230,7 +230,8 @@ def repair(store: RunStore) -> int:
         if state != "waiting":
             continue
         journal = Journal(store.r, store.keys.run_steps(store.run_id, task), RUN_TTL, scope=task)
-        waiting = [r.get("request") for r in journal.steps().values() if r.get("status") == "waiting"]
+        waiting = [rid for r in journal.steps().values() if r.get("status") == "waiting"
+                   for rid in (r.get("requests") or [])[-1:]]
         for rid in waiting:
             found = inputs.get(rid) if rid else None
             if found is not None and found.answer is not None:

@@ -29,9 +29,11 @@ def request_input(question: str, *, choices: list[str] | None = None, default: s
     """A person's answer to ``question`` (see the module docstring for where it comes from)."""
     runner = current_runner()
     step = _step.get()
-    if runner is not None and step is not None and step.request_id:
-        recorded = runner.answer_for(step.request_id)
-        if recorded is not None:
+    recorded_id = step.asks.next_recorded() if step is not None else None
+    if runner is not None and recorded_id is not None:
+        recorded = runner.answer_for(recorded_id)
+        if recorded is not None:  # asked on an earlier attempt and answered since
+            step.asks.used += 1  # type: ignore[union-attr]
             return _normalized(recorded, choices, default, kind)
     request = InputRequired(question, choices=choices, default=default, kind=kind, tool=tool, arguments=arguments,
                             timeout=timeout)

@@ -39,18 +39,37 @@ class DurableScope:
     ttl: int = 7 * 86_400
 
 
+@dataclass
+class Asks:
+    """The input requests one tool step made, in order (an approval, then a question inside
+    the tool, then one of a robot run nested in it...), and how many this attempt used."""
+
+    ids: list[str] = field(default_factory=list)
+    used: int = 0
+
+    def next_recorded(self) -> str | None:
+        """The id of the next request this step made on an earlier attempt, if any."""
+        return self.ids[self.used] if self.used < len(self.ids) else None
+
+
 @dataclass(frozen=True)
 class StepInfo:
     """The step a tool runs in: ``index`` in the scope, ``kind`` (model | tool), ``name``,
     ``idempotency_key`` (``<scope>:<index>``, stable across attempts; None outside a durable
-    scope) and the input ``request_id`` this step asked before it parked, if any."""
+    scope) and ``asks``, the input requests it made before it parked (shared with the steps
+    of a robot run nested in it)."""
 
     index: int
     kind: str
     name: str
     idempotency_key: str | None
     scope: str | None = None
-    request_id: str | None = None
+    asks: Asks = field(default_factory=Asks)
+
+    @property
+    def request_id(self) -> str | None:
+        """The latest input request of this step, if any."""
+        return self.asks.ids[-1] if self.asks.ids else None
 
 
 _pending: ContextVar[DurableScope | None] = ContextVar("robot_lab_durable_scope", default=None)

@@ -22,7 +22,7 @@ from robot_lab.errors import InputRequired, InputTimeout
 from robot_lab.logging import get_logger
 from robot_lab.runtime.durable import human
 from robot_lab.runtime.durable.journal import request_hash
-from robot_lab.runtime.durable.scope import DurableScope, StepInfo, _runner, _step, take_scope
+from robot_lab.runtime.durable.scope import Asks, DurableScope, StepInfo, _runner, _step, take_scope
 from robot_lab.runtime.llm.gateway import LLMResponse, ToolCallRequest
 
 log = get_logger("robot_lab.durable")
@@ -96,11 +96,12 @@ class StepRunner:
             if record is not None and record.get("status") == "done":
                 self.replayed = True
                 return str(record["result"])
-        request_id = record.get("request") if record is not None else None
         if scope is None and self.outer_step is not None:
-            request_id = self.outer_step.request_id
+            asks = self.outer_step.asks  # a nested run asks through the outer step
+        else:
+            asks = Asks(list(record.get("requests") or []) if record is not None else [])
         step = StepInfo(index, "tool", name, f"{scope.id}:{index}" if scope else None,
-                        scope.id if scope else None, request_id)
+                        scope.id if scope else None, asks)
         started = self._started(index, "tool", name) if scope is not None else time.monotonic()
         token = _step.set(step)
         try:
@@ -175,14 +176,16 @@ class StepRunner:
 
             timeout = get_settings().durable.input_timeout
         now = time.time()
-        request = {"id": step.request_id or uuid.uuid4().hex, "question": exc.question, "choices": exc.choices,
+        waiting = step.asks.next_recorded()  # a re-run of a still-unanswered request keeps it
+        request = {"id": waiting or uuid.uuid4().hex, "question": exc.question, "choices": exc.choices,
                    "default": exc.default, "kind": exc.kind, "tool": exc.tool or step.name,
                    "arguments": exc.arguments, "robot": self.robot, "step": step.index, "scope": scope.id,
                    "created_at": now, "deadline": now + timeout if timeout else None}
-        if step.request_id is None:  # a re-run of a still-unanswered step keeps its request
+        if waiting is None:
             scope.inputs.create(request, scope.owner, scope.ttl)
+            step.asks.ids.append(request["id"])
             scope.journal.write(step.index, {"kind": "tool", "name": step.name, "hash": digest,
-                                             "status": "waiting", "request": request["id"]})
+                                             "status": "waiting", "requests": step.asks.ids})
         exc.request = request  # the owner parks the run and emits hitl.requested with it
 
     def effective_scope(self) -> DurableScope | None:
