@@ -144,12 +144,34 @@ function drawTasks(status) {
       el("span", { class: "muted" }, ` · ${(t.input_tokens || 0) + (t.output_tokens || 0)} tokens · ${money(t.cost)}`
         + (t.duration ? ` · ${Number(t.duration).toFixed(2)}s` : "")),
       t.error ? el("pre", { class: "error" }, t.error) : "",
+      t.state === "waiting" && t.asks ? asking(t.asks) : "",
       text ? el("pre", { class: "text" }, text) : ""));
   }
   $("#tasks").replaceChildren(...cards);
   $("#run-totals").textContent = `${tokens} tokens · ${money(cost)}`;
   $("#cancel").hidden = !config.actions || !["running"].includes(status);
   drawDag();
+}
+
+// A task parked on a person's question (docs/durable.md): the question and, with actions
+// on, the answer form (POST /api/answer/<request id>, token required).
+function asking(req) {
+  const box = el("div", { class: "asks" }, el("strong", {}, "asks: "), req.question || "",
+    req.choices ? el("span", { class: "muted" }, " choices: " + req.choices.join(", ")) : "");
+  if (!config.actions) return box;
+  const input = el("input", { placeholder: req.kind === "approval" ? "why (for a denial)" : "answer" });
+  const send = (body) => act(`/api/answer/${encodeURIComponent(req.id)}`, body);
+  if (req.kind === "approval") {
+    const yes = el("button", { class: "action" }, "Approve"), no = el("button", { class: "action" }, "Deny");
+    yes.onclick = () => send({ approve: true });
+    no.onclick = () => send({ approve: false, text: input.value });
+    box.append(" ", input, " ", yes, " ", no);
+  } else {
+    const go = el("button", { class: "action" }, "Answer");
+    go.onclick = () => send({ text: input.value });
+    box.append(" ", input, " ", go);
+  }
+  return box;
 }
 
 function logLine(list, text) {
@@ -175,6 +197,8 @@ function onEvent(ev) {
   if (t && ev.event === "usage.updated") Object.assign(t, { input_tokens: d.input_tokens, output_tokens: d.output_tokens, cost: d.cost });
   if (t && ev.event === "task.completed") Object.assign(t, { reply: d.reply, duration: d.duration });
   if (t && ev.event === "task.failed") t.error = d.error;
+  if (t && ev.event === "hitl.requested") Object.assign(t, { state: "waiting", asks: d });
+  if (t && ev.event === "hitl.resolved") Object.assign(t, { state: "queued", asks: null });
   if (ev.event === "run.completed") run.status = "completed";
   if (ev.event === "run.cancelled") run.status = "cancelled";
   if (ev.event !== "text.delta") logLine("#events", `${ev.seq} ${ev.event}${ev.task ? " " + ev.task : ""}`);
