@@ -24,14 +24,14 @@ import redis
 
 from robot_lab.bus import scripts as bus_scripts
 from robot_lab.memory import lua as memory_lua
-from robot_lab.network import transitions
+from robot_lab.network import transitions, waiting
 from robot_lab.runtime.rails.budget import scripts as budget_scripts
 from tests.worker_procs import uid
 
 
 def _all_scripts() -> dict[str, str]:
     out = {}
-    for module in (bus_scripts, memory_lua, transitions, budget_scripts):
+    for module in (bus_scripts, memory_lua, transitions, waiting, budget_scripts):
         for name, value in vars(module).items():
             if name.isupper() and not name.startswith("_") and isinstance(value, str) and "redis.call" in value:
                 out[f"{module.__name__}.{name}"] = value
