@@ -28,6 +28,7 @@ from robot_lab.observability import hooks as observe
 from robot_lab.runtime.llm.gateway import LLMGateway, default_gateway
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.hooks import HookRegistry
+from robot_lab.runtime.durable.scope import DurableScope
 from robot_lab.runtime.robot import compaction, run as run_mod
 from robot_lab.runtime.robot.context import conversation_state, default_conversation_turn
 from robot_lab.runtime.robot.drive import ASYNC, SYNC, run_sync
@@ -373,7 +374,7 @@ class Robot:
         conversation_id: str | None = None,
         attachments: Iterable[Any] | None = None,
         on_input: Callable[..., Any] | None = None,
-        durable_id: str | None = None,
+        durable_id: str | DurableScope | None = None,
         **context: Any,
     ) -> RobotResult:
         """Send ``message`` and run the tool loop until the model answers with text.
@@ -422,7 +423,7 @@ class Robot:
         conversation_id: str | None = None,
         attachments: Iterable[Any] | None = None,
         on_input: Callable[..., Any] | None = None,
-        durable_id: str | None = None,
+        durable_id: str | DurableScope | None = None,
         **context: Any,
     ) -> RobotResult:
         """:meth:`run` for asyncio code (a FastAPI handler, say): the same arguments, the
