@@ -217,6 +217,12 @@ def _exercise_every_script(client: Any) -> None:
     assert store.start_task(t1, j1, "w", 50, ["status"]).status == "ok"  # claim + reads in one script
     store.complete(t1, j1, RobotResult(robot_name="r1", output=[TextMessage(content="x")]))
     assert store.claim(t2, j2, "w", lease_ms=1) == "ok"
+    from robot_lab.errors import InputRequired
+
+    asked = InputRequired("ok?")
+    asked.request = {"id": f"audit-{uid()}", "question": "ok?"}
+    assert waiting.park(store, t2, j2, asked)["status"] == "waiting"  # PARK, then RESUME
+    assert store._eval(waiting.RESUME, t2, "{}")[0] in (b"ok", "ok")
     time.sleep(0.05)
     store.reclaim()
     store.advance()
