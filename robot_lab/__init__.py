@@ -28,6 +28,9 @@ _EXPORTS: dict[str, str] = {
     "AwaitTimeout": "robot_lab.errors",
     "DelegationTimeout": "robot_lab.errors",
     "SchemaError": "robot_lab.errors",
+    "InputRequired": "robot_lab.errors",
+    "InputTimeout": "robot_lab.errors",
+    "StepDivergence": "robot_lab.errors",
     "SandboxError": "robot_lab.errors",
     "RemoteError": "robot_lab.errors",
     # wire types
@@ -78,6 +81,10 @@ _EXPORTS: dict[str, str] = {
     "build": "robot_lab.runtime.robot",
     "current_run": "robot_lab.runtime.robot.context",
     "current_memory": "robot_lab.runtime.robot.context",
+    "current_step": "robot_lab.runtime.durable",  # durable runs and human input (docs/durable.md)
+    "ask_user": "robot_lab.runtime.durable",
+    "AskUser": "robot_lab.runtime.durable",
+    "Answer": "robot_lab.runtime.durable",
     "RunContext": "robot_lab.runtime.robot.context",
     "RunStream": "robot_lab.runtime.robot.streaming",
     "RunPlan": "robot_lab.runtime.robot.plan",

@@ -38,6 +38,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("robot_lab.commands.run:run", "Run a network (APP:NETWORK) on a message."),
     "watch": ("robot_lab.commands.run:watch", "Follow a network run live (or --all: coordinator mode)."),
     "cancel": ("robot_lab.commands.run:cancel", "Cancel a network run."),
+    "pending": ("robot_lab.commands.answer:pending", "Input requests of parked runs waiting for an answer (--json)."),
+    "answer": ("robot_lab.commands.answer:answer", "Answer a parked run's question (TEXT, --approve, --deny WHY)."),
     "demo": ("robot_lab.commands.demo:demo", "The support-desk network, live, with no setup."),
     "status": ("robot_lab.commands.status:status", "Queues, workers, bus lag, DLQ and active runs (--json)."),
     "health": ("robot_lab.commands.status:health", "Worker liveness/readiness probe (exit 0 = healthy)."),

@@ -102,6 +102,43 @@ class SandboxError(RobotLabError):
     """A skill script could not be confined as the settings demand."""
 
 
+class InputRequired(RobotLabError):
+    """A run needs a person's answer (``ask_user``, a tool that ``requires_approval``, or a
+    tool raising it). Inside a durable scope that parks (a network task, a served message)
+    the run stops here and resumes once answered; elsewhere ``run()`` raises it when no
+    ``on_input`` callback and no terminal can answer. ``request`` is the recorded request
+    (id, question, choices, default, kind) once the durable layer has one."""
+
+    retryable = False
+
+    def __init__(self, question: str, *, choices: list[str] | None = None, default: str | None = None,
+                 kind: str = "question", tool: str | None = None, arguments: dict | None = None,
+                 timeout: float | None = None, message: str | None = None) -> None:
+        super().__init__(message or question)
+        self.question = question
+        self.choices = list(choices) if choices else None
+        self.default = default
+        self.kind = kind
+        self.tool = tool
+        self.arguments = arguments
+        self.timeout = timeout
+        self.request: dict | None = None
+
+
+class StepDivergence(RobotLabError):
+    """A replayed step's request no longer matches the step journal (the prompt, model,
+    tools or arguments changed between attempts); ``durable.on_divergence=live`` continues
+    live from that step instead."""
+
+    retryable = False
+
+
+class InputTimeout(RobotLabError):
+    """An input request passed its ``input_timeout`` with no answer and no default."""
+
+    retryable = False
+
+
 def retryable(error: BaseException | None) -> bool:
     """The Ruby gem's ``Errors.retryable?``: which failures deserve another attempt."""
     if error is None or isinstance(error, ToolLoopError):
@@ -119,6 +156,9 @@ RETRYABLE_CLASSES: tuple[type[RobotLabError], ...] = (InferenceError,)
 __all__ = [
     "RETRYABLE_CLASSES",
     "AwaitTimeout",
+    "InputRequired",
+    "InputTimeout",
+    "StepDivergence",
     "BudgetExceeded",
     "BusError",
     "ConfigurationError",

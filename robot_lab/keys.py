@@ -126,6 +126,31 @@ class Keys:
         """A running task's lease (worker name, PX TTL refreshed by the job's heartbeat)."""
         return f"{self.run(run_id)}:lease:{task}"
 
+    # --- durable runs (step journals, input requests) -----------------------------------
+    def run_steps(self, run_id: str, task: str) -> str:
+        """Hash: the step journal of one network task (step index -> JSON), across attempts."""
+        return f"{self.run(run_id)}:steps:{task}"
+
+    def message_steps(self, robot: str, message_key: str) -> str:
+        """Hash: the step journal of one served bus message (``<from>:<id>``), across redeliveries."""
+        return f"{self.inbox(robot)}:steps:{message_key}"
+
+    def durable_steps(self, durable_id: str) -> str:
+        """Hash: the step journal of an in-process ``run(durable_id=...)``."""
+        return f"{self.prefix}:durable:{self._tag(durable_id)}:steps"
+
+    def input_request(self, request_id: str) -> str:
+        """Hash: one input request (question, owner, status, answer); answered once."""
+        return f"{self.prefix}:input:{self._tag(request_id)}"
+
+    def inputs_pending(self) -> str:
+        """Zset: request id -> created time, of requests not answered yet (``robot-lab pending``)."""
+        return f"{self.prefix}:inputs:pending"
+
+    def inputs_deadlines(self) -> str:
+        """Zset: request id -> deadline (epoch s), of pending requests with an ``input_timeout``."""
+        return f"{self.prefix}:inputs:deadlines"
+
     # --- worker heartbeats ---------------------------------------------------------------
     def worker(self, name: str) -> str:
         """String (JSON, PX TTL): a live ``robot-lab worker`` process's last healthy beat."""

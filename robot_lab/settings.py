@@ -260,6 +260,23 @@ class BudgetSettings(BaseModel):
     wait_timeout: float = Field(default=120.0, ge=0)
 
 
+class DurableSettings(BaseModel):
+    """Step journals and human input (docs/durable.md)."""
+
+    # A replayed step whose request differs from the journal: "error" fails the run naming
+    # the step; "live" drops the journal from that step on and continues live.
+    on_divergence: Literal["error", "live"] = "error"
+    # Seconds an input request waits before its default answer (or, with none, a task
+    # failure); None waits as long as the run's keys live (7 days). Per tool, robot, task
+    # or run: the ``input_timeout`` tool attribute / RunConfig field wins.
+    input_timeout: float | None = None
+    # A denied approval: "refuse" gives the model a refusal text, "fail" fails the task.
+    on_deny: Literal["refuse", "fail"] = "refuse"
+    # Under signing.verify=require: robot -> senders (fnmatch globs) whose signed `answer`
+    # envelopes may answer that robot's requests; "*" names every robot.
+    answerers: dict[str, list[str]] = Field(default_factory=dict)
+
+
 class WorkerSettings(BaseModel):
     """``robot-lab worker`` (docs/operations.md, "In flight per worker")."""
 
@@ -342,6 +359,7 @@ class Settings(BaseSettings):
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     signing: SigningSettings = Field(default_factory=SigningSettings)
+    durable: DurableSettings = Field(default_factory=DurableSettings)
 
     @field_validator("max_iterations")
     @classmethod

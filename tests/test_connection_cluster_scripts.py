@@ -24,6 +24,7 @@ import redis
 
 from robot_lab.bus import stream_scripts as bus_scripts
 from robot_lab.memory import lua as memory_lua
+from robot_lab.network import human_input as waiting
 from robot_lab.network import transitions
 from robot_lab.runtime.rails.budget import ledger_scripts as budget_scripts
 from tests.worker_procs import uid
@@ -31,7 +32,7 @@ from tests.worker_procs import uid
 
 def _all_scripts() -> dict[str, str]:
     out = {}
-    for module in (bus_scripts, memory_lua, transitions, budget_scripts):
+    for module in (bus_scripts, memory_lua, transitions, waiting, budget_scripts):
         for name, value in vars(module).items():
             if name.isupper() and not name.startswith("_") and isinstance(value, str) and "redis.call" in value:
                 out[f"{module.__name__}.{name}"] = value
@@ -216,6 +217,12 @@ def _exercise_every_script(client: Any) -> None:
     assert store.start_task(t1, j1, "w", 50, ["status"]).status == "ok"  # claim + reads in one script
     store.complete(t1, j1, RobotResult(robot_name="r1", output=[TextMessage(content="x")]))
     assert store.claim(t2, j2, "w", lease_ms=1) == "ok"
+    from robot_lab.errors import InputRequired
+
+    asked = InputRequired("ok?")
+    asked.request = {"id": f"audit-{uid()}", "question": "ok?"}
+    assert waiting.park(store, t2, j2, asked)["status"] == "waiting"  # PARK, then RESUME
+    assert store._eval(waiting.RESUME, t2, "{}")[0] in (b"ok", "ok")
     time.sleep(0.05)
     store.reclaim()
     store.advance()

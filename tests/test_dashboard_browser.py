@@ -245,3 +245,36 @@ def test_the_page_shows_a_banner_while_redis_is_away(processes, browser, tmp_pat
     log = processes.logs()
     assert "Traceback" not in log and log.count("redis.lost") == 1, log
     assert f"dashboard on {base}/ (read-only; Ctrl-C stops it)" in log  # where to point the browser
+
+
+def test_a_waiting_task_is_answered_and_approved_from_the_page(client, real_redis_url, key_prefix, processes,  # noqa: F811
+                                                               browser):
+    from tests.redis_server import REPO_ROOT
+
+    keys = Keys(prefix=key_prefix)
+    robot = build(f"asker-{uid()}", model="scripted/ask_refund",
+                  local_tools=["robot_lab.runtime.durable.human:AskUser", "tests.fixtures.durable_tools:big_refund"])
+    publish_specs([robot.to_spec()], connection=client, keys=keys)
+    env = child_env(real_redis_url, key_prefix, ROBOT_LAB_SCRIPTS_DIR=str(REPO_ROOT / "tests" / "fixtures" / "scripts"))
+    processes.start([str(VENV_BIN / "robot-lab"), "worker", robot.name, "--no-bus"], env, "worker")
+    token = "s3cret-" + uid()
+    base = start_dashboard(processes, dict(env, ROBOT_LAB_DASHBOARD_TOKEN=token), "--allow-actions")
+    net = create_network("ask")
+    net.task("ask", robot, tools="inherit")
+    handle = Coordinator(connection=client, keys=keys).submit(net, "refund please")
+
+    page = browser.new_page()
+    page.goto(f"{base}/#/run/{handle.run_id}")
+    page.fill("#token", token)
+    page.wait_for_selector("#task-ask .state.waiting", timeout=60_000)
+    assert "Which order?" in page.locator("#task-ask .asks").inner_text()
+    page.fill("#task-ask .asks input", "2")
+    page.click("#task-ask .asks button:text('Answer')")
+    page.wait_for_selector("#task-ask .asks button:text('Approve')", timeout=60_000)
+    page.click("#task-ask .asks button:text('Approve')")
+    page.wait_for_selector("#run-view[data-live='ended']", timeout=60_000)
+    assert page.locator("#run-status").inner_text() == "completed"
+    assert "refunded A1 (approved)" in handle.result().reply and "ask_user: B2" in handle.result().reply
+    by = [e.data.get("by") for e in handle.events() if e.event == "hitl.resolved"]
+    assert by == ["dashboard", "dashboard"]
+    page.close()

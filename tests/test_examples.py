@@ -30,6 +30,7 @@ EXPECTED = {
     "11_delegation.py": "timeout: Delegation to 'nobody11' timed out after 0.5s",
     "12_hooks.py": "'delete_account': 'refused by policy'",
     "13_multiprocess.py": "'Do you have an office in Lisbon?': routed to ['general'], completed",
+    "14_refund_approval.py": "payments made: ['B-2002:42']; answered by ['alice', 'bob']",
 }
 
 RUNNER = r"""

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("robot_lab.errors", "robot_lab.redis_url", "robot_lab.settings", "robot_lab.connection",
                     "robot_lab.keys", "robot_lab.logging", "robot_lab.tracing", "robot_lab.text",
                     "robot_lab.outage", "robot_lab.observability", "robot_lab.rq_connection",
-                    "robot_lab.threads")),
+                    "robot_lab.threads", "robot_lab.inputs")),
     ("schemas", ("robot_lab.schemas",)),
     ("bus", ("robot_lab.bus",)),
     ("memory", ("robot_lab.memory",)),

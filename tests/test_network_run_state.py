@@ -85,7 +85,8 @@ def test_a_streamed_chain_sends_each_tasks_text_and_input(redis_client) -> None:
     assert outcome.reply == "echo: echo: hi there"
     for task, text in (("one", "echo: hi there"), ("two", "echo: echo: hi there")):
         names = [e.event for e in handle.events() if e.task == task]
-        assert names == ["task.queued", "task.started", "text.delta", "usage.updated", "task.completed"], names
+        assert names == ["task.queued", "task.started", "step.started", "text.delta", "step.completed",
+                         "usage.updated", "task.completed"], names
         assert "".join(e.data["delta"] for e in handle.events() if e.task == task and e.event == "text.delta") == text
     inputs = handle.store.r.hgetall(handle.store.key + ":inputs")
     assert inputs == {b"one": b"hi there", b"two": b"echo: hi there"}

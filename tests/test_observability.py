@@ -291,3 +291,40 @@ def test_robot_lab_run_roots_its_trace_at_network_run(spans, real_client, monkey
     submit = next(s for s in finished if s.name == "network.submit")
     assert by_id[submit.parent.span_id].name == "network.run"
     assert {by_id[s.parent.span_id].name for s in finished if s.name == "task"} == {"network.submit"}
+
+
+def test_a_parked_run_is_listed_and_answered_from_the_dashboard_with_the_token() -> None:
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
+    from robot_lab.network.embedded import EmbeddedWorkers
+    from robot_lab.runtime.llm.scripted import register_script
+    from robot_lab.runtime.robot import build
+
+    connection = fakeredis.FakeRedis()
+    register_script("dash-ask", {"turns": [
+        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Which order?"}}]}, {"reply": "{tool_results}"}]})
+    bot = build("dash-asker", model="scripted/dash-ask", local_tools=["robot_lab.runtime.durable.human:AskUser"])
+    net = create_network("dash")
+    net.task("ask", bot, tools="inherit")
+    with EmbeddedWorkers(connection, [bot.name], threads=1):
+        handle = Coordinator(connection=connection).submit(net, "refund")
+        app = client(connection, token="t0ken")
+        import time
+
+        for _ in range(200):
+            listed = app.get("/api/pending").json()
+            if listed:
+                break
+            time.sleep(0.02)
+        [request] = listed
+        assert request["question"] == "Which order?" and request["owner"]["run_id"] == handle.run_id
+        assert app.post(f"/api/answer/{request['id']}", json={"text": "A1"}).status_code == 401  # no token
+        assert client(connection).post(f"/api/answer/{request['id']}", json={"text": "A1"}).status_code == 403
+        bad = app.post(f"/api/answer/{request['id']}", json={"approve": "yes"}, headers={"Authorization": "Bearer t0ken"})
+        assert bad.status_code == 400
+        done = app.post(f"/api/answer/{request['id']}", json={"text": "A1", "by": "eve"},
+                        headers={"Authorization": "Bearer t0ken"})
+        assert done.status_code == 200 and done.json()["answer"]["by"] == "eve"
+        again = app.post(f"/api/answer/{request['id']}", json={"text": "B2"}, headers={"Authorization": "Bearer t0ken"})
+        assert again.status_code == 400 and "already answered by eve" in again.json()["error"]
+        assert handle.wait(timeout=30).reply == "- ask_user: A1"

@@ -25,7 +25,7 @@ from robot_lab.schemas import RobotMessage, decode_message
 from robot_lab.bus.names import check_robot_name
 
 SUPPORTED_VERSION = 1
-SUPPORTED_KINDS = ("message", "reply", "error")
+SUPPORTED_KINDS = ("message", "reply", "error", "input_required", "answer")  # the last two: docs/durable.md
 _ERROR_LIMIT = 500  # characters of an error text kept (a huge value must not be echoed)
 
 

@@ -363,6 +363,7 @@ class Bus(Requests, Outbox, DeadLetters):
         *,
         from_: str | None = None,
         headers: Mapping[str, str] | None = None,
+        kind: str = "reply",
     ) -> RobotMessage:
         target = original.reply_to or original.from_
         merged = {k: v for k, v in original.headers.items() if k in ("traceparent", "tracestate")}
@@ -370,7 +371,7 @@ class Bus(Requests, Outbox, DeadLetters):
         return RobotMessage(
             to=target,
             content=content if isinstance(content, str) else dict(content),
-            kind="reply",
+            kind=kind,
             from_=from_ or original.to,
             in_reply_to=original.id,
             conversation_id=original.conversation_id,

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import redis as _redis
 
 from robot_lab.connection import is_cluster_client
-from robot_lab.errors import BusError
+from robot_lab.errors import BusError, InputRequired
 from robot_lab.logging import get_logger
 from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, is_outage
@@ -50,6 +50,7 @@ from robot_lab.bus.core import Bus
 from robot_lab.bus.names import check_robot_name
 from robot_lab.bus.delivery import Delivery
 from robot_lab.bus.reply_files import reply_attachments
+from robot_lab.bus import parking
 from robot_lab.bus.handling import Handling
 from robot_lab.bus.intake import Intake
 from robot_lab.bus.key_types import is_wrong_type, wrong_typed_keys
@@ -198,6 +199,11 @@ class BusPoller(Intake, Handling, Reclaim):
         takes_conversation = "conversation_id" in inspect.signature(robot.run).parameters
         policy = getattr(robot, "serve_policy", None)
         takes_attachments = "attachments" in inspect.signature(robot.run).parameters
+        params = inspect.signature(robot.run).parameters
+        # a Robot (or RobotPool) keeps a step journal per message: a redelivery replays it,
+        # and a run that asks a person parks until the answer comes (bus/parking.py)
+        takes_durable = "durable_id" in params or (policy is not None and any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()))
         # A Robot keeps the conversation of the run in hand on itself, so one object runs one
         # message at a time. In flight, serve an object that says it takes concurrent runs
         # (``concurrent_runs = True``: robot_lab.workers.inflight.RobotPool, a robot per
@@ -211,6 +217,8 @@ class BusPoller(Intake, Handling, Reclaim):
             kwargs = {**(policy(message.headers) if callable(policy) else {}), **run_kwargs}
             if takes_conversation and message.conversation_id and "conversation_id" not in kwargs:
                 kwargs["conversation_id"] = message.conversation_id  # any worker continues the chat
+            if takes_durable and "durable_id" not in kwargs:
+                kwargs["durable_id"] = f"bus:{self.robot}:{message.key}"
             if takes_attachments and message.extensions.get("attachments") and "attachments" not in kwargs:
                 kwargs["attachments"] = message.extensions["attachments"]  # files for the skills' workspace
             if guard is None:
@@ -223,11 +231,29 @@ class BusPoller(Intake, Handling, Reclaim):
         return self.respond_to_tasks(run, auto_reply=auto_reply)
 
     def _respond(self, d: Delivery, fn: Callable[[RobotMessage], Any], auto_reply: bool) -> None:
-        """Answer ``d`` once per (sender, id): see :mod:`robot_lab.bus.replies`."""
+        """Answer ``d`` once per (sender, id): see :mod:`robot_lab.bus.replies`; a message
+        that answers a parked one runs that one again (:mod:`robot_lab.bus.parking`)."""
         msg = d.message
         assert msg is not None
-        if msg.is_reply:
+        parked, waits_on = parking.find(self, msg)
+        if parked is not None:
+            if not parking.may_answer(self, msg, parked):
+                self._dead_letter(d, "answer_refused", f"{msg.from_!r} may not answer input requests of "
+                                  f"{self.robot!r} (durable.answerers)")
+                return
+            original = parked.original
+            fn = lambda _answer, fn=fn: fn(original)  # noqa: E731 - the answer re-runs the parked message
+        elif msg.kind == "answer":  # to nothing waiting: already answered, expired or unknown
+            self._dead_letter(d, "answer_refused", f"no message of {self.robot!r} waits for request "
+                              f"{msg.in_reply_to!r} (already answered, expired, or unknown)")
             return
+        elif msg.is_reply:
+            return
+        elif waits_on is not None:  # the conversation waits for an answer: ask again, run nothing
+            reply = parking.pending_question(self, waits_on, msg)
+            if reply is not None:
+                self._send_reply(d, reply)
+                return
         r = self.redis
         record_key = self.bus.keys.replied_for(self.robot, record_key_part(msg))
         fp = fingerprint(msg)
@@ -241,7 +267,19 @@ class BusPoller(Intake, Handling, Reclaim):
                     self._send_reply(d, decode_message(body))
                 log.info("bus.reply_resent", entry=d.entry_id, deliveries=d.deliveries)
             return
-        content = fn(msg)
+        try:
+            if parked is not None:
+                parking.record_answer(self, msg, parked)
+            content = fn(msg)
+        except InputRequired as exc:
+            if not (exc.request or {}).get("id"):
+                raise  # nothing recorded the request (no durable id): a failure like any other
+            question = parking.park(self, msg, parked.original if parked else msg, exc)
+            r.set(record_key, make_record(fp, encode_message(question)), nx=True, ex=int(self.bus.settings.record_ttl))
+            self._send_reply(d, question)
+            return
+        if parked is not None:
+            parking.resumed(self, parked)
         files = reply_attachments(self.bus, content) if getattr(content, "files", None) else []
         if content is not None and not isinstance(content, (str, Mapping)):
             content = getattr(content, "reply", None) if hasattr(content, "reply") else str(content)

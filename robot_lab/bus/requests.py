@@ -47,7 +47,8 @@ class Requests:
     def publish(self, to: str, content: str | Mapping[str, Any], *, from_: str = ..., reply_to: str | None = ...,
                 conversation_id: str | None = ..., headers: Mapping[str, str] | None = ...,
                 deadline: _dt.datetime | _dt.timedelta | float | None = ...,
-                extensions: Mapping[str, Any] | None = ...) -> RobotMessage:
+                extensions: Mapping[str, Any] | None = ..., kind: str = ...,
+                in_reply_to: str | None = ...) -> RobotMessage:
         raise NotImplementedError
 
     async def apublish(self, to: str, content: str | Mapping[str, Any], *, from_: str = ..., reply_to: str | None = ...,
@@ -66,8 +67,11 @@ class Requests:
         headers: Mapping[str, str] | None = None,
         deadline: _dt.datetime | _dt.timedelta | float | None = None,
         extensions: Mapping[str, Any] | None = None,
+        kind: str = "message",
+        in_reply_to: str | None = None,
     ) -> RobotMessage:
-        """Publish to ``to`` and block until its reply arrives; returns the reply envelope.
+        """Publish to ``to`` and block until its reply arrives; returns the reply envelope
+        (``kind="answer", in_reply_to=<request id>`` answers an ``input_required`` reply).
 
         Replies go to a private stream ``<prefix>:bus:_reply.<from_>.<id>`` (created here with a
         TTL, deleted afterwards), so the caller needs no inbox or worker of its own.
@@ -89,6 +93,8 @@ class Requests:
                 headers=headers,
                 deadline=deadline,
                 extensions=extensions,
+                kind=kind,
+                in_reply_to=in_reply_to,
             )
             return self._await_reply(reply_key, message, to, timeout)
         finally:
@@ -104,6 +110,8 @@ class Requests:
         conversation_id: str | None = None,
         headers: Mapping[str, str] | None = None,
         deadline: _dt.datetime | _dt.timedelta | float | None = None,
+        kind: str = "message",
+        in_reply_to: str | None = None,
     ) -> RobotMessage:
         """:meth:`request` on the asyncio client: the wait for the reply is an awaited
         ``XREAD BLOCK``, so one event loop waits on many requests at once."""
@@ -116,7 +124,8 @@ class Requests:
             await pipe.execute()
         try:
             message = await self.apublish(to, content, from_=from_, reply_to=reply_name,
-                                          conversation_id=conversation_id, headers=headers, deadline=deadline)
+                                          conversation_id=conversation_id, headers=headers, deadline=deadline,
+                                          kind=kind, in_reply_to=in_reply_to)
             end = time.monotonic() + timeout
             cursor = "0-0"
             while True:

@@ -27,6 +27,7 @@ STYLE = {
     "cancelled": ("⊘", "magenta"),
     "completed_with_errors": ("✘", "bold red"),
     "retrying": ("↻", "yellow"),
+    "waiting": ("?", "bold yellow"),
 }
 
 
@@ -71,6 +72,9 @@ class RunView:
             self.state[task] = "skipped"
         elif kind == "task.retrying":
             self.state[task] = "retrying"
+        elif kind == "hitl.requested":  # parked until a person answers (robot-lab answer)
+            self.state[task] = "waiting"
+            self.text[task] = f"asks: {event.data.get('question', '')} (request {event.data.get('id', '?')})"
 
     def render(self) -> Any:
         from rich.table import Table  # lazy: start-up time
@@ -116,6 +120,8 @@ def print_event(event: Any) -> None:
         extra = " " + " ".join(str(event.data["reply"]).split())[:100]
     elif event.data.get("error"):
         extra = " " + str(event.data["error"])
+    elif event.event == "hitl.requested":
+        extra = f" asks {event.data.get('question', '')!r} (robot-lab answer {event.data.get('id', '?')} ...)"
     click.echo(f"[{event.seq:>3}] {event.event}{where}{extra}")
 
 

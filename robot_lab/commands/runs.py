@@ -43,7 +43,8 @@ def runs(limit: int, status_filter: str | None, as_json: bool) -> None:
     for row in rows:
         started = dt.datetime.fromtimestamp(row["created_at"]).strftime("%Y-%m-%d %H:%M:%S") if row["created_at"] else ""
         duration = f"{row['duration']:.2f}s" if row["duration"] is not None else ""
-        table.add_row(row["run_id"], row["network"], f"[{style.get(row['status'], '')}]{row['status']}[/]", started,
+        shown = "waiting" if row["status"] == "running" and row.get("waiting") else row["status"]  # a person must answer
+        table.add_row(row["run_id"], row["network"], f"[{style.get(shown, 'yellow')}]{shown}[/]", started,
                       duration, f"{row['done']}/{row['failed']}/{row['skipped']} of {row['tasks']}",
                       str(row["tokens"]), f"{row['cost']:.4f}")
     console = Console()

@@ -39,7 +39,8 @@ def render_status(data: dict[str, Any]) -> None:
             bar = int(run["progress"] * 20)
             runs.add_row(run["run_id"], run["network"], _fmt_age(run["age"]),
                          f"{'█' * bar}{'░' * (20 - bar)} {run['finished']}/{run['tasks']}",
-                         ", ".join(f"{t['task']}@{t['robot']}" for t in run["running"]) or "-",
+                         ", ".join([f"{t['task']}@{t['robot']}" for t in run["running"]]
+                                   + [f"{t} (waiting)" for t in run.get("waiting", [])]) or "-",
                          ", ".join(t["task"] for t in run["abandoned"] + run["lost"]) or "-")
         console.print(runs)
     else:

@@ -141,6 +141,17 @@ class DashboardData:
             raise ConfigurationError(f"cannot re-run task {task!r} of run {run_id}: {status}")
         return status
 
+    def pending(self) -> list[dict[str, Any]]:
+        """Input requests waiting for an answer (docs/durable.md)."""
+        from robot_lab.network.human_input import pending
+
+        return [r.to_dict() for r in pending(self.r, self.keys)]
+
+    def answer(self, request_id: str, text: str | None, approve: bool | None, by: str) -> dict[str, Any]:
+        from robot_lab.network.human_input import answer
+
+        return answer(request_id, text, approve=approve, by=by, connection=self.r, keys=self.keys).to_dict()
+
     def replay(self, robot: str, ids: list[str] | None) -> list[str]:
         try:
             return Bus(redis=self.r, keys=self.keys).replay_dead_letters(robot, ids or None)

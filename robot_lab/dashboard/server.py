@@ -117,6 +117,17 @@ def create_app(connection: RedisClient, keys: Keys, *, token: str | None = None)
     def rerun(params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         return {"status": data.rerun(params["run_id"], params["task"])}
 
+    async def pending(request: Request) -> Response:
+        return JSONResponse(await threaded(data.pending))
+
+    def answer(params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        text, approve = body.get("text"), body.get("approve")
+        if text is not None and not isinstance(text, str) or approve not in (None, True, False):
+            raise ValueError("the body is {\"text\": \"...\"} or {\"approve\": true|false, \"text\": \"why\"}")
+        if text is None and approve is None:
+            raise ValueError("give text or approve")
+        return data.answer(params["request_id"], text, approve, str(body.get("by") or "dashboard"))
+
     def replay(params: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         ids = body.get("ids")
         if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
@@ -133,6 +144,8 @@ def create_app(connection: RedisClient, keys: Keys, *, token: str | None = None)
         Route("/api/runs/{run_id}/stream", stream),
         Route("/api/runs/{run_id}/cancel", guarded(cancel), methods=["POST"]),
         Route("/api/runs/{run_id}/tasks/{task}/rerun", guarded(rerun), methods=["POST"]),
+        Route("/api/pending", pending),
+        Route("/api/answer/{request_id}", guarded(answer), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return Starlette(routes=routes, exception_handlers={RedisAway: redis_away})

@@ -24,6 +24,7 @@ from robot_lab.network.dag import Graph, compile_network
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.graphs import graph_for
 from robot_lab.network.run_state import RunStore
+from robot_lab.network import human_input as waiting
 from robot_lab.network.submitting import SUBMITTING, discard, sweep_leftover
 from robot_lab.observability import instrument as observe
 from robot_lab.outage import OutageTracker, is_outage, out_of_memory
@@ -92,6 +93,23 @@ class RunHandle:
 
     def events(self, after: str = "0-0") -> list[RunEvent]:
         return [event for _, event in self.store.events(after)]
+
+    def pending(self) -> list[Any]:
+        """The run's input requests waiting for an answer (docs/durable.md)."""
+        return waiting.for_run(self.run_id, self.coordinator.connection, self.coordinator.keys)
+
+    def answer(self, text: str | None = None, *, approve: bool | None = None, request_id: str | None = None,
+               by: str = "api") -> Any:
+        """Answer the run's input request (the only one pending, or ``request_id``) once;
+        the task resumes on any worker of its robot."""
+        if request_id is None:
+            found = self.pending()
+            if len(found) != 1:
+                raise ConfigurationError(f"run {self.run_id} has {len(found)} pending input requests; "
+                                         "pass request_id=" + (f" (one of {', '.join(r.id for r in found)})" if found else ""))
+            request_id = found[0].id
+        return waiting.answer(request_id, text, approve=approve, by=by, connection=self.coordinator.connection,
+                              keys=self.coordinator.keys)
 
     def follow(self, *, timeout: float | None = None, sweep: bool = True,
                block_ms: int = 500) -> Iterator[RunEvent]:
@@ -304,6 +322,9 @@ class Coordinator:
             if released:
                 log.warning("run.budget_released", run_id=run_id, task=task, job_id=job_id, released=released)
         items = store.reclaim()
+        if "waiting" in view.states.values():  # answered but not resumed (a crash in between), timed out
+            waiting.repair(store)
+            waiting.sweep(self.connection, self.keys)
         items += store.repair_queued(view=view)
         for task, job_id, error in store.failed_jobs(view):
             hint = ""
@@ -342,6 +363,7 @@ class Coordinator:
                 if is_outage(exc):
                     raise  # Redis is away for every run: the caller backs off
                 log.warning("run.sweep_failed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+        total += waiting.sweep(self.connection, self.keys)  # input requests past their input_timeout
         return total
 
     def runs(self, limit: int = 20) -> list[dict[str, Any]]:

@@ -108,6 +108,12 @@ class _LeaseKeeper:
 _keeper = _LeaseKeeper()
 
 
+def _encoded(data: dict[str, Any] | None) -> str:
+    import json
+
+    return json.dumps(data) if data else ""
+
+
 class DeltaBuffer:
     """Streams reply chunks as ``text.delta`` events, coalesced: a chunk opens a window of
     ``interval`` seconds, and the text gathered when a later chunk finds the window over goes
@@ -123,6 +129,17 @@ class DeltaBuffer:
         self.store, self.task, self.robot, self.interval = store, task, robot, interval
         self.parts: list[str] = []
         self.opened = 0.0  # when the first unsent chunk arrived
+        self.owed: list[tuple[str, dict[str, Any] | None]] = []  # other events, in order (step.*)
+
+    def owe(self, event: str, data: dict[str, Any] | None) -> None:
+        """Send ``event`` with the next flush (or the task's result), after the text before it."""
+        self._owe_text()
+        self.owed.append((event, data))
+
+    def _owe_text(self) -> None:
+        text, self.parts = "".join(self.parts), []
+        if text:
+            self.owed.append(("text.delta", {"delta": text}))
 
     def add(self, chunk: Any) -> None:
         text = getattr(chunk, "content", str(chunk))
@@ -135,12 +152,40 @@ class DeltaBuffer:
         if now - self.opened >= self.interval:
             self.flush()
 
+    def _emit_all(self, events: list[tuple[str, dict[str, Any] | None]]) -> None:
+        """The events in order, in one round trip (one pipeline of EMIT scripts; on a cluster
+        client, which refuses scripts in pipelines, one by one)."""
+        from robot_lab.connection import is_cluster_client
+        from robot_lab.network import transitions
+
+        store = self.store
+        if len(events) == 1 or is_cluster_client(store.r):
+            for event, data in events:
+                store.emit(event, task=self.task, robot=self.robot, data=data)
+            return
+        keys = store._script_keys()
+        pipe = store.r.pipeline(transaction=False)
+        for event, data in events:
+            transitions.run_script(pipe, transitions.EMIT, keys, store.run_id, event, self.task, self.robot,
+                                   _encoded(data))
+        pipe.execute()
+
     def take(self) -> list[tuple[str, dict[str, Any] | None]]:
-        """The unsent text as a pending ``text.delta`` event (none when nothing is left)."""
-        text, self.parts = "".join(self.parts), []
-        return [("text.delta", {"delta": text})] if text else []
+        """The unsent events: those owed, then the text as a ``text.delta`` (none when nothing is left)."""
+        self._owe_text()
+        owed, self.owed = self.owed, []
+        return owed
 
     def flush(self) -> None:
+        if self.owed:
+            self._owe_text()
+            try:
+                self._emit_all(self.owed)
+            except Exception as exc:  # Redis away: keep them for the next flush
+                if not is_outage(exc):
+                    raise
+                return
+            self.owed = []
         if self.parts:
             try:
                 self.store.emit("text.delta", task=self.task, robot=self.robot, data={"delta": "".join(self.parts)})

@@ -10,7 +10,7 @@ Keys (``R`` = ``Keys.run(run_id)``, all sharing the run's hash tag in cluster mo
 
     R               hash   network, status, message, context, spec, app, order, seq, ...
     R:graph         hash   task -> {deps, optional, activators, robot} (JSON)
-    R:state         hash   task -> pending|ready|queued|running|done|failed|skipped|cancelled
+    R:state         hash   task -> pending|ready|queued|running|waiting|done|failed|skipped|cancelled
     R:jobs          hash   task -> rq job id of the current attempt
     R:attempts      hash   task -> number of attempts enqueued
     R:queued_at     hash   task -> time the current attempt was enqueued
@@ -26,7 +26,9 @@ Keys (``R`` = ``Keys.run(run_id)``, all sharing the run's hash tag in cluster mo
 Task states: ``pending`` (waiting for parents / activation) -> ``ready`` (runnable, held back
 by ``max_concurrent_robots``) -> ``queued`` (an rq job exists or is about to) -> ``running``
 (claimed by a worker holding the lease) -> ``done`` | ``failed``; or ``skipped`` (never
-activated, or every parent skipped) and ``cancelled``.
+activated, or every parent skipped) and ``cancelled``. A running task whose robot asks a
+person parks as ``waiting`` (no lease, no job) until answered, then goes back to ``ready``
+(:mod:`.human_input`).
 
 Run statuses (``R.status``): ``running`` -> ``completed`` (every task ended and none failed)
 | ``completed_with_errors`` (every task ended and at least one failed: the run went on past

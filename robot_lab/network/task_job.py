@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.connection import get_redis
-from robot_lab.errors import ConfigurationError, retryable
+from robot_lab.errors import ConfigurationError, InputRequired, retryable
 from robot_lab.keys import Keys, default_keys  # default_keys: Memory.for_robot's layout
 from robot_lab.logging import get_logger, log_context
 from robot_lab.memory.store import Memory
 from robot_lab.memory.values import local_writes
+from robot_lab.network import human_input as waiting
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.graphs import cached_graph, graph_for
 from robot_lab.network.lease import DeltaBuffer, LeaseHeartbeat
@@ -142,6 +143,7 @@ class TaskWork:
     learnings_read: bool = False
     input: str | None = None
     owed: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
+    steps: Any = None  # the step journal, read with the claim (None: not read)
 
 
 # The run record's fields a task reads with its claim ("spec" too while this process has not
@@ -160,9 +162,12 @@ def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) 
         version_key = store.keys.memory_version(_memory_scope(store, spec))
         learnings_key = default_keys().memory(f"robot:{spec.robot}")
 
+        steps_key = store.keys.run_steps(store.run_id, task)
+
         def also(pipe: Any) -> None:
             pipe.get(version_key)
             pipe.hget(learnings_key, "learnings")
+            pipe.hgetall(steps_key)  # the task's step journal (runtime/durable)
 
     start = store.start_task(task, job_id, worker, lease_ms, RUN_FIELDS if graph is not None else [*RUN_FIELDS, "spec"],
                              also=also)
@@ -194,6 +199,7 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
         if also is not None:
             work.since = int(also[0]) if also[0] is not None else 0
             work.learnings, work.learnings_read = also[1], True
+            work.steps = also[2]
         with LeaseHeartbeat(store, task, worker, lease_ms, outage):
             outcome = _execute(store, keys, run_id, task, job_id, worker, work, outage)
         _sweep_soon(connection, keys)
@@ -215,6 +221,9 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
                                                        task=task, robot=robot_name):
         try:
             result, activate = _run_task_hooks(store, graph, task, job_id, worker, work)
+        except InputRequired as exc:  # a person must answer: the task parks, this job ends
+            _send_owed(store, task, robot_name, work)
+            return waiting.park(store, task, job_id, exc)
         except Exception as exc:
             if caused_by_outage(exc):
                 # Not the task's fault: no failure is recorded (and no traceback logged by
@@ -326,15 +335,14 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
     stream = meta.get("stream", "1") == "1"
     deltas = DeltaBuffer(store, task, spec.robot)
 
-    def on_tool_call(call: Any) -> None:
-        deltas.flush()  # the text before the call goes out before it
-        store.emit("tool_call.started", task=task, robot=spec.robot,
-                   data={"id": call.id, "name": call.name, "input": call.input})
+    def on_tool_call(call: Any) -> None:  # after the text and step events before it, in one round trip
+        deltas.owe("tool_call.started", {"id": call.id, "name": call.name, "input": call.input})
+        deltas.flush()
 
     def on_tool_result(message: Any) -> None:
+        deltas.owe("tool_call.completed", {"id": message.tool.id, "name": message.tool.name,
+                                           "output": message.content})
         deltas.flush()
-        store.emit("tool_call.completed", task=task, robot=spec.robot,
-                   data={"id": message.tool.id, "name": message.tool.name, "output": message.content})
 
     robot = Robot.from_spec(robot_spec, on_tool_call=on_tool_call, on_tool_result=on_tool_result)
     if work.learnings_read:
@@ -377,6 +385,7 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
                 network_hooks=network_hooks,
                 budgets=budgets,
                 doom_loop=_run_doom_loop(store, combined),
+                durable_id=waiting.task_scope(store, task, spec.robot, deltas, work.steps),  # step journal, human input
                 **context,
             )
     finally:

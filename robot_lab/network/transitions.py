@@ -322,7 +322,7 @@ local order = cjson.decode(redis.call('HGET', R, 'order'))
 load_states()
 for _, t in ipairs(order) do
   local s = st(t)
-  if s == 'pending' or s == 'ready' or s == 'queued' then
+  if s == 'pending' or s == 'ready' or s == 'queued' or s == 'waiting' then
     set_st(t, 'cancelled')
   end
 end

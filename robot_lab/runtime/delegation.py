@@ -71,6 +71,11 @@ def _remote(to: str, task: str, *, delegated_by: str, timeout: float, bus: Any =
         raise DelegationTimeout(f"Delegation to '{to}' timed out after {timeout:g}s") from exc
     except RemoteError as exc:  # the delegatee's worker gave up on the task: re-raise here
         raise InferenceError(f"Delegation to '{to}' failed: {exc}") from exc
+    if reply.kind == "input_required":  # the delegatee parked on a question (docs/durable.md)
+        asked = reply.content if isinstance(reply.content, dict) else {}
+        raise InferenceError(f"Delegation to '{to}' waits for a person's answer to {asked.get('question')!r} "
+                             f"(request {asked.get('request_id')}): answer it with an `answer` envelope; a "
+                             "delegation does not wait for people")
     content = reply.content if isinstance(reply.content, str) else str(reply.content)
     return RobotResult(
         robot_name=to,

@@ -31,6 +31,7 @@ INFRA_FIELDS = (
     "auto_compact",
     "compact_threshold",
     "max_tools",
+    "input_timeout",
 )
 NON_SERIALIZABLE_FIELDS = frozenset((*CALLBACK_FIELDS, "bus"))
 FIELDS = frozenset((*LLM_FIELDS, *TOOL_FIELDS, *CALLBACK_FIELDS, *INFRA_FIELDS))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
 import pydantic
 
-from robot_lab.errors import ConfigurationError, ToolError, ToolNotFoundError
+from robot_lab.errors import ConfigurationError, InputRequired, InputTimeout, ToolError, ToolNotFoundError
 from robot_lab.logging import get_logger
 from robot_lab.observability import instrument as observe
 
@@ -78,6 +78,10 @@ class Tool:
     # the Ruby gem's class-level ``raise_on_error``: raise instead of returning error text.
     raise_on_error: ClassVar[bool] = False
     import_path: str | None = None
+    # Human input (docs/durable.md): True, or a callable on the arguments, asks a person to
+    # approve each call first; input_timeout bounds how long that (or ask_user) waits.
+    requires_approval: Any = False
+    input_timeout: float | None = None
 
     def __init__(self) -> None:
         if not self.name:
@@ -114,6 +118,8 @@ class Tool:
             result = self.execute(**self.validate(arguments))
             if inspect.isawaitable(result):
                 result = run_awaitable(result)
+        except (InputRequired, InputTimeout):
+            raise  # a person must answer (or did not in time): not a tool error
         except Exception as exc:
             return self._error_text(exc)
         return format_result(result)
@@ -126,6 +132,8 @@ class Tool:
             result = self.execute(**self.validate(arguments))
             if inspect.isawaitable(result):
                 result = await result
+        except (InputRequired, InputTimeout):
+            raise
         except Exception as exc:
             return self._error_text(exc)
         return format_result(result)
@@ -288,11 +296,17 @@ def format_result(result: Any) -> str:
         return str(result)
 
 
-def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None) -> Any:
-    """Decorator: ``@tool`` or ``@tool(name=...)`` turns a function into a FunctionTool."""
-    if fn is None:
-        return lambda f: FunctionTool(f, name=name, description=description)
-    return FunctionTool(fn, name=name, description=description)
+def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None,
+         requires_approval: Any = False, input_timeout: float | None = None) -> Any:
+    """Decorator: ``@tool`` or ``@tool(name=..., requires_approval=True)`` turns a function
+    into a FunctionTool (``requires_approval``: True or a callable on the arguments)."""
+
+    def make(f: Callable[..., Any]) -> FunctionTool:
+        made = FunctionTool(f, name=name, description=description)
+        made.requires_approval, made.input_timeout = requires_approval, input_timeout
+        return made
+
+    return make if fn is None else make(fn)
 
 
 def import_object(path: str) -> Any:

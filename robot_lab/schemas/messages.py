@@ -58,7 +58,10 @@ class RobotMessage(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     kind: Annotated[str, _doc(
         "\"message\" for a request or notice (what you send); \"reply\" for an answer to in_reply_to; "
         "\"error\" when a robot gave up on in_reply_to (header \"error\" holds the reason, content "
-        "the text).", "message", "reply", "error")] = "message"
+        "the text); \"input_required\" when a robot asks a person before it can answer in_reply_to "
+        "(content: request_id, question, kind, choices, default, tool, arguments); \"answer\" for "
+        "the answer to one (in_reply_to = its request_id; content: the text, or {text, approved}).",
+        "message", "reply", "error", "input_required", "answer")] = "message"
     from_: Annotated[str, _doc(
         "Name of the sender: a robot or any client name. A reply goes here when reply_to is not set.",
         "frontdesk")] = msgspec.field(default="anonymous", name="from")
@@ -306,6 +309,7 @@ class RunConfigData(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     auto_compact: str | None = None
     compact_threshold: float | None = None
     max_tools: int | None = None
+    input_timeout: float | None = None
 
 
 class RobotSpec(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):

@@ -110,7 +110,10 @@ class RedisCollector:
                                       "(limit - consumed - reserved)", labels=["scope", "dimension"])
         for scope, dimension, value in budgets:
             remaining.add_metric([scope, dimension], value)
-        yield from (live, runs, finished, remaining)
+        waiting = GaugeMetricFamily("robot_lab_inputs_pending", "Input requests of parked runs waiting for a "
+                                    "person's answer (docs/durable.md)")
+        waiting.add_metric([], int(self.connection.zcard(self.keys.inputs_pending())))
+        yield from (live, runs, finished, remaining, waiting)
 
     def _rq_depths(self, robots: list[str]) -> dict[str, int]:
         from rq import Queue  # lazy: start-up time

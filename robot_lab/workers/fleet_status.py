@@ -212,6 +212,7 @@ def active_runs(connection: RedisClient, keys: Keys) -> list[dict[str, Any]]:
             "tasks": len(states), "finished": done,
             "progress": round(done / len(states), 3) if states else 0.0,
             "states": states, "running": live, "abandoned": abandoned, "lost": lost,
+            "waiting": sorted(t for t, v in states.items() if v == "waiting"),  # parked for a person's answer
             "robots": sorted({g.get("robot", "") for g in graph.values()} - {""}),
         })
     return out
@@ -490,7 +491,7 @@ def recent_runs(connection: RedisClient | None = None, keys: Keys | None = None,
             "created_at": created, "finished_at": finished,
             "duration": round((finished or now) - created, 3) if created else None,
             "tasks": len(states), "done": states.count("done"), "failed": states.count("failed"),
-            "skipped": states.count("skipped"),
+            "skipped": states.count("skipped"), "waiting": states.count("waiting"),
             "input_tokens": tokens_in, "output_tokens": tokens_out, "tokens": tokens_in + tokens_out,
             "cost": round(cost, 6),
         })

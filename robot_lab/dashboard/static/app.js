@@ -182,6 +182,7 @@ function drawTasks(status) {
       calls.length ? el("ul", { class: "calls" }, ...calls.map((c) => el("li", { class: "call" },
         el("code", {}, `${c.name}(${JSON.stringify(c.input ?? {})})`), c.output != null ? ` → ${String(c.output).slice(0, 200)}` : " …"))) : "",
       t.error ? el("pre", { class: "error" }, t.error) : "",
+      t.state === "waiting" && t.asks ? asking(t.asks) : "",
       text ? el("pre", { class: "text" }, text) : ""));
   }
   $("#tasks").replaceChildren(...cards);
@@ -191,6 +192,27 @@ function drawTasks(status) {
     tasks: states.length })} · ${tokens} tokens · ${money(cost)}`;
   $("#cancel").hidden = !config.actions || !["running"].includes(status);
   drawDag();
+}
+
+// A task parked on a person's question (docs/durable.md): the question and, with actions
+// on, the answer form (POST /api/answer/<request id>, token required).
+function asking(req) {
+  const box = el("div", { class: "asks" }, el("strong", {}, "asks: "), req.question || "",
+    req.choices ? el("span", { class: "muted" }, " choices: " + req.choices.join(", ")) : "");
+  if (!config.actions) return box;
+  const input = el("input", { placeholder: req.kind === "approval" ? "why (for a denial)" : "answer" });
+  const send = (body) => act(`/api/answer/${encodeURIComponent(req.id)}`, body);
+  if (req.kind === "approval") {
+    const yes = el("button", { class: "action" }, "Approve"), no = el("button", { class: "action" }, "Deny");
+    yes.onclick = () => send({ approve: true });
+    no.onclick = () => send({ approve: false, text: input.value });
+    box.append(" ", input, " ", yes, " ", no);
+  } else {
+    const go = el("button", { class: "action" }, "Answer");
+    go.onclick = () => send({ text: input.value });
+    box.append(" ", input, " ", go);
+  }
+  return box;
 }
 
 function logLine(list, text) {
@@ -223,6 +245,8 @@ function onEvent(ev) {
     const call = (run.calls.get(t.name) || []).find((c) => c.id === d.id);
     if (call) call.output = d.output;
   }
+  if (t && ev.event === "hitl.requested") Object.assign(t, { state: "waiting", asks: d });
+  if (t && ev.event === "hitl.resolved") Object.assign(t, { state: "queued", asks: null });
   if (ev.event === "run.completed") run.status = d.status || "completed";
   if (ev.event === "task.rerun") run.status = "running";
   if (ev.event === "run.cancelled") run.status = "cancelled";

@@ -29,6 +29,7 @@ from robot_lab.runtime.delegation import delegate
 from robot_lab.runtime.llm.gateway import LLMGateway, default_gateway
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.hooks import HookRegistry
+from robot_lab.runtime.durable.scopes import DurableScope
 from robot_lab.runtime.robot import compaction
 from robot_lab.runtime.robot import one_run as run_mod
 from robot_lab.runtime.robot.context import conversation_state, default_conversation_turn
@@ -382,6 +383,8 @@ class Robot:
         doom_loop: Any = None,
         conversation_id: str | None = None,
         attachments: Iterable[Any] | None = None,
+        on_input: Callable[..., Any] | None = None,
+        durable_id: str | DurableScope | None = None,
         **context: Any,
     ) -> RobotResult:
         """Send ``message`` and run the tool loop until the model answers with text.
@@ -396,12 +399,15 @@ class Robot:
         the robot's own; ``doom_loop`` replaces the per-run detector. ``conversation_id``
         loads that conversation's history from Redis first and saves it after. ``attachments``
         (paths, ``(name, bytes)`` pairs) land in the skill workspace (docs/skills.md).
+        ``on_input(request) -> answer`` answers ``ask_user`` and approvals; ``durable_id``
+        keeps a step journal in Redis under that id, so running it again replays finished
+        steps and resumes a run that asked for input (docs/durable.md).
         """
         return run_sync(self._run_core(SYNC, message, conversation_id, dict(
             tools=tools, mcp=mcp, network_config=network_config, task_config=task_config, config=config,
             on_content=on_content, extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks,
             network=network, task=task, memory=memory, run_id=run_id, budgets=budgets, doom_loop=doom_loop,
-            attachments=attachments,
+            attachments=attachments, on_input=on_input, durable_id=durable_id,
         ), context))
 
     @observe.robot_run
@@ -426,6 +432,8 @@ class Robot:
         doom_loop: Any = None,
         conversation_id: str | None = None,
         attachments: Iterable[Any] | None = None,
+        on_input: Callable[..., Any] | None = None,
+        durable_id: str | DurableScope | None = None,
         **context: Any,
     ) -> RobotResult:
         """:meth:`run` for asyncio code (a FastAPI handler, say): the same arguments, the
@@ -438,7 +446,7 @@ class Robot:
             tools=tools, mcp=mcp, network_config=network_config, task_config=task_config, config=config,
             on_content=on_content, extra_tools=extra_tools, hooks=hooks, network_hooks=network_hooks,
             network=network, task=task, memory=memory, run_id=run_id, budgets=budgets, doom_loop=doom_loop,
-            attachments=attachments,
+            attachments=attachments, on_input=on_input, durable_id=durable_id,
         ), context)
 
     def astream(self, message: str | None = None, **kwargs: Any) -> RunStream:

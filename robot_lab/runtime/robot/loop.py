@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ToolLoopError
+from robot_lab.runtime.durable.steps import StepRunner
 from robot_lab.runtime.llm.gateway import Chunk, LLMResponse
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.doom_loop import DEFAULT_THRESHOLD as DOOM_LOOP_THRESHOLD
@@ -128,6 +129,17 @@ async def tool_loop(
     callbacks = [cb for cb in (config.on_content, on_content) if cb is not None]
     on_chunk = (lambda chunk: [cb(chunk) for cb in callbacks]) if callbacks else None
     max_rounds = plan.max_tool_rounds
+    steps = StepRunner.begin(robot.name, config.input_timeout)
+    try:
+        return await _rounds(robot, plan, offer, on_chunk, active_ledgers, detector, max_rounds, started, steps, io)
+    finally:
+        steps.end()
+
+
+async def _rounds(robot: Any, plan: RunPlan, offer: Callable[[], list[Tool]], on_chunk: Any, active_ledgers: list[Any],
+                  detector: Any, max_rounds: int, started: float, steps: StepRunner, io: IO) -> RobotResult:
+    """The loop itself: each model call and each tool call is a step of ``steps``."""
+    config = plan.config
     output: list[Message] = []
     results: list[ToolResultMessage] = []
     input_tokens = output_tokens = 0
@@ -137,7 +149,10 @@ async def tool_loop(
         offered = offer()
         specs = [t.to_openai() for t in offered] or None
         by_name = {t.name: t for t in offered}
-        response = await call_model(robot, plan, specs, on_chunk, active_ledgers, io)
+        response = await steps.model(plan.model, robot.messages, specs,
+                                     lambda: call_model(robot, plan, specs, on_chunk, active_ledgers, io), io)
+        if steps.replayed:  # from the journal: counted in the totals, not paid again
+            add_usage(robot, response)
         input_tokens += response.input_tokens
         output_tokens += response.output_tokens
         cost += response.cost
@@ -159,18 +174,22 @@ async def tool_loop(
                     f"Circuit breaker triggered: {calls_made} tool calls exceeded max_tool_rounds ({max_rounds})"
                 )
             record = ToolCall(id=call.id, name=call.name, input=call.arguments)
-            if config.on_tool_call:
-                config.on_tool_call(record)
-            text = await execute_tool(robot, by_name, call.name, call.arguments, io)
-            warning = detector.observe(call.name)
-            if warning:
-                text = with_warning(text, warning)
+
+            async def live(call: Any = call, record: ToolCall = record, by_name: Any = by_name) -> str:
+                if config.on_tool_call:
+                    config.on_tool_call(record)
+                text = await execute_tool(robot, by_name, call.name, call.arguments, io)
+                warning = detector.observe(call.name)
+                return with_warning(text, warning) if warning else text
+
+            # a step: replayed from the journal (no call, no events), or approved and run live
+            text = await steps.tool(by_name.get(call.name), call.name, call.arguments, live, io)
             robot.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": text})
             is_error = text.startswith(("Error (", "Error:"))
             result_msg = ToolResultMessage(tool=record, content={"error": text} if is_error else {"data": text})
             output.append(result_msg)
             results.append(result_msg)
-            if config.on_tool_result:
+            if config.on_tool_result and not steps.replayed:  # its events went out the first time
                 config.on_tool_result(result_msg)
     return RobotResult(
         robot_name=robot.name,

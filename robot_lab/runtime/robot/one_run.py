@@ -17,6 +17,7 @@ from robot_lab.runtime.rails.hooks import (
     RunHookContext,
     hook_scope,
 )
+from robot_lab.runtime.durable.scopes import DurableScope, current_scope, durable_scope, input_handler, local_scope
 from robot_lab.runtime.robot.context import RunContext, conversation_scope, running
 from robot_lab.runtime.robot.drive import IO, SYNC
 from robot_lab.runtime.robot.loop import ContentCallback, tool_loop
@@ -52,6 +53,8 @@ async def execute(
     context: Mapping[str, Any],
     attachments: Iterable[Any] | None = None,
     io: IO = SYNC,
+    on_input: Any = None,
+    durable_id: str | DurableScope | None = None,
 ) -> RobotResult:
     """The body of ``Robot.run`` and ``Robot.arun`` (see there for the arguments); ``io`` is
     the driver (:mod:`.drive`)."""
@@ -61,8 +64,11 @@ async def execute(
     )
     per_run = HookRegistry([hooks] if hooks is not None and not isinstance(hooks, (list, tuple)) else hooks or [])
     run_ctx = RunContext(robot=robot, memory=plan.memory, plan=plan, task=task, run_id=run_id, network=network)
+    scope = (durable_id if isinstance(durable_id, DurableScope) else
+             local_scope(durable_id) if durable_id is not None else current_scope())
     with log_context(robot=robot.name, run_id=run_id, task=task), \
-            hook_scope(network_hooks, robot.hooks, per_run), running(run_ctx):
+            hook_scope(network_hooks, robot.hooks, per_run), running(run_ctx), \
+            durable_scope(scope), input_handler(on_input):
         ctx = RunHookContext(
             robot=robot, network=network, task=task, memory=plan.memory, config=plan.config, request=message,
             run_id=run_id,

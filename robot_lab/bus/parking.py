@@ -1,0 +1,130 @@
+"""Served messages that wait for a person: ``input_required`` and ``answer`` envelopes.
+
+When a served robot needs input while handling message M (``ask_user``, an approval), its
+run parks (the step journal of M's durable id records how far it got) and the poller
+replies to M's sender with an envelope of kind ``input_required`` whose content names the
+request (``request_id``, ``question``, ``choices``, ``default``, ``kind``, ``tool``,
+``arguments``). M is acked; ``<inbox>:parked:<request id>`` keeps M's envelope and
+``<inbox>:parked-conv:<conversation>`` the request its conversation waits on.
+
+The answer is the sender's next message with ``in_reply_to`` = the request id (kind
+``answer`` by convention; content: the text, or ``{"text": ..., "approved": true|false}``).
+Handling it records the answer once, runs M again (its journal replays, the parked step
+gets the answer) and replies to the *answer* message -- with the final reply, or another
+``input_required``. Until then a message of the same conversation without that
+``in_reply_to`` is not run: it gets the pending ``input_required`` again, so the
+conversation waits in order behind the question.
+
+Under ``signing.verify=require`` only a sender allowed to answer for the robot
+(``durable.answerers``; default: M's own sender) may answer; any other answer is
+dead-lettered ``answer_refused``.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from typing import Any
+
+from robot_lab.errors import InputRequired
+from robot_lab.inputs import Answer, InputStore
+from robot_lab.schemas import RobotMessage, decode_message, encode_message
+
+APPROVE_WORDS = {"y", "yes", "approve", "approved", "ok", "true"}
+
+
+class Parked:
+    """An answer's parked message: the request it answers and M, the message to run again."""
+
+    def __init__(self, request_id: str, original: RobotMessage) -> None:
+        self.request_id = request_id
+        self.original = original
+
+
+def _key(poller: Any, request_id: str) -> str:
+    return f"{poller.inbox}:parked:{request_id}"
+
+
+def _conv_key(poller: Any, conversation: str) -> str:
+    return f"{poller.inbox}:parked-conv:{conversation}"
+
+
+def find(poller: Any, msg: RobotMessage) -> tuple[Parked | None, str | None]:
+    """``(parked, None)`` when ``msg`` answers a parked request; ``(None, request id)`` when
+    its conversation waits on a request that ``msg`` does not answer; else ``(None, None)``."""
+    r = poller.redis
+    if msg.in_reply_to:
+        raw = r.get(_key(poller, msg.in_reply_to))
+        if raw is not None:
+            return Parked(msg.in_reply_to, decode_message(raw)), None
+    if msg.conversation_id and msg.kind == "message" and not msg.in_reply_to:  # never a reply: no ping-pong
+        waiting = r.get(_conv_key(poller, msg.conversation_id))
+        if waiting is not None:
+            return None, waiting.decode() if isinstance(waiting, bytes) else str(waiting)
+    return None, None
+
+
+def may_answer(poller: Any, msg: RobotMessage, parked: Parked) -> bool:
+    """Under ``signing.verify=require``: is the (verified) sender allowed to answer here?"""
+    if poller.verify != "require":
+        return True
+    from robot_lab.settings import get_settings
+
+    answerers = get_settings().durable.answerers
+    allowed = [*answerers.get(poller.robot, []), *answerers.get("*", [])] or [parked.original.from_]
+    return any(fnmatchcase(msg.from_, pattern) for pattern in allowed)
+
+
+def record_answer(poller: Any, msg: RobotMessage, parked: Parked) -> None:
+    """Write ``msg``'s content as the request's answer (once: an earlier answer -- the CLI's,
+    say -- stands)."""
+    content = msg.content
+    if isinstance(content, dict):
+        text = str(content.get("text") or content.get("answer") or "")
+        approved = content.get("approved")
+    else:
+        text, approved = str(content), None
+    store = InputStore(poller.redis, poller.bus.keys)
+    found = store.get(parked.request_id)
+    if found is not None and found.request.get("kind") == "approval" and approved is None:
+        approved = text.strip().lower() in APPROVE_WORDS
+    store.answer(parked.request_id, Answer(text=text, approved=approved, by=msg.from_))
+
+
+def park(poller: Any, msg: RobotMessage, original: RobotMessage, exc: InputRequired) -> RobotMessage:
+    """Remember ``original`` under the request and build the ``input_required`` reply to ``msg``."""
+    request = exc.request or {}
+    rid = str(request["id"])
+    ttl = max(int(poller.bus.settings.record_ttl), 7 * 86_400)  # as long as the request lives
+    pipe = poller.redis.pipeline(transaction=False)
+    pipe.set(_key(poller, rid), encode_message(original), ex=ttl)
+    if original.conversation_id:
+        pipe.set(_conv_key(poller, original.conversation_id), rid, ex=ttl)
+    pipe.execute()
+    return poller.bus.build_reply(msg, question_content(request), from_=poller.robot, kind="input_required")
+
+
+def question_content(request: dict[str, Any]) -> dict[str, Any]:
+    out = {"request_id": request.get("id"), "question": request.get("question"), "kind": request.get("kind")}
+    for name in ("choices", "default", "tool", "arguments", "deadline"):
+        if request.get(name) is not None:
+            out[name] = request[name]
+    return out
+
+
+def pending_question(poller: Any, request_id: str, msg: RobotMessage) -> RobotMessage | None:
+    """The ``input_required`` reply again, for a message that did not answer it."""
+    found = InputStore(poller.redis, poller.bus.keys).get(request_id)
+    if found is None:
+        return None
+    return poller.bus.build_reply(msg, question_content({**found.request, "id": request_id}), from_=poller.robot,
+                                  kind="input_required")
+
+
+def resumed(poller: Any, parked: Parked) -> None:
+    """The parked message ran to its end: forget it."""
+    keys = [_key(poller, parked.request_id)]
+    if parked.original.conversation_id:
+        current = poller.redis.get(_conv_key(poller, parked.original.conversation_id))
+        if current is not None and (current.decode() if isinstance(current, bytes) else current) == parked.request_id:
+            keys.append(_conv_key(poller, parked.original.conversation_id))
+    poller.redis.delete(*keys)

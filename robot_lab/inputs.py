@@ -1,0 +1,114 @@
+"""Input requests in Redis: what a parked run asked, and its one answer.
+
+``<prefix>:input:<id>`` is a hash: ``request`` (JSON: id, question, choices, default, kind,
+tool, arguments, robot, created_at, deadline), ``owner`` (JSON: who resumes the run once
+answered -- a network task, a served bus message, an in-process durable run) and, once
+answered, ``answer`` (JSON: text, approved, by, at). The answer is written with HSETNX, so of
+two answers racing from two processes exactly one wins and the other is told so. The index
+``<prefix>:inputs:pending`` (request id -> created time) is what ``robot-lab pending`` lists;
+``<prefix>:inputs:deadlines`` (request id -> deadline) is what the sweeper times out.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from robot_lab.keys import Keys
+
+
+def _decode(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass
+class Answer:
+    """A person's answer: ``text`` for a question; ``approved`` for an approval."""
+
+    text: str = ""
+    approved: bool | None = None
+    by: str | None = None
+    timed_out: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "approved": self.approved, "by": self.by, "timed_out": self.timed_out,
+                "at": time.time()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Answer:
+        return cls(text=str(data.get("text") or ""), approved=data.get("approved"), by=data.get("by"),
+                   timed_out=bool(data.get("timed_out")))
+
+
+@dataclass
+class InputRequest:
+    """One recorded request; ``answer`` is None while it waits."""
+
+    id: str
+    request: dict[str, Any]
+    owner: dict[str, Any] = field(default_factory=dict)
+    answer: Answer | None = None
+
+    @property
+    def question(self) -> str:
+        return str(self.request.get("question", ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {**self.request, "id": self.id, "owner": self.owner,
+               "status": "answered" if self.answer else "pending"}
+        if self.answer is not None:
+            out["answer"] = self.answer.to_dict()
+        return out
+
+
+class InputStore:
+    """The requests of one Redis / key prefix."""
+
+    def __init__(self, redis: Any, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+
+    def create(self, request: dict[str, Any], owner: dict[str, Any], ttl: int) -> None:
+        """Record a new request and list it as pending (with its deadline, if any)."""
+        rid = request["id"]
+        key = self.keys.input_request(rid)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(key, mapping={"request": json.dumps(request, default=str), "owner": json.dumps(owner)})
+        pipe.expire(key, int(ttl))
+        pipe.execute()
+        # the indexes sit in another cluster slot: written after the record, so an id listed
+        # there always has one (a record missing from them is found by its run's events)
+        self.redis.zadd(self.keys.inputs_pending(), {rid: float(request.get("created_at") or time.time())})
+        if request.get("deadline"):
+            self.redis.zadd(self.keys.inputs_deadlines(), {rid: float(request["deadline"])})
+
+    def get(self, request_id: str) -> InputRequest | None:
+        raw = self.redis.hgetall(self.keys.input_request(request_id))
+        if not raw:
+            return None
+        fields = {_decode(k): _decode(v) for k, v in raw.items()}
+        answer = Answer.from_dict(json.loads(fields["answer"])) if "answer" in fields else None
+        return InputRequest(request_id, json.loads(fields.get("request") or "{}"),
+                            json.loads(fields.get("owner") or "{}"), answer)
+
+    def answer(self, request_id: str, answer: Answer) -> bool:
+        """Record ``answer`` unless the request already has one (True: this one won)."""
+        won = bool(self.redis.hsetnx(self.keys.input_request(request_id), "answer", json.dumps(answer.to_dict())))
+        if won:
+            self.unlist(request_id)
+        return won
+
+    def unlist(self, request_id: str) -> None:
+        """Take a request off the pending and deadline indexes (answered, or its run gone)."""
+        self.redis.zrem(self.keys.inputs_pending(), request_id)
+        self.redis.zrem(self.keys.inputs_deadlines(), request_id)
+
+    def pending_ids(self, limit: int = 1000) -> list[str]:
+        return [_decode(v) for v in self.redis.zrange(self.keys.inputs_pending(), 0, limit - 1)]
+
+    def due(self, now: float | None = None, limit: int = 100) -> list[str]:
+        """Pending requests whose deadline passed."""
+        raw = self.redis.zrangebyscore(self.keys.inputs_deadlines(), "-inf", now or time.time(), start=0, num=limit)
+        return [_decode(v) for v in raw]

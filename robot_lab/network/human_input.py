@@ -1,0 +1,241 @@
+"""Network tasks that wait for a person: park, answer, resume, time out.
+
+A task whose robot needs input (``ask_user``, an approval, ``InputRequired``) *parks*: the
+job records the input request (runtime/durable), and the PARK transition moves the task
+from ``running`` to ``waiting``, deletes its lease and emits ``hitl.requested`` -- then the
+rq job returns. A waiting task holds no thread, no in-flight slot, no lease, no
+``max_concurrent_robots`` slot and no budget reservation (the job released its holds).
+
+An answer (``robot-lab answer``, ``RunHandle.answer``, the dashboard, a bus ``answer``
+envelope) is written once to the request (HSETNX), then the RESUME transition moves the task
+back to ``ready`` with ``hitl.resolved`` and enqueues a new attempt, which replays the task's
+step journal up to the parked step and runs it with the answer. A crash between the two is
+repaired by :func:`sweep` (a waiting task whose request is answered is resumed), which also
+answers requests whose ``input_timeout`` passed with their default (or times them out, and
+the resumed task fails with a clear error).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from robot_lab.errors import ConfigurationError, InputRequired
+from robot_lab.keys import Keys
+from robot_lab.logging import get_logger
+from robot_lab.network import transitions
+from robot_lab.network.enqueue import enqueue_jobs
+from robot_lab.network.run_state import RUN_TTL, RunStore
+from robot_lab.runtime.durable.journal import Journal
+from robot_lab.inputs import Answer, InputRequest, InputStore
+from robot_lab.runtime.durable.scopes import DurableScope
+
+log = get_logger("robot_lab.network.human_input")
+
+# ARGV: run_id, task, job_id, request_json; KEYS[11] the task's lease
+PARK = transitions._LIB + r"""
+local t, job = ARGV[2], ARGV[3]
+if st(t) ~= 'running' or redis.call('HGET', JOBS, t) ~= job then return 0 end
+set_st(t, 'waiting')
+redis.call('DEL', KEYS[11])
+emit('hitl.requested', t, graph(t).robot, ARGV[4])
+return 1
+"""
+
+# ARGV: run_id, task, data_json -- a waiting task goes back to ready and is queued again
+RESUME = transitions._LIB + r"""
+local t = ARGV[2]
+if redis.call('HGET', R, 'status') ~= 'running' then return {'cancelled'} end
+if st(t) ~= 'waiting' then return {'not-waiting'} end
+set_st(t, 'ready')
+emit('hitl.resolved', t, graph(t).robot, ARGV[3])
+local out = advance()
+table.insert(out, 1, 'ok')
+return out
+"""
+
+
+def task_scope(store: RunStore, task: str, robot: str, events: Any, preloaded: Any = None) -> DurableScope:
+    """The durable scope of one network task: its journal lives with the run (same hash
+    tag, same TTL; ``preloaded``: read with the claim), its step events go to the run's
+    stream through ``events`` (the task's DeltaBuffer: in order after the text streamed
+    before them, with its next event write -- no round trip of their own)."""
+    from robot_lab.settings import get_settings
+
+    scope_id = f"run:{store.run_id}:{task}"
+    journal = Journal(store.r, store.keys.run_steps(store.run_id, task), RUN_TTL, scope=scope_id,
+                      on_divergence=get_settings().durable.on_divergence, preloaded=preloaded)
+    owner = {"kind": "task", "run_id": store.run_id, "task": task, "robot": robot}
+    return DurableScope(id=scope_id, journal=journal, inputs=InputStore(store.r, store.keys), owner=owner,
+                        emit=events.owe, ttl=RUN_TTL)
+
+
+def park(store: RunStore, task: str, job_id: str, exc: InputRequired) -> dict[str, Any]:
+    """The task's robot asked for input: move it to ``waiting`` (the job then returns)."""
+    request = {k: v for k, v in (exc.request or {"question": exc.question}).items() if v is not None}
+    parked = store._eval(PARK, task, job_id, json.dumps(request, default=str), leases=(task,), critical=True)
+    log.info("task.waiting", request=request.get("id"), parked=bool(parked))
+    return {"task": task, "status": "waiting" if parked else "stale", "request": request.get("id")}
+
+
+def resume(connection: Any, keys: Keys, run_id: str, task: str, data: dict[str, Any]) -> str:
+    """Move a waiting task back to the queue (a new attempt); ``ok``, ``not-waiting`` or ``cancelled``."""
+    from robot_lab.network.graphs import graph_for
+
+    store = RunStore(connection, keys, run_id)
+    raw = store._eval(RESUME, task, json.dumps(data, default=str))
+    status = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
+    if status == "ok":
+        items = [tuple(v.decode() if isinstance(v, bytes) else str(v) for v in raw[i:i + 3])
+                 for i in range(1, len(raw), 3)]
+        enqueue_jobs(connection, keys, run_id, items, graph_for(store))  # type: ignore[arg-type]
+    return status
+
+
+def answer(request_id: str, text: str | None = None, *, approve: bool | None = None, by: str = "unknown",
+           connection: Any = None, keys: Keys | None = None, timed_out: bool = False) -> InputRequest:
+    """Answer a request once, and resume what waits for it. ``approve=True/False`` answers
+    an approval (``text``: the reason of a denial). Raises ConfigurationError for an unknown
+    request, one already answered, or one whose run is no longer running."""
+    from robot_lab.connection import get_redis
+    from robot_lab.keys import default_keys
+
+    connection = connection if connection is not None else get_redis()
+    keys = keys or default_keys()
+    inputs = InputStore(connection, keys)
+    found = inputs.get(request_id)
+    if found is None:
+        raise ConfigurationError(f"no input request {request_id!r} (answered long ago, expired, or a typo)")
+    if found.answer is not None:
+        raise ConfigurationError(f"input request {request_id} was already answered by {found.answer.by or 'someone'}")
+    owner = found.owner
+    if owner.get("kind") == "task":
+        store = RunStore(connection, keys, owner["run_id"])
+        status = store.status()
+        if status != "running" or store.states().get(owner["task"]) != "waiting":
+            inputs.unlist(request_id)
+            raise ConfigurationError(f"input request {request_id}: run {owner['run_id']} is {status}, "
+                                     f"its task {owner['task']!r} no longer waits")
+    kind = found.request.get("kind")
+    if kind == "approval" and approve is None and text is not None:
+        approve = text.strip().lower() in {"y", "yes", "approve", "approved", "ok", "true"}
+    reply = Answer(text=text or "", approved=approve, by=by, timed_out=timed_out)
+    if not inputs.answer(request_id, reply):
+        again = inputs.get(request_id)
+        who = again.answer.by if again is not None and again.answer is not None else "someone"
+        raise ConfigurationError(f"input request {request_id} was already answered by {who}")
+    found.answer = reply
+    _resume_owner(connection, keys, found)
+    return found
+
+
+def _resume_owner(connection: Any, keys: Keys, found: InputRequest) -> None:
+    owner = found.owner
+    if owner.get("kind") == "message":
+        _wake_served(connection, keys, found)
+        return
+    if owner.get("kind") != "task":
+        return  # an in-process durable run resumes when it is run again with its durable_id
+    data = {"request_id": found.id, "by": found.answer.by if found.answer else None}
+    if found.answer is not None and found.answer.approved is not None:
+        data["approved"] = found.answer.approved
+    if found.answer is not None and found.answer.timed_out:
+        data["timed_out"] = True
+    status = resume(connection, keys, owner["run_id"], owner["task"], data)
+    log.info("input.answered", request=found.id, run_id=owner["run_id"], task=owner["task"], resumed=status)
+
+
+def _wake_served(connection: Any, keys: Keys, found: InputRequest) -> None:
+    """A served message waits for this (now answered) request: put an ``answer`` envelope in
+    its robot's inbox, in its conversation, so a worker runs it again and replies to its
+    sender (bus/parking.py; the recorded answer stands, the envelope only wakes it)."""
+    from robot_lab.bus import Bus
+    from robot_lab.schemas import decode_message
+
+    robot = str(owner_robot(found))
+    raw = connection.get(f"{keys.inbox(robot)}:parked:{found.id}")
+    if raw is None:
+        return
+    original = decode_message(raw)
+    Bus(connection, keys=keys).publish(
+        robot, {"text": found.answer.text if found.answer else "", "approved": found.answer.approved if found.answer else None},
+        from_=original.from_, kind="answer", in_reply_to=found.id, reply_to=original.reply_to,
+        conversation_id=original.conversation_id, create=True)
+
+
+def owner_robot(found: InputRequest) -> Any:
+    return found.owner.get("robot") or found.request.get("robot")
+
+
+def pending(connection: Any = None, keys: Keys | None = None, limit: int = 1000) -> list[InputRequest]:
+    """Requests waiting for an answer, oldest first (those whose run is gone are dropped)."""
+    from robot_lab.connection import get_redis
+    from robot_lab.keys import default_keys
+
+    connection = connection if connection is not None else get_redis()
+    keys = keys or default_keys()
+    inputs = InputStore(connection, keys)
+    out = []
+    for rid in inputs.pending_ids(limit):
+        found = inputs.get(rid)
+        if found is None or found.answer is not None:
+            inputs.unlist(rid)
+            continue
+        owner = found.owner
+        if owner.get("kind") == "task":
+            store = RunStore(connection, keys, owner["run_id"])
+            if store.status() != "running" or store.states().get(owner["task"]) != "waiting":
+                inputs.unlist(rid)
+                continue
+        out.append(found)
+    return out
+
+
+def for_run(run_id: str, connection: Any, keys: Keys) -> list[InputRequest]:
+    """The pending requests of one run (``RunHandle.answer`` without a request id)."""
+    return [r for r in pending(connection, keys) if r.owner.get("run_id") == run_id]
+
+
+def sweep(connection: Any, keys: Keys, now: float | None = None) -> int:
+    """Time out due requests (answer with the default, or as timed out), and resume waiting
+    tasks whose request was answered but not resumed (a crash in between). Returns how many
+    requests it settled."""
+    inputs = InputStore(connection, keys)
+    settled = 0
+    for rid in inputs.due(now or time.time()):
+        found = inputs.get(rid)
+        if found is None:
+            inputs.unlist(rid)
+            continue
+        if found.answer is not None:  # answered, maybe not resumed: resume is idempotent
+            inputs.unlist(rid)
+            _resume_owner(connection, keys, found)
+            continue
+        default = found.request.get("default")
+        try:
+            answer(rid, default, approve=False if found.request.get("kind") == "approval" and default is None else None,
+                   by="timeout", connection=connection, keys=keys, timed_out=True)
+            settled += 1
+        except ConfigurationError as exc:
+            log.info("input.timeout_skipped", request=rid, reason=str(exc))
+    return settled
+
+
+def repair(store: RunStore) -> int:
+    """Waiting tasks of one run whose request has an answer: resume them (a crash between
+    the answer and the resume)."""
+    inputs = InputStore(store.r, store.keys)
+    fixed = 0
+    for task, state in store.states().items():
+        if state != "waiting":
+            continue
+        journal = Journal(store.r, store.keys.run_steps(store.run_id, task), RUN_TTL, scope=task)
+        waiting = [rid for r in journal.steps().values() if r.get("status") == "waiting"
+                   for rid in (r.get("requests") or [])[-1:]]
+        for rid in waiting:
+            found = inputs.get(rid) if rid else None
+            if found is not None and found.answer is not None:
+                _resume_owner(store.r, store.keys, found)
+                fixed += 1
+    return fixed

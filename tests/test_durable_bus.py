@@ -1,0 +1,152 @@
+"""Served robots that ask a person over the bus: ``input_required`` replies, ``answer``
+envelopes, the conversation waiting in order, answers from the CLI, and who may answer
+under ``signing.verify=require`` (fakeredis and a real server)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from robot_lab.bus import Bus, BusPoller
+from robot_lab.bus.keyring import Keyring
+from robot_lab.network import human_input as waiting
+from robot_lab.runtime.llm.recording import clear_recorded_calls, recorded_calls
+from robot_lab.runtime.llm.scripted import register_script
+from robot_lab.runtime.robot import build
+from robot_lab.schemas import decode_message
+
+CLIENT_KEY = "client-key-0001-0123456789abcdef"
+OTHER_KEY = "other-key-00001-0123456789abcdef"
+ROBOT_KEY = "robot-key-00001-0123456789abcdef"
+
+
+def _robot(name: str):
+    script = f"bus-ask-{uuid.uuid4().hex[:8]}"
+    register_script(script, {"turns": [
+        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Which order?", "choices": ["A1", "B2"]}}]},
+        {"reply": "refunding {tool_results}"}]})
+    return build(name, model=f"scripted/{script}", local_tools=["robot_lab.runtime.durable.human:AskUser"])
+
+
+def _inbox(bus: Bus, name: str):
+    return [decode_message(fields[b"envelope"]) for _, fields in bus.redis.xrange(bus.keys.inbox(name))]
+
+
+def _drain(poller: BusPoller) -> None:
+    for _ in range(20):
+        if poller.poll(block_ms=0) == 0 and not poller.held:
+            return
+
+
+def _serve(bus: Bus, robot, **kwargs) -> BusPoller:
+    poller = BusPoller(robot.name, bus, block_ms=0, retry_delay=0, consumer="c1", **kwargs).serve(robot)
+    poller.poll(block_ms=0)  # registers the inbox
+    return poller
+
+
+def test_a_served_robot_asks_over_the_bus_and_the_answer_resumes_it(redis_client) -> None:
+    bus = Bus(redis_client)
+    bus.register("client")
+    robot = _robot(f"desk-{uuid.uuid4().hex[:6]}")
+    poller = _serve(bus, robot)
+    clear_recorded_calls()
+    first = bus.publish(robot.name, "refund please", from_="client", conversation_id="c-1")
+    _drain(poller)
+    [question] = _inbox(bus, "client")
+    assert question.kind == "input_required" and question.in_reply_to == first.id
+    assert question.content["question"] == "Which order?" and question.content["choices"] == ["A1", "B2"]
+    request_id = question.content["request_id"]
+    # the conversation waits in order behind the question: a message that does not answer it runs nothing
+    bus.publish(robot.name, "hello?", from_="client", conversation_id="c-1")
+    _drain(poller)
+    again = _inbox(bus, "client")[-1]
+    assert again.kind == "input_required" and again.content["request_id"] == request_id
+    assert len(recorded_calls()) == 1
+    answer = bus.publish(robot.name, "2", from_="client", kind="answer", in_reply_to=request_id,
+                         conversation_id="c-1")
+    _drain(poller)
+    final = _inbox(bus, "client")[-1]
+    assert final.kind == "reply" and final.in_reply_to == answer.id
+    assert final.content == "refunding - ask_user: B2"
+    assert len(recorded_calls()) == 2  # the first model call was replayed from the message's journal
+    # the answer is recorded once: a second one is refused, from the CLI and over the bus
+    with pytest.raises(Exception, match="already answered by client"):
+        waiting.answer(request_id, "A1", connection=redis_client)
+    bus.publish(robot.name, "1", from_="client", kind="answer", in_reply_to=request_id, conversation_id="c-1")
+    _drain(poller)
+    [letter] = bus.dead_letters(robot.name)
+    assert letter.reason == "answer_refused" and "already answered" in letter.error
+    assert len(recorded_calls()) == 2
+    # the conversation goes on normally
+    bus.publish(robot.name, "thanks", from_="client", conversation_id="c-1")
+    _drain(poller)
+    assert _inbox(bus, "client")[-1].kind == "input_required"  # a new run of the script asks again
+    assert _inbox(bus, "client")[-1].content["request_id"] != request_id
+
+
+def test_an_answer_from_the_cli_wakes_the_served_message(redis_client) -> None:
+    bus = Bus(redis_client)
+    bus.register("client")
+    robot = _robot(f"desk-{uuid.uuid4().hex[:6]}")
+    poller = _serve(bus, robot)
+    bus.publish(robot.name, "refund please", from_="client", conversation_id="c-2")
+    _drain(poller)
+    [question] = _inbox(bus, "client")
+    [listed] = [r for r in waiting.pending(redis_client) if r.id == question.content["request_id"]]
+    assert listed.owner["kind"] == "message"
+    waiting.answer(listed.id, "A1", by="ops", connection=redis_client)
+    _drain(poller)
+    final = _inbox(bus, "client")[-1]
+    assert final.kind == "reply" and final.content == "refunding - ask_user: A1"
+
+
+def test_under_require_only_an_allowed_signed_sender_may_answer(redis_client, monkeypatch) -> None:
+    name = f"desk-{uuid.uuid4().hex[:6]}"
+    keys = {"client": {"k1": CLIENT_KEY}, "other": {"k1": OTHER_KEY}, name: {"k1": ROBOT_KEY}}
+    bus = Bus(redis_client, keyring=Keyring(keys))
+    for who in ("client", "other"):
+        bus.register(who)
+    robot = _robot(name)
+    poller = _serve(bus, robot, verify="require")
+    bus.publish(name, "refund please", from_="client", conversation_id="c-3")
+    _drain(poller)
+    [question] = _inbox(bus, "client")
+    request_id = question.content["request_id"]
+    # "other" signs correctly but is not allowed to answer for this robot (default: the asker only)
+    bus.publish(name, "1", from_="other", kind="answer", in_reply_to=request_id, conversation_id="c-3",
+                reply_to="other")
+    _drain(poller)
+    [letter] = bus.dead_letters(name)
+    assert letter.reason == "answer_refused" and "'other' may not answer" in letter.error
+    bus.publish(name, "1", from_="client", kind="answer", in_reply_to=request_id, conversation_id="c-3")
+    _drain(poller)
+    assert _inbox(bus, "client")[-1].content == "refunding - ask_user: A1"
+    # durable.answerers names who else may answer
+    monkeypatch.setenv("ROBOT_LAB_DURABLE__ANSWERERS", json.dumps({name: ["oth*"]}))
+    from robot_lab import settings
+
+    monkeypatch.setattr(settings, "_settings", None)
+    bus.publish(name, "refund again", from_="client", conversation_id="c-4")
+    _drain(poller)
+    second = _inbox(bus, "client")[-1]
+    bus.publish(name, "2", from_="other", kind="answer", in_reply_to=second.content["request_id"],
+                conversation_id="c-4", reply_to="other")
+    _drain(poller)
+    assert _inbox(bus, "other")[-1].content == "refunding - ask_user: B2"
+
+
+def test_a_remote_delegation_to_a_robot_that_asks_fails_naming_the_question(redis_client) -> None:
+    from robot_lab.errors import InferenceError
+    from robot_lab.runtime.delegation import delegate
+
+    bus = Bus(redis_client)
+    robot = _robot(f"desk-{uuid.uuid4().hex[:6]}")
+    poller = _serve(bus, robot)
+    poller.start()
+    try:
+        with pytest.raises(InferenceError, match=r"waits for a person's answer to 'Which order\?' \(request [0-9a-f]+\)"):
+            delegate(robot.name, "refund please", delegated_by="boss", timeout=30, bus=bus)
+    finally:
+        poller.stop()
