@@ -19,6 +19,7 @@ Keys (``R`` = ``Keys.run(run_id)``, all sharing the run's hash tag in cluster mo
     R:inputs        hash   task -> the message its robot received
     R:lease:<task>  string worker name, PX lease refreshed by the running job's heartbeat
     R:stranded:<task> string job id a sweep saw off its rq queue while queued (60 s TTL)
+    R:held:<task>   string job id a live worker took off its queue and has not started (PX)
     R:budget_holds:<job>  set  budgets the attempt reserved in (released when its lease is gone)
     R:events        stream one field ``event`` = RunEvent JSON
     <prefix>:runs:active  set of run ids not finished (swept for lost workers)
@@ -347,8 +348,10 @@ class RunStore:
         then fails the job; re-enqueueing it (the same job id) is harmless, as claims are
         checked. A job is also off its queue for the moment between a worker's BLMOVE and
         its start, so it counts as stranded only when a sweep at least ``grace`` seconds
-        earlier saw it off the queue too (``R:stranded:<task>``, 60 s TTL). One pipelined
-        LPOS per queued task, then one SET NX + PTTL per one off its queue."""
+        earlier saw it off the queue too (``R:stranded:<task>``, 60 s TTL), and a job a live
+        worker holds (``R:held:<task>``: the in-flight worker takes many jobs at once, and one
+        may wait seconds for a thread) is never stranded. One pipelined LPOS per queued task,
+        then one EXISTS + SET NX + PTTL per one off its queue."""
         if not tasks:
             return []
         from rq import Queue
@@ -363,16 +366,19 @@ class RunStore:
         seen_ms = 60_000
         pipe = self.r.pipeline(transaction=False)
         for task in off:
+            pipe.exists(self.keys.run_held(self.run_id, task))
             pipe.set(f"{self.key}:stranded:{task}", view.jobs[task], nx=True, px=seen_ms)
             pipe.pttl(f"{self.key}:stranded:{task}")
         replies = pipe.execute()
-        stranded = []
+        stranded, forget = [], []
         for i, task in enumerate(off):
-            first_sighting, ttl = replies[2 * i], int(replies[2 * i + 1])
-            if not first_sighting and seen_ms - ttl >= grace * 1000:
+            held, first_sighting, ttl = replies[3 * i], replies[3 * i + 1], int(replies[3 * i + 2])
+            if held:
+                forget.append(task)
+            elif not first_sighting and seen_ms - ttl >= grace * 1000:
                 stranded.append(task)
-        if stranded:  # the run's keys share its hash tag: one slot, one DEL
-            self.r.delete(*(f"{self.key}:stranded:{task}" for task in stranded))
+        if stranded or forget:  # the run's keys share its hash tag: one slot, one DEL
+            self.r.delete(*(f"{self.key}:stranded:{task}" for task in stranded + forget))
         return stranded
 
     def failed_jobs(self, view: SweepView | None = None) -> list[tuple[str, str, str]]:

@@ -139,6 +139,7 @@ def in_flight_worker_class() -> type:
             self._suspension_checked = 0.0
             self._state_written: str | None = None
             self._taken: deque[tuple[Any, Any]] = deque()  # popped by a batch, not yet running
+            self._holds: dict[str, Any] = {}  # job id -> its JobHold (network/lease.py), taken until it ends
             self.jobs_done = 0
 
         # --- taking jobs --------------------------------------------------------------
@@ -216,11 +217,37 @@ def in_flight_worker_class() -> type:
                 result.append((job, queue))
             if result:
                 self.reorder_queues(reference_queue=result[-1][1])
+                self._hold([job for job, _ in result])
             return result
+
+        def _hold(self, jobs: list[Any]) -> None:
+            """Mark network task jobs as in this live worker's hands (``R:held:<task>``, one
+            round trip), so no sweeper takes one waiting here for a thread for stranded."""
+            from robot_lab.network.lease import hold_jobs, task_lease_ms
+
+            holds = [(job.id, key) for job in jobs if job.id not in self._holds
+                     for key in [_held_key(job)] if key is not None]
+            if not holds:
+                return
+            try:
+                made = hold_jobs(self._data_connection(), [(key, job_id) for job_id, key in holds], task_lease_ms())
+            except Exception as exc:  # noqa: BLE001 - a hold is an optimisation of the sweep's patience
+                log.warning("worker.hold_failed", jobs=len(holds), error=f"{type(exc).__name__}: {exc}")
+                return
+            for (job_id, _), hold in zip(holds, made):
+                self._holds[job_id] = hold
+
+        def _data_connection(self) -> Any:
+            from robot_lab.rq_connection import data_connection
+
+            return data_connection(self.connection)
 
         def _give_back_taken(self) -> None:
             """Jobs popped by a batch that a stop left unstarted go back to the head of their
             queue (and out of the intermediate list), in order."""
+            from robot_lab.network.lease import release_holds
+
+            release_holds([self._holds.pop(job.id) for job, _ in self._taken if job.id in self._holds])
             while self._taken:
                 job, queue = self._taken.pop()
                 with self.connection.pipeline() as pipe:
@@ -273,6 +300,7 @@ def in_flight_worker_class() -> type:
             timeout = job.timeout if isinstance(job.timeout, (int, float)) and job.timeout > 0 else None
             with self._slots:
                 self._jobs[job.id] = (time.monotonic(), timeout)
+            self._hold([job])  # taken by rq's own blocking dequeue: not held yet
             if self._pool is None:  # normally made, warm, before the first dequeue
                 self._pool = warm_pool(self.in_flight, "rq-job")
             self._pool.submit(self._run_job, job, queue)
@@ -285,6 +313,11 @@ def in_flight_worker_class() -> type:
             except BaseException as exc:  # noqa: BLE001 - a pool thread never dies silently
                 log.error("worker.job_thread_failed", job_id=job.id, error=f"{type(exc).__name__}: {exc}")
             finally:
+                from robot_lab.network.lease import release_holds
+
+                hold = self._holds.pop(job.id, None)
+                if hold is not None:
+                    release_holds([hold])
                 with self._slots:
                     self._jobs.pop(job.id, None)
                     self.jobs_done += 1
@@ -360,3 +393,19 @@ def in_flight_worker_class() -> type:
             return None
 
     return InFlightWorker
+
+
+def _held_key(job: Any) -> str | None:
+    """``R:held:<task>`` of a network task job (robot_lab's job function and its plain-data
+    arguments), else None."""
+    from robot_lab.network.run_state import JOB_FUNC
+
+    args = job.args
+    if job.func_name != JOB_FUNC or len(args) != 4 or not all(isinstance(a, str) for a in args):
+        return None
+    from robot_lab.keys import Keys
+    from robot_lab.settings import get_settings
+
+    prefix, run_id, task, _ = args
+    return Keys(prefix=prefix, cluster=get_settings().cluster_keys).run_held(run_id, task)
+
