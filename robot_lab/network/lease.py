@@ -31,7 +31,10 @@ class LeaseHeartbeat:
     (``Thread.start`` waits until the new thread runs; bench/dag.py)."""
 
     def __init__(self, store: RunStore, task: str, worker: str, lease_ms: int, outage: OutageTracker) -> None:
-        self.connection, self.key, self.value = store.r, store.lease_key(task), worker
+        self._setup(store.r, store.lease_key(task), worker, task, lease_ms, outage)
+
+    def _setup(self, connection: Any, key: str, value: str, task: str, lease_ms: int, outage: OutageTracker) -> None:
+        self.connection, self.key, self.value = connection, key, value
         self.task, self.lease_ms = task, lease_ms
         self.outage = outage
         self.interval = lease_ms / 3000
@@ -75,6 +78,9 @@ class LeaseHeartbeat:
         _keeper.remove(self)
 
 
+_HOLDS_OUTAGE = OutageTracker("job-holds")  # one lost/back pair per outage for all holds
+
+
 class JobHold(LeaseHeartbeat):
     """A job a worker process has taken off its queue and not yet claimed (the in-flight
     worker takes many at once, and one may wait seconds for a free thread and the GIL): the
@@ -83,14 +89,7 @@ class JobHold(LeaseHeartbeat):
     dies lets it expire within ``lease_ms``."""
 
     def __init__(self, connection: Any, key: str, job_id: str, lease_ms: int) -> None:
-        self.connection, self.key, self.value = connection, key, job_id
-        self.task, self.lease_ms = key, lease_ms
-        self.outage = OutageTracker("job-holds")
-        self.interval = lease_ms / 3000
-        self.next_beat = 0.0
-        self.stopped = False
-        self.finishing = False
-        self.lost = False
+        self._setup(connection, key, job_id, key, lease_ms, _HOLDS_OUTAGE)
 
     def on_lost(self) -> None:  # expired (a stall past lease_ms): the sweeper may re-enqueue it, harmlessly
         log.info("worker.job_hold_lost", key=self.key)
