@@ -143,8 +143,9 @@ def test_a_redis_outage_during_a_batch_pop_is_ridden_out_by_rqs_dequeue(queue, m
 
 
 def test_network_tasks_leave_rq_the_same_records_as_rqs_own_lifecycle(real_client) -> None:  # type: ignore[no-untyped-def]
-    """The in-flight worker runs task jobs on a lifecycle of its own (one pipeline to start,
-    one to finish); a plain rq SimpleWorker runs the same network's jobs through rq's: each
+    """``robot-lab worker`` (in flight or not) runs task jobs on a lifecycle of its own (one
+    pipeline to start, one to finish); a plain rq SimpleWorker runs the same network's jobs
+    through rq's: each
     task's job ends finished, with the same result, in the finished registry, nothing left
     started, in an execution or on the intermediate list -- what ``rq info`` and
     ``job.latest_result()`` read."""
@@ -186,9 +187,12 @@ def test_network_tasks_leave_rq_the_same_records_as_rqs_own_lifecycle(real_clien
         queue.delete(delete_jobs=True)
         return out
 
+    from robot_lab.workers.process import robot_worker_class
+
     lean = records(in_flight_worker_class(), in_flight=4)
+    one_at_a_time = records(robot_worker_class())  # robot-lab worker --in-flight 1
     rq_own = records(SimpleWorker)
-    assert lean == rq_own
+    assert lean == one_at_a_time == rq_own
     assert lean["statuses"] == ["finished"] * 4 and lean["results"] == ["ok"] * 4
     assert lean["finished"] and lean["started"] == lean["intermediate"] == lean["executions"] == 0
     assert lean["successful"] == 4

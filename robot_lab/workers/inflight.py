@@ -118,6 +118,7 @@ def in_flight_worker_class() -> type:
 
     from robot_lab.outage import is_outage
     from robot_lab.workers.supervision import RidesOutages
+    from robot_lab.workers.task_lifecycle import task_job_lifecycle
     from robot_lab.workers.timeouts import SharedTimerDeathPenalty
 
     class InFlightWorker(RidesOutages, task_job_lifecycle(SimpleWorker)):
@@ -393,89 +394,6 @@ def in_flight_worker_class() -> type:
             return None
 
     return InFlightWorker
-
-
-def task_job_lifecycle(base: type) -> type:
-    """``base`` (an rq worker class) running robot_lab's network task jobs on a lean
-    lifecycle of its own; every other job goes through rq's ``perform_job``.
-
-    A task job needs little of rq's per-job lifecycle: it has no dependents, callbacks or
-    repeats, its claim, lease and result are the run's Lua transitions (which record a
-    result exactly once), and rq's part is bookkeeping -- started registry and execution,
-    status, result, finished registry. rq's lifecycle spends two MULTI pipelines to start a
-    job, a WATCH/MULTI pair to finish it (for dependents), a re-save of the whole job hash
-    and a job heartbeat: ~40% of an in-flight worker's interpreter time at a thousand tasks
-    in hand (bench/concurrency.py). Here the same records are written in one pipeline to
-    start and one to finish, so ``rq info``, the registries and ``job.latest_result()`` read
-    the same; a job that raises (or times out) goes to rq's own failure handling (retries,
-    failed registry). A plain ``rq worker robot:<name>`` runs the same jobs with rq's
-    lifecycle."""
-    from rq.executions import Execution
-    from rq.job import JobStatus
-    from rq.results import Result
-    from rq.timeouts import JobTimeoutException
-    from rq.utils import now, utcformat
-
-    from robot_lab.network.run_state import JOB_FUNC
-
-    class TaskJobLifecycle(base):  # type: ignore[misc, valid-type]
-        def execute_job(self, job: Any, queue: Any) -> Any:
-            if job.func_name != JOB_FUNC:
-                return super().execute_job(job, queue)
-            return self.perform_task_job(job, queue)
-
-        def perform_task_job(self, job: Any, queue: Any) -> bool:
-            """Start, run and finish one network task job (the entry point of every task
-            this worker runs; the job function is robot_lab.workers.run_task)."""
-            execution = self._start_task_job(job, queue)
-            try:
-                timeout = job.timeout or self.queue_class.DEFAULT_TIMEOUT
-                with self.death_penalty_class(timeout, JobTimeoutException, job_id=job.id):
-                    value = job.perform()  # the job function, with rq's current job set
-            except BaseException:  # noqa: BLE001 - rq's failure handling: retries, failed registry
-                import sys
-
-                self._finalize_failure(job, queue, execution, sys.exc_info())
-                return False
-            self._finish_task_job(job, execution, value)
-            return True
-
-        def _start_task_job(self, job: Any, queue: Any) -> Any:
-            """rq's prepare_execution + prepare_job_execution in one pipeline: the execution
-            in the started registry, the job started by this worker, off the intermediate list."""
-            with self.connection.pipeline(transaction=False) as pipe:
-                execution = Execution.create(job, self.get_heartbeat_ttl(job), pipeline=pipe, worker_name=self.name)
-                job.prepare_for_execution(self.name, pipeline=pipe)
-                pipe.persist(job.key)
-                if len(self.queues) == 1:
-                    pipe.lrem(queue.intermediate_queue_key, 1, job.id)
-                pipe.execute()
-            self.executions[execution.id] = execution
-            return execution
-
-        def _finish_task_job(self, job: Any, execution: Any, value: Any) -> None:
-            """rq's success handling for a job with no dependents, callbacks or repeats, in one
-            pipeline: status and end time, the result, the finished registry, the job's
-            expiry, the execution gone, the worker's counters."""
-            job.ended_at = now()
-            job._result = value
-            job._status = JobStatus.FINISHED
-            result_ttl = job.get_result_ttl(self.default_result_ttl)
-            with self.connection.pipeline(transaction=False) as pipe:
-                pipe.hset(job.key, mapping={"status": JobStatus.FINISHED.value, "ended_at": utcformat(job.ended_at)})
-                if result_ttl != 0:
-                    Result.create(job, Result.Type.SUCCESSFUL, return_value=value, ttl=result_ttl,
-                                  worker_name=self.name, pipeline=pipe, execution_id=execution.id,
-                                  execution_started_at=execution.created_at, execution_ended_at=job.ended_at)
-                    job.finished_job_registry.add(job, result_ttl, pipe)
-                job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
-                execution.delete(job=job, pipeline=pipe)
-                self.increment_successful_job_count(pipeline=pipe)
-                self.increment_total_working_time(job.ended_at - job.started_at, pipe)
-                pipe.execute()
-            self.executions.pop(execution.id, None)
-
-    return TaskJobLifecycle
 
 
 def _held_key(job: Any) -> str | None:

@@ -47,10 +47,12 @@ def robot_worker_class() -> type:
 
     from robot_lab.workers.health import LoopProgress
     from robot_lab.workers.supervision import RidesOutages
+    from robot_lab.workers.task_lifecycle import task_job_lifecycle
 
-    class RobotWorker(LoopProgress, RidesOutages, SimpleWorker):
-        """Records loop progress for the heartbeat (workers/health.py) and rides out Redis
-        outages (workers/supervision.py)."""
+    class RobotWorker(LoopProgress, RidesOutages, task_job_lifecycle(SimpleWorker)):
+        """Records loop progress for the heartbeat (workers/health.py), rides out Redis
+        outages (workers/supervision.py) and runs network task jobs on the lean lifecycle
+        of workers/task_lifecycle.py."""
 
     return RobotWorker
 
