@@ -20,13 +20,9 @@ See docs/memory.md for the guarantees and the deliberate differences from robot_
 
 from __future__ import annotations
 
-import contextvars
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from typing import Any
-
-import redis as redis_lib
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
@@ -46,6 +42,7 @@ from robot_lab.memory.scope import ChangeLog, ScopeKeys
 from robot_lab.memory.subscriptions import Subscriptions, glob_to_regex
 from robot_lab.memory.values import Values
 from robot_lab.memory.waits import await_for, wait_for
+from robot_lab.memory.writer import writer_override, writing_as
 from robot_lab.schemas import MemoryChange, RobotResult
 from robot_lab.schemas.messages import Message
 
@@ -54,8 +51,6 @@ __all__ = ["BROADCAST_KEY", "RESERVED_KEYS", "Memory", "MemoryValueError", "Rese
 BROADCAST_KEY = "_network_broadcast"
 DEFAULT_CHANGES_MAXLEN = 10_000
 
-_writer_override: contextvars.ContextVar[str | None] = contextvars.ContextVar("robot_lab_memory_writer",
-                                                                              default=None)
 
 
 class Memory:
@@ -71,7 +66,7 @@ class Memory:
         self,
         scope: str,
         *,
-        redis: redis_lib.Redis | None = None,
+        redis: Any = None,  # a redis-py client
         keys: Keys | None = None,
         network_name: str | None = None,
         writer: str | None = None,
@@ -133,21 +128,16 @@ class Memory:
     @property
     def current_writer(self) -> str | None:
         """Recorded as ``writer`` on every change (robot_lab sets it to the running robot)."""
-        override = _writer_override.get()
+        override = writer_override.get()
         return override if override is not None else self._writer
 
     @current_writer.setter
     def current_writer(self, name: str | None) -> None:
         self._writer = name
 
-    @contextmanager
-    def writing_as(self, name: str) -> Iterator[None]:
+    def writing_as(self, name: str) -> Any:
         """Attribute writes in this context (thread/task) to ``name`` without touching others."""
-        token = _writer_override.set(name)
-        try:
-            yield
-        finally:
-            _writer_override.reset(token)
+        return writing_as(name)
 
     # --- writes (see .values) -----------------------------------------------------------
     def set(self, key: str, value: Any) -> Any:

@@ -69,10 +69,14 @@ class Learning:
 
     def load(self) -> list[str]:
         if self._memory is None and not self.learnings:
-            from robot_lab import connection
+            import sys
+
             from robot_lab.settings import get_settings
 
-            if get_settings().embedded and connection._embedded_server is None:
+            # lazy: start-up time -- robot_lab.connection imports redis-py; not imported yet
+            # means no embedded store exists yet either
+            connection = sys.modules.get("robot_lab.connection")
+            if get_settings().embedded and getattr(connection, "_embedded_server", None) is None:
                 return []  # no embedded store exists yet, so nothing can have been learned
         if self._preloaded is not _UNREAD:
             from robot_lab.memory.values import Values
