@@ -89,6 +89,19 @@ class RunView:
         return table
 
 
+def _models(network: Any) -> list[str] | None:
+    """The models the network's robots call (None: not known here)."""
+    from robot_lab.settings import get_settings
+
+    try:
+        specs = [network.robot_spec(task.robot) for task in network.spec.tasks]
+    except Exception:  # noqa: BLE001 - a robot known only to the registry: assume any model
+        return None
+    if any(spec is None for spec in specs):
+        return None
+    return [spec.model or get_settings().default_model() for spec in specs]
+
+
 def print_event(event: Any) -> None:
     if event.event == "text.delta":
         return
@@ -157,8 +170,9 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
         console.print("[dim]embedded mode: in-process Redis (fakeredis), 4 in-process workers, scripted model[/]")
     console.print(Panel(message, title="customer message"))
     console.print(network.visualize(), style="dim", markup=False, highlight=False)
-    with console.status("loading the model gateway (litellm)..."):
-        warm_up()
+    models = _models(network)
+    with console.status("loading the model gateway..."):
+        warm_up(models)  # litellm only when a robot names a provider model
     started = time.monotonic()
     handle = coordinator.submit(network, message)
     notes = None if embedded else WorkerNotes(

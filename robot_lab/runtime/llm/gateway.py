@@ -324,6 +324,19 @@ def _permanent_error(exc: BaseException, model: str) -> ConfigurationError | Non
     return None
 
 
+# The key of the common providers, checked before litellm is imported (seconds): a missing
+# key is one line at once, as litellm.validate_environment would say after its import.
+PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "mistral": "MISTRAL_API_KEY",
+                 "groq": "GROQ_API_KEY", "deepseek": "DEEPSEEK_API_KEY"}
+
+
+def _check_known_credentials(model: str, kwargs: dict[str, Any]) -> None:
+    """:func:`_check_credentials` for a provider of :data:`PROVIDER_KEYS`, without litellm."""
+    key = PROVIDER_KEYS.get(model.split("/", 1)[0]) if "/" in model else None
+    if key and not (kwargs.get("api_key") or kwargs.get("api_base") or os.environ.get(key)):
+        _no_credentials(model, [key])
+
+
 def _check_credentials(litellm: Any, model: str, kwargs: dict[str, Any]) -> None:
     """Fail before the first attempt when the provider's key is not in the environment."""
     if kwargs.get("api_key") or kwargs.get("api_base"):
@@ -334,10 +347,14 @@ def _check_credentials(litellm: Any, model: str, kwargs: dict[str, Any]) -> None
         return
     keys = [k for k in missing if any(word in k for word in ("KEY", "TOKEN", "SECRET"))]
     if keys:
-        raise ConfigurationError(
-            f"{model}: no credentials: set {' and '.join(keys)} (or pick another model with -m / ROBOT_LAB_MODEL; "
-            "scripted/echo needs none)"
-        )
+        _no_credentials(model, keys)
+
+
+def _no_credentials(model: str, keys: list[str]) -> None:
+    raise ConfigurationError(
+        f"{model}: no credentials: set {' and '.join(keys)} (or pick another model with -m / ROBOT_LAB_MODEL; "
+        "scripted/echo needs none)"
+    )
 
 
 def short_error(exc: BaseException, limit: int = 300) -> str:
@@ -517,14 +534,16 @@ class LLMGateway:
                 f"model requests are disabled (ROBOT_LAB_ALLOW_MODEL_REQUESTS=0): refusing to call {model!r}; "
                 "use a scripted/... model"
             )
+        kwargs: dict[str, Any] = {k: v for k, v in (params or {}).items() if v is not None}
+        if not is_scripted(model):
+            if provider and "/" not in model:
+                kwargs["custom_llm_provider"] = provider
+            _check_known_credentials(f"{provider}/{model}" if "custom_llm_provider" in kwargs else model, kwargs)
         direct = is_scripted(model) and not _litellm_listening()
         litellm = None if direct else litellm_module()
-        kwargs: dict[str, Any] = {k: v for k, v in (params or {}).items() if v is not None}
         if is_scripted(model):
             kwargs["metadata"] = {"robot_lab_provider": provider, "robot_lab_robot": robot}
         else:
-            if provider and "/" not in model:
-                kwargs["custom_llm_provider"] = provider
             _check_credentials(litellm, f"{provider}/{model}" if "custom_llm_provider" in kwargs else model, kwargs)
         if tools:
             kwargs["tools"] = tools
