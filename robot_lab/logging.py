@@ -107,6 +107,8 @@ def _apply() -> None:
     global _applied
     import structlog  # lazy: start-up time
 
+    if _capturing(structlog):
+        return  # structlog.testing.capture_logs is active: its processors stay; applied after it
     level, fmt = _pending
     renderer: Any = (
         structlog.processors.JSONRenderer()
@@ -140,6 +142,12 @@ def _warn_unknown_variables() -> None:
         get_logger("robot_lab.settings").warning(
             "settings.unknown_variable", variable=name, hint=f"no setting reads {name}{hint}"
         )
+
+
+def _capturing(structlog: Any) -> bool:
+    from structlog.testing import LogCapture
+
+    return any(isinstance(p, LogCapture) for p in structlog.get_config().get("processors", ()))
 
 
 class _Logger:
