@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from robot_lab.logging import get_logger
-from robot_lab.threads import warm_pool
+from robot_lab.threads import ElasticPool
 from robot_lab.workers.health import JOB_SLACK, LOOP_SLACK
 
 log = get_logger("robot_lab.worker")
@@ -134,7 +134,7 @@ def in_flight_worker_class() -> type:
             self.loop_beat = 0.0
             self._jobs: dict[str, tuple[float, float | None]] = {}  # job id -> (started, timeout)
             self._slots = threading.Condition()
-            self._pool: Any = None  # a warm ThreadPoolExecutor, made when work() starts taking jobs (again)
+            self._pool: Any = None  # an ElasticPool (robot_lab/threads.py), made when work() starts taking jobs (again)
             self._waiting = False  # the main thread waits for a job or a slot: nothing in hand
             self._cold = False
             self._suspension_checked = 0.0
@@ -145,8 +145,8 @@ def in_flight_worker_class() -> type:
 
         # --- taking jobs --------------------------------------------------------------
         def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
-            if self._pool is None:  # every slot's thread started while idle (robot_lab/threads.py)
-                self._pool = warm_pool(self.in_flight, "rq-job")
+            if self._pool is None:  # a few threads warm, the rest started on demand (robot_lab/threads.py)
+                self._pool = ElasticPool(self.in_flight, "rq-job")
             while True:
                 self._wait_for_slot()
                 if self._taken:
@@ -302,8 +302,8 @@ def in_flight_worker_class() -> type:
             with self._slots:
                 self._jobs[job.id] = (time.monotonic(), timeout)
             self._hold([job])  # taken by rq's own blocking dequeue: not held yet
-            if self._pool is None:  # normally made, warm, before the first dequeue
-                self._pool = warm_pool(self.in_flight, "rq-job")
+            if self._pool is None:  # normally made before the first dequeue
+                self._pool = ElasticPool(self.in_flight, "rq-job")
             self._pool.submit(self._run_job, job, queue)
 
         def _run_job(self, job: Any, queue: Any) -> None:
