@@ -218,10 +218,6 @@ class RunStore:
         meta = {name: _decode(v) for name, v in zip(fields, first[1]) if v is not None}
         return TaskStart(status, meta, [None if v is None else _decode(v) for v in first[2]], replies[1:])
 
-    def heartbeat(self, task: str, worker: str, lease_ms: int = DEFAULT_LEASE_MS) -> bool:
-        """Extend the lease; False once it was lost (the task was reclaimed)."""
-        return bool(self.r.set(self.lease_key(task), worker, px=lease_ms, xx=True))
-
     def complete(
         self,
         task: str,

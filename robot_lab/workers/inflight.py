@@ -8,13 +8,17 @@ honest design here: model calls and Redis round trips release the GIL, the robot
 synchronous code, and Dramatiq makes the same choice (8 threads per process by default).
 
 **Network tasks** -- :class:`InFlightWorker` (built by :func:`in_flight_worker_class`): one rq
-``SimpleWorker`` whose work loop takes a job only when one of its N slots is free and runs
-it on a pool thread. rq 3 models a worker with several executions (``Execution`` objects in
-the worker's executions set), so every job still goes through rq's own ``perform_job``:
-started registry, result, retries, failure handling -- none of rq's job lifecycle is rewritten
-here. Each job claims its task and keeps its own lease with its own heartbeat
-(:mod:`robot_lab.network.task_job`, :mod:`robot_lab.network.lease`), so after a kill -9 every task in hand is re-run when its
-lease expires, and budgets (Redis ledgers, holds per job attempt and thread) and a network's
+``SimpleWorker`` whose work loop takes jobs only when one of its N slots is free and runs
+each on a pool thread (started on demand, :mod:`robot_lab.threads`). rq 3 models a worker
+with several executions (``Execution`` objects in the worker's executions set); network task
+jobs run on the lean lifecycle of :mod:`.task_lifecycle` (rq's records in one pipeline to
+start and one to finish, rq's own failure handling), any other job through rq's
+``perform_job``. A job taken is *held* (``R:held:<task>``, beaten by the lease keeper) until
+it ends, so a sweep never takes one waiting here for a thread for stranded. Each job claims
+its task and keeps its own lease (:mod:`robot_lab.network.task_job`,
+:mod:`robot_lab.network.lease`: one keeper thread beats every lease of the process in one
+pipelined round trip), so after a kill -9 every task in hand is re-run when its lease
+expires, and budgets (Redis ledgers, holds per job attempt and thread) and a network's
 ``max_concurrent_robots`` (enforced when tasks are enqueued) hold as with N processes. Job
 timeouts use rq's ``TimerDeathPenalty`` mechanism on one watchdog thread (:mod:`.timeouts`):
 SIGALRM works only in the main thread.
