@@ -145,7 +145,7 @@ def _warn_unknown_variables() -> None:
 
 
 def _capturing(structlog: Any) -> bool:
-    from structlog.testing import LogCapture
+    from structlog.testing import LogCapture  # lazy: start-up time
 
     return any(isinstance(p, LogCapture) for p in structlog.get_config().get("processors", ()))
 
