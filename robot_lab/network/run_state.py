@@ -346,17 +346,21 @@ class RunStore:
         its start, so it counts as stranded only when a sweep at least ``grace`` seconds
         earlier saw it off the queue too (``R:stranded:<task>``, 60 s TTL), and a job a live
         worker holds (``R:held:<task>``: the in-flight worker takes many jobs at once, and one
-        may wait seconds for a thread) is never stranded. One pipelined LPOS per queued task,
-        then one EXISTS + SET NX + PTTL per one off its queue."""
+        may wait seconds for a thread) is never stranded. One pipelined LRANGE per queue the
+        tasks' robots use (an LPOS per task scanned the queue once per task: a thousand queued
+        tasks made each sweep a million comparisons in Redis, bench/dag.py), then one EXISTS +
+        SET NX + PTTL per task off its queue."""
         if not tasks:
             return []
         from rq import Queue
 
         rq = rq_connection(self.r)
+        keys = sorted({Queue(queue_name(graph[task]), connection=rq).key for task in tasks})
         pipe = rq.pipeline(transaction=False)
-        for task in tasks:
-            pipe.lpos(Queue(queue_name(graph[task]), connection=rq).key, view.jobs[task])
-        off = [task for task, pos in zip(tasks, pipe.execute()) if pos is None]
+        for key in keys:
+            pipe.lrange(key, 0, -1)
+        queued = {_decode(job_id) for ids in pipe.execute() for job_id in ids}
+        off = [task for task in tasks if view.jobs[task] not in queued]
         if not off:
             return []
         seen_ms = 60_000
