@@ -5,7 +5,9 @@ Run: ``.venv/bin/python bench/dag.py [--tasks 200] [--rounds 3] [--scale-tasks 6
 
 (a) raw rq: enqueue N no-op jobs (JSON serializer) and drain them with one rq SimpleWorker;
 (b) robot-lab: a fan-out/fan-in network of N tasks on the scripted model, one SimpleWorker;
-both print the per-task time and the ratio (target: robot-lab <= 2x raw rq). The two sides
+both print the per-task time and the ratio (target: robot-lab <= 2x raw rq);
+(d) the same network on robot-lab's own worker class (``robot-lab worker``: task jobs on its
+lean lifecycle, workers/task_lifecycle.py; target <= 1.2x raw rq). The sides
 alternate for ``--rounds`` rounds and the medians are printed (the ratio is the median of each
 round's ratio), so a machine whose load changes during the run skews both sides alike. Then
 the CPU time per job / task (this process, which runs the worker, plus the Redis server when
@@ -41,13 +43,17 @@ def _url() -> str:
     return os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 
 
-def _worker(connection, queues):
+def _worker(connection, queues, own: bool = False):
+    """rq's SimpleWorker (a plain ``rq worker``), or with ``own`` robot-lab's worker class
+    (what ``robot-lab worker`` runs: task jobs on its own lean lifecycle)."""
     from rq import Queue
     from robot_lab.network.serializer import JobSerializer
     from rq.worker import SimpleWorker
 
+    from robot_lab.workers.process import robot_worker_class
+
     qs = [Queue(q, connection=connection, serializer=JobSerializer) for q in queues]
-    return SimpleWorker(qs, connection=connection, serializer=JobSerializer)
+    return (robot_worker_class() if own else SimpleWorker)(qs, connection=connection, serializer=JobSerializer)
 
 
 def bench_raw_rq(connection, n: int) -> float:
@@ -80,11 +86,11 @@ def fan_network(n: int, model: str, suffix: str):
     return net, bot.name
 
 
-def bench_robot_lab(connection, keys, n: int, stream: bool) -> float:
+def bench_robot_lab(connection, keys, n: int, stream: bool, own: bool = False) -> float:
     from robot_lab.network.coordinator import Coordinator
 
     net, robot = fan_network(n, "scripted/text:ok", uuid.uuid4().hex[:6])
-    worker = _worker(connection, [f"robot:{robot}"])
+    worker = _worker(connection, [f"robot:{robot}"], own)
     coordinator = Coordinator(connection=connection, keys=keys)
     started = time.perf_counter()
     handle = coordinator.submit(net, "go", stream=stream)
@@ -133,15 +139,17 @@ def counting_connection(url: str):
     return redis.Redis(connection_pool=redis.ConnectionPool.from_url(url, connection_class=Counting)), sent
 
 
-def round_trips(url: str, keys, n: int) -> tuple[float, float]:
-    """Redis round trips per raw rq job and per robot-lab task (streaming on)."""
+def round_trips(url: str, keys, n: int) -> tuple[float, float, float]:
+    """Redis round trips per raw rq job and per robot-lab task (streaming on), on an rq
+    worker and on robot-lab's."""
     client, sent = counting_connection(url)
-    sent[0] = 0
-    bench_raw_rq(client, n)
-    raw = sent[0] / n
-    sent[0] = 0
-    bench_robot_lab(client, keys, n, True)
-    return raw, sent[0] / n
+    counts = []
+    for side in (lambda: bench_raw_rq(client, n), lambda: bench_robot_lab(client, keys, n, True),
+                 lambda: bench_robot_lab(client, keys, n, True, True)):
+        sent[0] = 0
+        side()
+        counts.append(sent[0] / n)
+    return counts[0], counts[1], counts[2]
 
 
 def bench_robot_alone(n: int) -> float:
@@ -226,9 +234,11 @@ def main() -> None:
         for _ in range(args.rounds):  # the sides alternate: a load change hits both alike
             rounds.append({"raw": measure(connection, n, bench_raw_rq, connection, n),
                            "lab": measure(connection, n, bench_robot_lab, connection, keys, n, True),
-                           "quiet": measure(connection, n, bench_robot_lab, connection, keys, n, False)})
-        raw, lab, quiet = (median([r[side][0] for r in rounds]) for side in ("raw", "lab", "quiet"))
+                           "quiet": measure(connection, n, bench_robot_lab, connection, keys, n, False),
+                           "own": measure(connection, n, bench_robot_lab, connection, keys, n, True, True)})
+        raw, lab, quiet, own = (median([r[side][0] for r in rounds]) for side in ("raw", "lab", "quiet", "own"))
         ratio = median([r["lab"][0] / r["raw"][0] for r in rounds])
+        ratio_own = median([r["own"][0] / r["raw"][0] for r in rounds])
         ratio_quiet = median([r["quiet"][0] / r["raw"][0] for r in rounds])
         print(f"median of {args.rounds} alternating rounds:")
         print(f"(a) raw rq, {n} no-op jobs, 1 worker:           {raw * 1000:8.2f} ms/job")
@@ -236,20 +246,23 @@ def main() -> None:
               f"(ratio {ratio:.2f}x; target <= 2x)")
         print(f"    same without text.delta streaming events:       {quiet * 1000:8.2f} ms/task "
               f"(ratio {ratio_quiet:.2f}x)")
+        print(f"(d) the same on robot-lab's worker (its task lifecycle): {own * 1000:8.2f} ms/task "
+              f"(ratio {ratio_own:.2f}x; target <= 1.2x)")
         cpu = {side: (median([r[side][1] for r in rounds]),
                       None if any(r[side][2] is None for r in rounds) else median([r[side][2] for r in rounds]))
-               for side in ("raw", "lab")}
-        if cpu["raw"][1] is not None and cpu["lab"][1] is not None:
-            total_raw, total_lab = cpu["raw"][0] + cpu["raw"][1], cpu["lab"][0] + cpu["lab"][1]
-            print(f"    CPU (this process + Redis): raw rq {cpu['raw'][0] * 1000:.2f} + {cpu['raw'][1] * 1000:.2f} "
-                  f"ms/job, robot-lab {cpu['lab'][0] * 1000:.2f} + {cpu['lab'][1] * 1000:.2f} ms/task "
-                  f"(ratio {total_lab / total_raw:.2f}x)")
-        else:
-            print(f"    CPU (this process): raw rq {cpu['raw'][0] * 1000:.2f} ms/job, robot-lab "
-                  f"{cpu['lab'][0] * 1000:.2f} ms/task (ratio {cpu['lab'][0] / cpu['raw'][0]:.2f}x)")
-        raw_trips, lab_trips = round_trips(url, keys, min(args.tasks, 50))
-        print(f"    Redis round trips: raw rq {raw_trips:.1f}/job, robot-lab {lab_trips:.1f}/task "
-              f"(streaming on)")
+               for side in ("raw", "lab", "own")}
+        for side, title in (("lab", "rq worker"), ("own", "robot-lab worker")):
+            if cpu["raw"][1] is not None and cpu[side][1] is not None:
+                total_raw, total_lab = cpu["raw"][0] + cpu["raw"][1], cpu[side][0] + cpu[side][1]
+                print(f"    CPU (this process + Redis), {title}: raw rq {cpu['raw'][0] * 1000:.2f} + "
+                      f"{cpu['raw'][1] * 1000:.2f} ms/job, robot-lab {cpu[side][0] * 1000:.2f} + "
+                      f"{cpu[side][1] * 1000:.2f} ms/task (ratio {total_lab / total_raw:.2f}x)")
+            else:
+                print(f"    CPU (this process), {title}: raw rq {cpu['raw'][0] * 1000:.2f} ms/job, robot-lab "
+                      f"{cpu[side][0] * 1000:.2f} ms/task (ratio {cpu[side][0] / cpu['raw'][0]:.2f}x)")
+        raw_trips, lab_trips, own_trips = round_trips(url, keys, min(args.tasks, 50))
+        print(f"    Redis round trips: raw rq {raw_trips:.1f}/job, robot-lab {lab_trips:.1f}/task on an rq worker, "
+              f"{own_trips:.1f}/task on robot-lab's (streaming on)")
         alone = bench_robot_alone(args.tasks)
         print(f"    for scale: the robot's own run alone (scripted model, no rq, no Redis): "
               f"{alone * 1000:.2f} ms/call")

@@ -151,6 +151,11 @@ class Keys:
         """Zset: request id -> deadline (epoch s), of pending requests with an ``input_timeout``."""
         return f"{self.prefix}:inputs:deadlines"
 
+    def run_held(self, run_id: str, task: str) -> str:
+        """A queued task's job taken off its queue by a live worker, not started yet (its job
+        id, PX TTL refreshed by that worker's lease keeper)."""
+        return f"{self.run(run_id)}:held:{task}"
+
     # --- worker heartbeats ---------------------------------------------------------------
     def worker(self, name: str) -> str:
         """String (JSON, PX TTL): a live ``robot-lab worker`` process's last healthy beat."""

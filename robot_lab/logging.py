@@ -3,6 +3,10 @@
 Context (robot, run_id, task, message_id) rides in contextvars, so every line logged while
 a message or task is handled carries it without passing loggers around. Values that look
 like secrets are masked by a processor, whatever the caller logged.
+
+structlog itself is imported when the first line is logged, not when a module asks for its
+logger (every module does, at import): a CLI command or a first run that logs nothing does
+not pay for it (bench/startup.py).
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-import structlog
-
 _configured = False
+_applied = False  # structlog.configure called with _pending
+_pending: tuple[str, str] = ("INFO", "json")
 _SECRET_KEY_RE = re.compile(r"(api[_-]?key|secret|token|password|authorization)", re.I)
 # Key shapes of the common providers; masked wherever they appear in a value.
 _SECRET_VALUE_RE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|sk-ant-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,})")
@@ -79,8 +83,9 @@ def _logger_factory(*_: Any) -> _StderrLogger:
 
 
 def configure_logging(level: str | None = None, fmt: str | None = None, *, force: bool = False) -> None:
-    """Configure structlog and stdlib logging once per process."""
-    global _configured
+    """Configure structlog and stdlib logging once per process (structlog is set up when
+    the first line is logged, or now if it was already)."""
+    global _configured, _pending
     if _configured and not force:
         return
     from robot_lab.settings import get_settings  # lazy: start-up time
@@ -91,6 +96,20 @@ def configure_logging(level: str | None = None, fmt: str | None = None, *, force
     if fmt == "auto":
         fmt = "console" if sys.stderr.isatty() else "json"
     _env_api_keys()
+    _pending = (level, fmt)
+    _configured = True
+    if _applied:
+        _apply()
+    _warn_unknown_variables()
+
+
+def _apply() -> None:
+    global _applied
+    import structlog  # lazy: start-up time
+
+    if _capturing(structlog):
+        return  # structlog.testing.capture_logs is active: its processors stay; applied after it
+    level, fmt = _pending
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
@@ -110,8 +129,7 @@ def configure_logging(level: str | None = None, fmt: str | None = None, *, force
         logger_factory=_logger_factory,
         cache_logger_on_first_use=False,
     )
-    _configured = True
-    _warn_unknown_variables()
+    _applied = True
 
 
 def _warn_unknown_variables() -> None:
@@ -121,20 +139,49 @@ def _warn_unknown_variables() -> None:
 
     for name, suggestion in unknown_variables():
         hint = f"; did you mean {suggestion}?" if suggestion else ""
-        structlog.get_logger("robot_lab.settings").warning(
+        get_logger("robot_lab.settings").warning(
             "settings.unknown_variable", variable=name, hint=f"no setting reads {name}{hint}"
         )
 
 
+def _capturing(structlog: Any) -> bool:
+    from structlog.testing import LogCapture  # lazy: start-up time
+
+    return any(isinstance(p, LogCapture) for p in structlog.get_config().get("processors", ()))
+
+
+class _Logger:
+    """A module's structlog logger, made on its first use."""
+
+    __slots__ = ("_name", "_initial", "_logger")
+
+    def __init__(self, name: str | None, initial: dict[str, Any]) -> None:
+        self._name, self._initial, self._logger = name, initial, None
+
+    def _real(self) -> Any:
+        if self._logger is None or not _applied:
+            configure_logging()
+            if not _applied:
+                _apply()
+            import structlog  # lazy: start-up time
+
+            logger = structlog.get_logger(self._name)
+            self._logger = logger.bind(**self._initial) if self._initial else logger
+        return self._logger
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)
+
+
 def get_logger(name: str | None = None, **initial: Any) -> Any:
-    configure_logging()
-    logger = structlog.get_logger(name)
-    return logger.bind(**initial) if initial else logger
+    return _Logger(name, initial)
 
 
 @contextmanager
 def log_context(**values: Any) -> Iterator[None]:
     """Bind robot/run_id/task/message_id for the duration of a block (contextvars)."""
+    import structlog.contextvars  # lazy: start-up time
+
     clean = {k: v for k, v in values.items() if v is not None}
     tokens = structlog.contextvars.bind_contextvars(**clean)
     try:

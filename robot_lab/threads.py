@@ -1,40 +1,136 @@
-"""Thread pools whose threads exist before the first burst of work.
+"""Thread pools that start threads on demand without making the submitter wait.
 
 ``ThreadPoolExecutor`` starts a thread when a submit finds none idle, and ``Thread.start``
 waits until the new thread runs. A burst of N jobs therefore made the one thread that hands
 them out (the in-flight rq loop, a bus poller) wait for N thread starts, each queued behind
 every running job for the GIL: 200 starts were about a tenth of a second of a 200-task
-fan-out (bench/concurrency.py). :func:`warm_pool` starts them all when the pool is made,
-while the worker is idle.
+fan-out (bench/concurrency.py). Starting every slot's thread up front avoids that but holds
+a thread per slot from the start: 2,000 idle threads (~40 MB) for ``--in-flight 1000``.
+:class:`ElasticPool` keeps a few warm and has a starter thread of its own start the rest as
+work arrives, and lets them go when idle.
 """
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Callable
+from typing import Any
 
 from robot_lab.logging import get_logger
 
 log = get_logger("robot_lab.threads")
-START_TIMEOUT = 60.0
 
 
-def warm_pool(size: int, name: str) -> ThreadPoolExecutor:
-    """A ``ThreadPoolExecutor`` of ``size`` threads, every one of them already running.
+class ElasticPool:
+    """Up to ``size`` threads, ``warm`` of them started when the pool is made and the rest
+    started on demand by a starter thread of the pool's own, so a burst of submits never
+    waits for ``Thread.start`` (each waits until the new thread runs: behind every running
+    job for the GIL) and a process with a thousand slots does not hold a thousand idle
+    threads from the start. A thread beyond ``warm`` exits after ``idle_timeout`` seconds
+    without work. ``submit`` and ``shutdown`` as ``ThreadPoolExecutor``'s, minus futures."""
 
-    Each of ``size`` start-up tasks waits at a barrier, so every submit finds no idle thread
-    and starts one; then the barrier opens and the threads wait for work like any pool's."""
-    pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix=name)
-    if size <= 1:
-        return pool
-    gate = threading.Barrier(size + 1, timeout=START_TIMEOUT)
-    try:
-        for _ in range(size):
-            pool.submit(gate.wait)
-        gate.wait()
-    except (RuntimeError, threading.BrokenBarrierError) as exc:
-        # "can't start new thread" (a pids or thread limit): release those started, and let
-        # the pool start the rest on demand, as a plain pool would
-        gate.abort()
-        log.warning("threads.warm_pool_incomplete", pool=name, size=size, error=f"{type(exc).__name__}: {exc}")
-    return pool
+    def __init__(self, size: int, name: str, *, warm: int = 16, idle_timeout: float = 30.0) -> None:
+        import queue
+
+        self.size, self.name, self.idle_timeout = max(1, size), name, idle_timeout
+        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads: set[threading.Thread] = set()
+        self._idle = 0  # threads waiting for work that no submit has claimed yet
+        self._owed = 0  # threads the starter is to start
+        self._wake = threading.Event()
+        self._closed = False
+        self._keep = min(self.size, max(0, warm))
+        self._starter: threading.Thread | None = None
+        with self._lock:
+            self._owed = self._idle = self._keep  # the warm threads: idle from the start
+        self._start_owed()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"pool {self.name} is shut down")
+            self._work.put((fn, args))
+            if self._idle > 0:
+                self._idle -= 1
+                return
+            if len(self._threads) + self._owed >= self.size:
+                return  # every thread busy: the work waits for the first one free
+            self._owed += 1
+            if self._starter is None:
+                self._starter = threading.Thread(target=self._start_loop, name=f"{self.name}-starter", daemon=True)
+                self._starter.start()
+        self._wake.set()
+
+    def _start_loop(self) -> None:
+        while not self._closed:
+            self._wake.wait()
+            self._wake.clear()
+            self._start_owed()
+
+    def _start_owed(self) -> None:
+        while True:
+            with self._lock:
+                if self._owed <= 0 or self._closed:
+                    return
+                self._owed -= 1
+                thread = threading.Thread(target=self._serve, name=f"{self.name}_{len(self._threads)}", daemon=True)
+                self._threads.add(thread)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # a thread limit: the threads running serve the rest
+                with self._lock:
+                    self._threads.discard(thread)
+                    self._owed = 0
+                log.warning("threads.pool_start_failed", pool=self.name, threads=len(self._threads),
+                            error=f"{type(exc).__name__}: {exc}")
+                return
+
+    def _serve(self) -> None:
+        import queue
+
+        me = threading.current_thread()
+        while True:
+            try:
+                item = self._work.get(timeout=self.idle_timeout)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0 and len(self._threads) > self._keep:
+                        self._idle -= 1
+                        self._threads.discard(me)
+                        return
+                continue
+            if item is None:
+                with self._lock:
+                    self._threads.discard(me)
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - a pool thread never dies of a job
+                log.error("threads.job_failed", pool=self.name, error=f"{type(exc).__name__}: {exc}")
+            finally:
+                del item, fn, args
+            with self._lock:
+                self._idle += 1
+
+    def threads(self) -> int:
+        with self._lock:
+            return len(self._threads)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Take no more work; the work queued still runs; with ``wait``, until it has."""
+        self._start_owed()  # the threads queued work is owed, before no more start
+        with self._lock:
+            self._closed = True
+            threads = list(self._threads)
+        self._wake.set()
+        for _ in threads:
+            self._work.put(None)
+        if wait:
+            for thread in threads:
+                while thread.ident is None and thread in self._threads:  # the starter is starting it
+                    time.sleep(0.001)
+                if thread.ident is not None:
+                    thread.join()

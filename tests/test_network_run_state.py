@@ -139,6 +139,38 @@ def test_a_job_stranded_in_rqs_intermediate_list_is_requeued_by_the_sweep(redis_
     redis_client.delete(queue.key, f"{queue.key}:intermediate")
 
 
+def test_jobs_an_in_flight_worker_holds_are_never_stranded_while_it_lives(redis_client) -> None:  # type: ignore[no-untyped-def]
+    """The in-flight worker takes a batch of jobs off the queue at once, and one may wait
+    seconds for a thread: each is held (``R:held:<task>``, beaten by the lease keeper), so a
+    sweep never takes it for stranded. Once its holds are gone (the worker died: they expire),
+    the jobs are requeued as any stranded job."""
+    from rq import Queue
+
+    from robot_lab.network.lease import release_holds
+    from robot_lab.network.serializer import JobSerializer
+    from robot_lab.workers.inflight import in_flight_worker_class
+
+    bot = build(f"hp-{uid()}", model="scripted/echo")
+    net = create_network("held")
+    with net.parallel("all"):
+        for i in range(3):
+            net.task(f"t{i}", bot)
+    handle, store, jobs = submit(redis_client, net)
+    queue = Queue(f"robot:{bot.name}", connection=redis_client, serializer=JobSerializer)
+    worker = in_flight_worker_class()([queue], connection=redis_client, serializer=JobSerializer, in_flight=8)
+    taken = worker._dequeue_batch(8)
+    assert sorted(job.id for job, _ in taken) == sorted(jobs.values()) and redis_client.llen(queue.key) == 0
+    held = [store.keys.run_held(store.run_id, task) for task in jobs]
+    assert redis_client.exists(*held) == 3
+    assert store.repair_queued(grace=0) == []
+    assert store.repair_queued(grace=0) == []  # seen off its queue twice: held, so not stranded
+    release_holds(list(worker._holds.values()))
+    redis_client.delete(*held)  # what a dead worker's holds do within a lease time
+    assert store.repair_queued(grace=0) == []  # first sighting
+    assert sorted(t for t, _, _ in store.repair_queued(grace=0)) == sorted(jobs)
+    redis_client.delete(queue.key, f"{queue.key}:intermediate")
+
+
 def test_a_task_reads_its_robots_learnings_with_its_claim_and_still_injects_them(redis_client) -> None:  # type: ignore[no-untyped-def]
     """The robot's stored learnings ride on the claim's round trip once the run's graph is
     known here (every task after the first of a run in this process); either way the request

@@ -1,55 +1,86 @@
-"""robot_lab/threads.py: a pool's threads are running before its first job, so handing out a
-burst of jobs never waits for thread starts."""
+"""robot_lab/threads.py: an ElasticPool keeps a few threads warm, starts the rest as work
+arrives without making the submitter wait for thread starts, never runs more than its size
+at once, and lets the extra threads go when idle."""
 
 from __future__ import annotations
 
 import threading
+import time
 
-from robot_lab.threads import warm_pool
+from robot_lab.threads import ElasticPool
 
 
-def test_every_thread_runs_before_the_first_job_and_then_serves_jobs() -> None:
-    before = threading.active_count()
-    pool = warm_pool(12, "warm-test")
+def _named(prefix: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(prefix + "_")]
+
+
+def test_warm_threads_first_then_threads_on_demand_up_to_the_size() -> None:
+    pool = ElasticPool(12, "elastic-a", warm=3, idle_timeout=0.3)
     try:
-        names = [t.name for t in threading.enumerate() if t.name.startswith("warm-test")]
-        assert len(names) == 12 and threading.active_count() == before + 12
-        gate = threading.Barrier(12, timeout=10)  # twelve jobs at once need all twelve threads
-        assert sorted(pool.map(lambda i: (gate.wait(), i)[1], range(12))) == list(range(12))
-        assert threading.active_count() == before + 12  # no thread started for them
+        assert len(_named("elastic-a")) == 3  # the warm ones, before any work
+        gate = threading.Barrier(12, timeout=20)  # twelve jobs at once need twelve threads
+        done: list[int] = []
+        started = time.monotonic()
+        for i in range(12):
+            pool.submit(lambda i=i: (gate.wait(), done.append(i)))
+        submitted = time.monotonic() - started
+        deadline = time.monotonic() + 20
+        while len(done) < 12 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(done) == list(range(12)) and pool.threads() == 12
+        assert submitted < 5  # the submits did not wait for the jobs (nor deadlock on them)
+        deadline = time.monotonic() + 10
+        while pool.threads() > 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.threads() == 3  # the extra threads went once idle; the warm ones stay
+        more: list[int] = []
+        for i in range(40):
+            pool.submit(more.append, i)
+        pool.shutdown(wait=True)
+        assert sorted(more) == list(range(40))  # queued work still runs at shutdown
     finally:
         pool.shutdown(wait=True)
 
 
-def test_a_pool_of_one_starts_lazily_like_any_pool() -> None:
-    pool = warm_pool(1, "warm-one")
-    assert not [t for t in threading.enumerate() if t.name.startswith("warm-one")]
-    assert pool.submit(lambda: 7).result(5) == 7
+def test_never_more_jobs_at_once_than_its_size() -> None:
+    pool = ElasticPool(4, "elastic-b", warm=0)
+    lock = threading.Lock()
+    now, most = [0], [0]
+
+    def job() -> None:
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.02)
+        with lock:
+            now[0] -= 1
+
+    for _ in range(40):
+        pool.submit(job)
     pool.shutdown(wait=True)
+    assert most[0] == 4 and pool.threads() == 0
 
 
 def test_a_thread_limit_leaves_a_working_pool_and_a_warning(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Where threads cannot all be started (a pids limit), the started ones are released and
-    the pool still runs jobs, starting threads on demand like any pool."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """Where no more threads can start (a pids limit), the threads running serve the work."""
     from structlog.testing import capture_logs
 
-    real_submit = ThreadPoolExecutor.submit
-    calls = {"n": 0}
+    real_start = threading.Thread.start
+    started = {"n": 0}
 
-    def limited(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise RuntimeError("can't start new thread")
-        return real_submit(self, fn, *args, **kwargs)
+    def limited(self):  # type: ignore[no-untyped-def]
+        if self.name.startswith("elastic-c_"):
+            started["n"] += 1
+            if started["n"] > 2:
+                raise RuntimeError("can't start new thread")
+        return real_start(self)
 
-    monkeypatch.setattr(ThreadPoolExecutor, "submit", limited)
+    monkeypatch.setattr(threading.Thread, "start", limited)
+    done: list[int] = []
     with capture_logs() as logs:
-        pool = warm_pool(8, "warm-limited")
-    monkeypatch.setattr(ThreadPoolExecutor, "submit", real_submit)
-    try:
-        assert [e["event"] for e in logs] == ["threads.warm_pool_incomplete"]
-        assert pool.submit(lambda: 5).result(5) == 5
-    finally:
+        pool = ElasticPool(8, "elastic-c", warm=0)
+        for i in range(20):
+            pool.submit(done.append, i)
         pool.shutdown(wait=True)
+    assert sorted(done) == list(range(20))
+    assert "threads.pool_start_failed" in [e["event"] for e in logs]

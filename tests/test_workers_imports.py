@@ -1,6 +1,6 @@
 """What a worker process loads: a ``robot-lab worker`` whose robots run on
-the scripted model handles its tasks without importing litellm, fastembed or MCP; one whose robot names a provider model imports litellm while warming up,
-before its first task. Figures: bench/worker_memory.py, docs/operations.md ("Memory")."""
+the scripted model handles its tasks without importing litellm, fastembed or MCP; one whose
+robot names a provider model is ready before litellm has loaded (on a thread of its own). Figures: bench/worker_memory.py, docs/operations.md ("Memory")."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from robot_lab.runtime.registry import publish_specs
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
-from tests.worker_procs import child_env, uid
+from tests.worker_procs import child_env, processes, uid  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -56,10 +56,34 @@ def test_a_scripted_robots_worker_runs_its_task_without_litellm_or_fastembed(cli
     assert "robot_lab" in loaded and not loaded & HEAVY, sorted(loaded & HEAVY)
 
 
-def test_a_provider_models_worker_loads_litellm_before_its_first_task(client, real_redis_url,  # type: ignore[no-untyped-def]
-                                                                       key_prefix) -> None:
+def test_a_provider_models_worker_is_ready_before_litellm_has_loaded(client, real_redis_url, key_prefix,  # type: ignore[no-untyped-def]
+                                                                     processes) -> None:  # noqa: F811
+    """A worker whose robot names a provider model loads litellm on a thread of its own: rq
+    has its worker registered (and its inbox a consumer) before litellm is loaded, and
+    litellm is loaded soon after, before any provider call needs it."""
+    import datetime
+
+    from rq import Queue, Worker
+
+    from robot_lab.keys import Keys
+    from tests.redis_server import wait_for
+    from tests.worker_procs import VENV_BIN, wait_for_workers
+
     bot = build(f"real-{uid()}", model="openai/gpt-4o-mini")
     publish_specs([bot.to_spec()], connection=client)
-    loaded = _worker_loaded(real_redis_url, key_prefix, bot.name)
-    assert "litellm" in loaded
-    assert not loaded & {"fastembed", "onnxruntime", "mcp"}
+    env = child_env(real_redis_url, key_prefix, ROBOT_LAB_LOG_LEVEL="INFO")
+    proc = processes.start([str(VENV_BIN / "robot-lab"), "worker", bot.name], env, "worker")
+    wait_for_workers(client, [f"robot:{bot.name}"], timeout=90)
+    wait_for(lambda: client.exists(Keys(prefix=key_prefix).inbox(bot.name)), timeout=30)
+    born = Worker.all(queue=Queue(f"robot:{bot.name}", connection=client))[0].birth_date
+
+    def loaded() -> dict | None:
+        for line in proc.log_path.read_text(errors="replace").splitlines():  # type: ignore[attr-defined]
+            if '"worker.litellm_loaded"' in line:
+                return json.loads(line)
+        return None
+
+    wait_for(lambda: loaded() is not None, timeout=120, interval=0.2)
+    at = datetime.datetime.fromisoformat(loaded()["timestamp"].replace("Z", "+00:00"))
+    assert born.replace(tzinfo=datetime.timezone.utc) < at, (born, at)
+    assert proc.poll() is None

@@ -144,3 +144,59 @@ def test_a_redis_outage_during_a_batch_pop_is_ridden_out_by_rqs_dequeue(queue, m
     worker.work(burst=True, logging_level="WARNING")
     assert [j.latest_result().return_value for j in jobs] == [0, 1, 2]
     assert worker._tracker().outages == 1
+
+
+def test_network_tasks_leave_rq_the_same_records_as_rqs_own_lifecycle(real_client) -> None:  # type: ignore[no-untyped-def]
+    """``robot-lab worker`` (in flight or not) runs task jobs on a lifecycle of its own (one
+    pipeline to start, one to finish); a plain rq SimpleWorker runs the same network's jobs
+    through rq's: each
+    task's job ends finished, with the same result, in the finished registry, nothing left
+    started, in an execution or on the intermediate list -- what ``rq info`` and
+    ``job.latest_result()`` read."""
+    from rq import Queue
+    from rq.job import Job
+    from rq.worker import SimpleWorker
+
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
+    from robot_lab.network.serializer import JobSerializer
+    from robot_lab.runtime.robot import build
+
+    def records(worker_class, **kwargs):  # type: ignore[no-untyped-def]
+        bot = build(f"lean-{uuid.uuid4().hex[:6]}", model="scripted/echo")
+        net = create_network("lean")
+        net.task("a", bot)
+        with net.parallel("fan", depends_on="a"):
+            for i in range(3):
+                net.task(f"b{i}", bot)
+        handle = Coordinator(connection=real_client).submit(net, "hi")
+        queue = Queue(f"robot:{bot.name}", connection=real_client, serializer=JobSerializer)
+        worker = worker_class([queue], connection=real_client, serializer=JobSerializer, **kwargs)
+        worker.work(burst=True, logging_level="WARNING")
+        assert handle.status == "completed"
+        job_ids = [v.decode() for v in real_client.hvals(handle.store.key + ":jobs")]
+        jobs = [Job.fetch(j, connection=real_client, serializer=JobSerializer) for j in job_ids]
+        out = {
+            "statuses": sorted(job.get_status() for job in jobs),
+            "results": sorted(job.latest_result().return_value["status"] for job in jobs),
+            "finished": sorted(queue.finished_job_registry.get_job_ids()) == sorted(job_ids),
+            "started": len(queue.started_job_registry),
+            "intermediate": real_client.llen(queue.intermediate_queue_key),
+            "executions": sum(1 for _ in real_client.scan_iter(match="rq:execution:*")
+                              if any(j in _.decode() for j in job_ids)),
+            "ended": all(job.ended_at is not None and job.worker_name == worker.name for job in jobs),
+        }
+        worker.refresh()
+        out["successful"] = worker.successful_job_count
+        queue.delete(delete_jobs=True)
+        return out
+
+    from robot_lab.workers.process import robot_worker_class
+
+    lean = records(in_flight_worker_class(), in_flight=4)
+    one_at_a_time = records(robot_worker_class())  # robot-lab worker --in-flight 1
+    rq_own = records(SimpleWorker)
+    assert lean == one_at_a_time == rq_own
+    assert lean["statuses"] == ["finished"] * 4 and lean["results"] == ["ok"] * 4
+    assert lean["finished"] and lean["started"] == lean["intermediate"] == lean["executions"] == 0
+    assert lean["successful"] == 4

@@ -235,3 +235,31 @@ def test_budgets_and_max_concurrent_robots_hold_with_many_in_flight(client, real
     assert all(f"scope: run:{result.run_id}" in e and ("BudgetExceeded" in e or "Token budget exceeded" in e)
                for e in errors), "\n".join(errors)
     assert any("BudgetExceeded" in e for e in errors), "\n".join(errors)
+
+
+def test_a_thousand_tasks_in_one_worker_process_run_once_each(client, real_redis_url, key_prefix,
+                                                              processes) -> None:  # noqa: F811
+    """One ``robot-lab worker --in-flight 1000`` holds a 1000-task fan-out at once: while it
+    is alive the sweeper (its own thread, and every finishing task) takes none of its jobs
+    for stranded, and the lease keeper keeps every lease, however long a job waits for the
+    GIL between being taken and claimed. Every task runs exactly once, on its first attempt."""
+    count = 1000
+    bot = build(f"inflight-{uid()}", model="scripted/sleep:300")
+    publish_specs([bot.to_spec()], connection=client)
+    env = child_env(real_redis_url, key_prefix)  # 2 s leases: a keeper that falls behind loses them
+    proc = processes.start([str(VENV_BIN / "robot-lab"), "worker", bot.name, "--in-flight", str(count)], env,
+                           "worker")
+    wait_for_workers(client, [f"robot:{bot.name}"], timeout=90)
+    handle = Coordinator(connection=client).submit(_fan(bot, count, "thousand"), "x")
+    result = handle.wait(timeout=400)
+    store = handle.store
+    assert set(result.states.values()) == {"done"}
+    attempts = store.attempts()
+    assert len(attempts) == count and set(attempts.values()) == {1}, \
+        {t: n for t, n in attempts.items() if n != 1}
+    started = [e.task for e in _events(store, "task.started")]
+    assert sorted(started) == sorted(attempts)  # claimed once each: no job of a task ran twice
+    assert not _events(store, "task.retrying")
+    assert proc.poll() is None
+    log = proc.log_path.read_text(errors="replace")  # type: ignore[attr-defined]
+    assert "run.requeued" not in log and "task.lease_lost" not in log, log[-3000:]

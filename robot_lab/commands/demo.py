@@ -98,17 +98,16 @@ class RunView:
 
 
 def network_models(network: Any) -> list[str] | None:
-    """The models the network's robots call (None when a robot is not in the network itself:
-    then nobody here knows, and warming up loads litellm to be safe)."""
+    """The models the network's robots call (None: not known here)."""
     from robot_lab.settings import get_settings
 
-    models = []
-    for task in network.spec.tasks:
-        spec = network.robot_spec(task.robot)
-        if spec is None:
-            return None
-        models.append(spec.model or get_settings().default_model())
-    return models
+    try:
+        specs = [network.robot_spec(task.robot) for task in network.spec.tasks]
+    except Exception:  # noqa: BLE001 - a robot known only to the registry: assume any model
+        return None
+    if any(spec is None for spec in specs):
+        return None
+    return [spec.model or get_settings().default_model() for spec in specs]
 
 
 def print_event(event: Any) -> None:

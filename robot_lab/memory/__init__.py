@@ -12,6 +12,14 @@ callbacks), :mod:`.waits` (blocking reads), :mod:`.subscriptions` (callbacks) an
 
 from __future__ import annotations
 
-from robot_lab.memory.store import Memory
+from typing import Any
 
 __all__ = ["Memory"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Memory":  # lazy: start-up time (the store imports redis-py)
+        from robot_lab.memory.store import Memory
+
+        return Memory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

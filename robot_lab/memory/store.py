@@ -20,13 +20,10 @@ See docs/memory.md for the guarantees and the deliberate differences from robot_
 
 from __future__ import annotations
 
-import contextvars
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from robot_lab.connection import async_client_for, get_redis
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.memory.feed import Feed
@@ -45,6 +42,7 @@ from robot_lab.memory.scope import ChangeLog, ScopeKeys
 from robot_lab.memory.subscriptions import Subscriptions, glob_to_regex
 from robot_lab.memory.values import Values
 from robot_lab.memory.waits import await_for, wait_for
+from robot_lab.memory.writer import writer_override, writing_as
 from robot_lab.schemas import MemoryChange, RobotResult
 from robot_lab.schemas.messages import Message
 
@@ -56,8 +54,6 @@ __all__ = ["BROADCAST_KEY", "RESERVED_KEYS", "Memory", "MemoryValueError", "Rese
 BROADCAST_KEY = "_network_broadcast"
 DEFAULT_CHANGES_MAXLEN = 10_000
 
-_writer_override: contextvars.ContextVar[str | None] = contextvars.ContextVar("robot_lab_memory_writer",
-                                                                              default=None)
 
 
 class Memory:
@@ -86,6 +82,8 @@ class Memory:
         if changes_maxlen < 1:
             raise ConfigurationError(f"memory {scope!r}: changes_maxlen must be >= 1, got {changes_maxlen}")
         if redis is None:
+            from robot_lab.connection import get_redis  # lazy: start-up time (fakeredis for embedded mode)
+
             redis = get_redis()
         self.scope = scope
         self.redis = redis
@@ -133,21 +131,16 @@ class Memory:
     @property
     def current_writer(self) -> str | None:
         """Recorded as ``writer`` on every change (robot_lab sets it to the running robot)."""
-        override = _writer_override.get()
+        override = writer_override.get()
         return override if override is not None else self._writer
 
     @current_writer.setter
     def current_writer(self, name: str | None) -> None:
         self._writer = name
 
-    @contextmanager
-    def writing_as(self, name: str) -> Iterator[None]:
+    def writing_as(self, name: str) -> Any:
         """Attribute writes in this context (thread/task) to ``name`` without touching others."""
-        token = _writer_override.set(name)
-        try:
-            yield
-        finally:
-            _writer_override.reset(token)
+        return writing_as(name)
 
     # --- writes (see .values) -----------------------------------------------------------
     def set(self, key: str, value: Any) -> Any:
@@ -215,6 +208,8 @@ class Memory:
     def aredis(self) -> Any:
         """The asyncio client of :meth:`aget`: one to the same server as ``redis`` per event
         loop (:func:`robot_lab.connection.async_client_for`)."""
+        from robot_lab.connection import async_client_for  # lazy: start-up time
+
         return async_client_for(self.redis)
 
     def _read_args(self, keys: tuple[str, ...], wait: bool | float | None) -> tuple[list[str], bool, float | None]:

@@ -12,9 +12,14 @@ from typing import Any
 
 from robot_lab.logging import get_logger
 from robot_lab.outage import OutageTracker, is_outage
-from robot_lab.network.run_state import RunStore
+from robot_lab.network.run_state import DEFAULT_LEASE_MS, RunStore
 
 log = get_logger("robot_lab.workers")
+
+
+def task_lease_ms() -> int:
+    """A task's lease (``ROBOT_LAB_TASK_LEASE_MS``, default 5 s)."""
+    return int(os.environ.get("ROBOT_LAB_TASK_LEASE_MS", DEFAULT_LEASE_MS))
 
 
 class LeaseHeartbeat:
@@ -26,30 +31,41 @@ class LeaseHeartbeat:
     (``Thread.start`` waits until the new thread runs; bench/dag.py)."""
 
     def __init__(self, store: RunStore, task: str, worker: str, lease_ms: int, outage: OutageTracker) -> None:
-        self.store, self.task, self.worker, self.lease_ms = store, task, worker, lease_ms
+        self._setup(store.r, store.lease_key(task), worker, task, lease_ms, outage)
+
+    def _setup(self, connection: Any, key: str, value: str, task: str, lease_ms: int, outage: OutageTracker) -> None:
+        self.connection, self.key, self.value = connection, key, value
+        self.task, self.lease_ms = task, lease_ms
         self.outage = outage
         self.interval = lease_ms / 3000
         self.next_beat = 0.0
         self.stopped = False
+        self.finishing = False  # the task's result is being written (and deletes the lease)
         self.lost = False
 
     def beat(self) -> bool:
-        """Extend the lease once; False when this lease needs no more beats."""
+        """Extend the lease once (one round trip); False when it needs no more beats."""
+        return _keeper.beat_all([self]) == [True]
+
+    def settle(self, alive: Any) -> bool:
+        """Take the reply of one beat (True/None from SET XX, or the exception it raised);
+        False when this lease needs no more beats."""
         self.next_beat = time.monotonic() + self.interval
-        try:
-            alive = self.store.heartbeat(self.task, self.worker, self.lease_ms)
-            self.outage.back()
-        except Exception as exc:  # Redis hiccup: try again next beat (one line per outage)
-            if is_outage(exc):
-                self.outage.lost(exc)
+        if isinstance(alive, Exception):  # Redis hiccup: try again next beat (one line per outage)
+            if is_outage(alive):
+                self.outage.lost(alive)
             else:
-                log.warning("task.heartbeat_failed", task=self.task, error=str(exc))
+                log.warning("task.heartbeat_failed", task=self.task, error=str(alive))
             return not self.stopped
-        if alive or self.stopped:  # stopped: the task's result deleted the lease meanwhile
-            return alive and not self.stopped
+        self.outage.back()
+        if alive or self.stopped or self.finishing:  # the task's result deleted the lease meanwhile
+            return bool(alive) and not self.stopped
         self.lost = True
-        log.warning("task.lease_lost", task=self.task)
+        self.on_lost()
         return False
+
+    def on_lost(self) -> None:
+        log.warning("task.lease_lost", task=self.task)
 
     def __enter__(self) -> LeaseHeartbeat:
         self.next_beat = time.monotonic() + self.interval
@@ -62,9 +78,29 @@ class LeaseHeartbeat:
         _keeper.remove(self)
 
 
+_HOLDS_OUTAGE = OutageTracker("job-holds")  # one lost/back pair per outage for all holds
+
+
+class JobHold(LeaseHeartbeat):
+    """A job a worker process has taken off its queue and not yet claimed (the in-flight
+    worker takes many at once, and one may wait seconds for a free thread and the GIL): the
+    run's ``R:held:<task>`` key, beaten like a lease, tells the sweeper the job is in the
+    hands of a live worker, not stranded by a crash (RunStore.repair_queued). A worker that
+    dies lets it expire within ``lease_ms``."""
+
+    def __init__(self, connection: Any, key: str, job_id: str, lease_ms: int) -> None:
+        self._setup(connection, key, job_id, key, lease_ms, _HOLDS_OUTAGE)
+
+    def on_lost(self) -> None:  # expired (a stall past lease_ms): the sweeper may re-enqueue it, harmlessly
+        log.info("worker.job_hold_lost", key=self.key)
+
+
 class _LeaseKeeper:
-    """The one daemon thread of a process that beats the leases of its running tasks, each
-    when it is due (started on first use, again in a forked child)."""
+    """The one daemon thread of a process that beats the leases of its running tasks (and the
+    holds of the jobs it has taken): whatever is due, and what falls due within the next half
+    interval, in one pipelined round trip per connection. A process holding a thousand tasks
+    makes one round trip a beat, not a thousand -- each of which waited for the GIL behind
+    every running job, until leases expired under a healthy worker (bench/concurrency.py)."""
 
     def __init__(self) -> None:
         self._reset()
@@ -78,12 +114,17 @@ class _LeaseKeeper:
         self.thread: threading.Thread | None = None
 
     def add(self, lease: LeaseHeartbeat) -> None:
+        self.add_many([lease])
+
+    def add_many(self, leases: list[LeaseHeartbeat]) -> None:
+        if not leases:
+            return
         with self.lock:
-            self.leases.add(lease)
+            self.leases.update(leases)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
                 self.thread.start()
-            early = lease.next_beat < self.sleep_until
+            early = min(lease.next_beat for lease in leases) < self.sleep_until
         if early:  # due before the thread's next wake-up (a shorter lease): wake it now
             self.wake.set()
 
@@ -91,15 +132,36 @@ class _LeaseKeeper:
         with self.lock:
             self.leases.discard(lease)
 
+    @staticmethod
+    def beat_all(leases: list[LeaseHeartbeat]) -> list[bool]:
+        """One SET XX PX per lease, pipelined per connection; each lease settles its reply."""
+        by_connection: dict[int, list[LeaseHeartbeat]] = {}
+        for lease in leases:
+            by_connection.setdefault(id(lease.connection), []).append(lease)
+        out: dict[int, bool] = {}
+        for group in by_connection.values():
+            try:
+                pipe = group[0].connection.pipeline(transaction=False)
+                for lease in group:
+                    pipe.set(lease.key, lease.value, px=lease.lease_ms, xx=True)
+                replies: list[Any] = pipe.execute(raise_on_error=False)
+            except Exception as exc:  # noqa: BLE001 - each lease reports it (outage or not)
+                replies = [exc] * len(group)
+            for lease, reply in zip(group, replies):
+                out[id(lease)] = lease.settle(reply)
+        return [out[id(lease)] for lease in leases]
+
     def _loop(self) -> None:
         while True:
             self.wake.clear()  # before looking: a lease added from here on sets it again
             now = time.monotonic()
             with self.lock:
-                due = [lease for lease in self.leases if lease.next_beat <= now]
-            for lease in due:
-                if not lease.beat():
-                    self.remove(lease)
+                soon = min((lease.interval for lease in self.leases), default=1.0) / 2
+                due = [lease for lease in self.leases if lease.next_beat <= now + soon]
+            if due:
+                for lease, keep in zip(due, self.beat_all(due)):
+                    if not keep:
+                        self.remove(lease)
             with self.lock:
                 self.sleep_until = min((lease.next_beat for lease in self.leases), default=now + 1.0)
             self.wake.wait(max(0.0, self.sleep_until - time.monotonic()))
@@ -112,6 +174,29 @@ def _encoded(data: dict[str, Any] | None) -> str:
     import json
 
     return json.dumps(data) if data else ""
+
+
+def hold_jobs(connection: Any, holds: list[tuple[str, str]], lease_ms: int) -> list[JobHold]:
+    """Write and start beating the holds ``(key, job id)`` of jobs just taken (one round trip)."""
+    if not holds:
+        return []
+    made = [JobHold(connection, key, job_id, lease_ms) for key, job_id in holds]
+    pipe = connection.pipeline(transaction=False)
+    for hold in made:
+        pipe.set(hold.key, hold.value, px=lease_ms)
+    pipe.execute()
+    now = time.monotonic()
+    for hold in made:
+        hold.next_beat = now + hold.interval
+    _keeper.add_many(list(made))
+    return made
+
+
+def release_holds(holds: list[JobHold]) -> None:
+    """Stop beating holds (the job started or went back); the keys expire by themselves."""
+    for hold in holds:
+        hold.stopped = True
+        _keeper.remove(hold)
 
 
 class DeltaBuffer:

@@ -19,6 +19,7 @@ Keys (``R`` = ``Keys.run(run_id)``, all sharing the run's hash tag in cluster mo
     R:inputs        hash   task -> the message its robot received
     R:lease:<task>  string worker name, PX lease refreshed by the running job's heartbeat
     R:stranded:<task> string job id a sweep saw off its rq queue while queued (60 s TTL)
+    R:held:<task>   string job id a live worker took off its queue and has not started (PX)
     R:budget_holds:<job>  set  budgets the attempt reserved in (released when its lease is gone)
     R:events        stream one field ``event`` = RunEvent JSON
     <prefix>:runs:active  set of run ids not finished (swept for lost workers)
@@ -236,10 +237,6 @@ class RunStore:
         meta = {name: _decode(v) for name, v in zip(fields, first[1]) if v is not None}
         return TaskStart(status, meta, [None if v is None else _decode(v) for v in first[2]], replies[1:])
 
-    def heartbeat(self, task: str, worker: str, lease_ms: int = DEFAULT_LEASE_MS) -> bool:
-        """Extend the lease; False once it was lost (the task was reclaimed)."""
-        return bool(self.r.set(self.lease_key(task), worker, px=lease_ms, xx=True))
-
     def complete(
         self,
         task: str,
@@ -375,32 +372,41 @@ class RunStore:
         then fails the job; re-enqueueing it (the same job id) is harmless, as claims are
         checked. A job is also off its queue for the moment between a worker's BLMOVE and
         its start, so it counts as stranded only when a sweep at least ``grace`` seconds
-        earlier saw it off the queue too (``R:stranded:<task>``, 60 s TTL). One pipelined
-        LPOS per queued task, then one SET NX + PTTL per one off its queue."""
+        earlier saw it off the queue too (``R:stranded:<task>``, 60 s TTL), and a job a live
+        worker holds (``R:held:<task>``: the in-flight worker takes many jobs at once, and one
+        may wait seconds for a thread) is never stranded. One pipelined LRANGE per queue the
+        tasks' robots use (an LPOS per task scanned the queue once per task: a thousand queued
+        tasks made each sweep a million comparisons in Redis, bench/dag.py), then one EXISTS +
+        SET NX + PTTL per task off its queue."""
         if not tasks:
             return []
         from rq import Queue  # lazy: start-up time
 
         rq = rq_connection(self.r)
+        keys = sorted({Queue(queue_name(graph[task]), connection=rq).key for task in tasks})
         pipe = rq.pipeline(transaction=False)
-        for task in tasks:
-            pipe.lpos(Queue(queue_name(graph[task]), connection=rq).key, view.jobs[task])
-        off = [task for task, pos in zip(tasks, pipe.execute()) if pos is None]
+        for key in keys:
+            pipe.lrange(key, 0, -1)
+        queued = {_decode(job_id) for ids in pipe.execute() for job_id in ids}
+        off = [task for task in tasks if view.jobs[task] not in queued]
         if not off:
             return []
         seen_ms = 60_000
         pipe = self.r.pipeline(transaction=False)
         for task in off:
+            pipe.exists(self.keys.run_held(self.run_id, task))
             pipe.set(f"{self.key}:stranded:{task}", view.jobs[task], nx=True, px=seen_ms)
             pipe.pttl(f"{self.key}:stranded:{task}")
         replies = pipe.execute()
-        stranded = []
+        stranded, forget = [], []
         for i, task in enumerate(off):
-            first_sighting, ttl = replies[2 * i], int(replies[2 * i + 1])
-            if not first_sighting and seen_ms - ttl >= grace * 1000:
+            held, first_sighting, ttl = replies[3 * i], replies[3 * i + 1], int(replies[3 * i + 2])
+            if held:
+                forget.append(task)
+            elif not first_sighting and seen_ms - ttl >= grace * 1000:
                 stranded.append(task)
-        if stranded:  # the run's keys share its hash tag: one slot, one DEL
-            self.r.delete(*(f"{self.key}:stranded:{task}" for task in stranded))
+        if stranded or forget:  # the run's keys share its hash tag: one slot, one DEL
+            self.r.delete(*(f"{self.key}:stranded:{task}" for task in stranded + forget))
         return stranded
 
     def failed_jobs(self, view: SweepView | None = None) -> list[tuple[str, str, str]]:

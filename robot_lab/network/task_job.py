@@ -31,9 +31,9 @@ from robot_lab.memory.values import local_writes
 from robot_lab.network import human_input as waiting
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.graphs import cached_graph, graph_for
-from robot_lab.network.lease import DeltaBuffer, LeaseHeartbeat
+from robot_lab.network.lease import DeltaBuffer, LeaseHeartbeat, task_lease_ms
 from robot_lab.network.routing import choose_routes, route_tool_for
-from robot_lab.network.run_state import DEFAULT_LEASE_MS, RunStore
+from robot_lab.network.run_state import RunStore
 from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, caused_by_outage
 from robot_lab.rq_connection import data_connection
@@ -186,7 +186,7 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
     keys = Keys(prefix=prefix, cluster=get_settings().cluster_keys)  # same layout as the coordinator
     store = RunStore(connection, keys, run_id)
     worker = worker_identity()
-    lease_ms = int(os.environ.get("ROBOT_LAB_TASK_LEASE_MS", DEFAULT_LEASE_MS))
+    lease_ms = task_lease_ms()
     with log_context(run_id=run_id, task=task):
         # Redis away: wait for it (a claim is re-entrant for the same worker), rather than
         # fail the job in rq and have the sweeper record the task as failed
@@ -200,14 +200,14 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
             work.since = int(also[0]) if also[0] is not None else 0
             work.learnings, work.learnings_read = also[1], True
             work.steps = also[2]
-        with LeaseHeartbeat(store, task, worker, lease_ms, outage):
-            outcome = _execute(store, keys, run_id, task, job_id, worker, work, outage)
+        with LeaseHeartbeat(store, task, worker, lease_ms, outage) as lease:
+            outcome = _execute(store, keys, run_id, task, job_id, worker, work, outage, lease)
         _sweep_soon(connection, keys)
         return outcome
 
 
 def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, worker: str, work: TaskWork,
-             outage: OutageTracker | None = None) -> dict[str, Any]:
+             outage: OutageTracker | None = None, lease: LeaseHeartbeat | None = None) -> dict[str, Any]:
     meta = work.meta
     graph = graph_for(store, meta.pop("spec", None))
     spec = graph.tasks[task]
@@ -268,6 +268,8 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         # are safe to repeat (a repeated complete is refused, the first one counted; a
         # child whose enqueue was lost is re-enqueued by the sweeper's repair of queued tasks).
         outage = outage or OutageTracker(f"task-{task}")
+        if lease is not None:
+            lease.finishing = True  # the result deletes the lease: a beat racing it finds none
         status, ignored, items = outage.call(
             lambda: store.complete(task, job_id, result, activate=activate, data=data, usage=usage,
                                    input=work.input, events=work.owed))

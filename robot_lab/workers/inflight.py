@@ -8,13 +8,17 @@ honest design here: model calls and Redis round trips release the GIL, the robot
 synchronous code, and Dramatiq makes the same choice (8 threads per process by default).
 
 **Network tasks** -- :class:`InFlightWorker` (built by :func:`in_flight_worker_class`): one rq
-``SimpleWorker`` whose work loop takes a job only when one of its N slots is free and runs
-it on a pool thread. rq 3 models a worker with several executions (``Execution`` objects in
-the worker's executions set), so every job still goes through rq's own ``perform_job``:
-started registry, result, retries, failure handling -- none of rq's job lifecycle is rewritten
-here. Each job claims its task and keeps its own lease with its own heartbeat
-(:mod:`robot_lab.network.task_job`, :mod:`robot_lab.network.lease`), so after a kill -9 every task in hand is re-run when its
-lease expires, and budgets (Redis ledgers, holds per job attempt and thread) and a network's
+``SimpleWorker`` whose work loop takes jobs only when one of its N slots is free and runs
+each on a pool thread (started on demand, :mod:`robot_lab.threads`). rq 3 models a worker
+with several executions (``Execution`` objects in the worker's executions set); network task
+jobs run on the lean lifecycle of :mod:`.task_lifecycle` (rq's records in one pipeline to
+start and one to finish, rq's own failure handling), any other job through rq's
+``perform_job``. A job taken is *held* (``R:held:<task>``, beaten by the lease keeper) until
+it ends, so a sweep never takes one waiting here for a thread for stranded. Each job claims
+its task and keeps its own lease (:mod:`robot_lab.network.task_job`,
+:mod:`robot_lab.network.lease`: one keeper thread beats every lease of the process in one
+pipelined round trip), so after a kill -9 every task in hand is re-run when its lease
+expires, and budgets (Redis ledgers, holds per job attempt and thread) and a network's
 ``max_concurrent_robots`` (enforced when tasks are enqueued) hold as with N processes. Job
 timeouts use rq's ``TimerDeathPenalty`` mechanism on one watchdog thread (:mod:`.timeouts`):
 SIGALRM works only in the main thread.
@@ -41,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from robot_lab.logging import get_logger
 from robot_lab.outage import is_outage
-from robot_lab.threads import warm_pool
+from robot_lab.threads import ElasticPool
 from robot_lab.workers.health import JOB_SLACK, LOOP_SLACK
 from robot_lab.workers.supervision import RidesOutages
 
@@ -127,8 +131,9 @@ def in_flight_worker_class() -> type:
 
     from robot_lab.workers.timeouts import SharedTimerDeathPenalty  # lazy: start-up time
     from robot_lab.network.job_policy import job_class as policed_job_class  # lazy: start-up time
+    from robot_lab.workers.task_lifecycle import task_job_lifecycle  # lazy: start-up time
 
-    class InFlightWorker(RidesOutages, SimpleWorker):
+    class InFlightWorker(RidesOutages, task_job_lifecycle(SimpleWorker)):
         """rq SimpleWorker running up to ``in_flight`` jobs at once on pool threads."""
 
         death_penalty_class = SharedTimerDeathPenalty
@@ -142,18 +147,19 @@ def in_flight_worker_class() -> type:
             self.loop_beat = 0.0
             self._jobs: dict[str, tuple[float, float | None]] = {}  # job id -> (started, timeout)
             self._slots = threading.Condition()
-            self._pool: Any = None  # a warm ThreadPoolExecutor, made when work() starts taking jobs (again)
+            self._pool: Any = None  # an ElasticPool (robot_lab/threads.py), made when work() starts taking jobs (again)
             self._waiting = False  # the main thread waits for a job or a slot: nothing in hand
             self._cold = False
             self._suspension_checked = 0.0
             self._state_written: str | None = None
             self._taken: deque[tuple[Any, Any]] = deque()  # popped by a batch, not yet running
+            self._holds: dict[str, Any] = {}  # job id -> its JobHold (network/lease.py), taken until it ends
             self.jobs_done = 0
 
         # --- taking jobs --------------------------------------------------------------
         def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
-            if self._pool is None:  # every slot's thread started while idle (robot_lab/threads.py)
-                self._pool = warm_pool(self.in_flight, "rq-job")
+            if self._pool is None:  # a few threads warm, the rest started on demand (robot_lab/threads.py)
+                self._pool = ElasticPool(self.in_flight, "rq-job")
             while True:
                 self._wait_for_slot()
                 if self._taken:
@@ -224,11 +230,37 @@ def in_flight_worker_class() -> type:
                 result.append((job, queue))
             if result:
                 self.reorder_queues(reference_queue=result[-1][1])
+                self._hold([job for job, _ in result])
             return result
+
+        def _hold(self, jobs: list[Any]) -> None:
+            """Mark network task jobs as in this live worker's hands (``R:held:<task>``, one
+            round trip), so no sweeper takes one waiting here for a thread for stranded."""
+            from robot_lab.network.lease import hold_jobs, task_lease_ms
+
+            holds = [(job.id, key) for job in jobs if job.id not in self._holds
+                     for key in [_held_key(job)] if key is not None]
+            if not holds:
+                return
+            try:
+                made = hold_jobs(self._data_connection(), [(key, job_id) for job_id, key in holds], task_lease_ms())
+            except Exception as exc:  # noqa: BLE001 - a hold is an optimisation of the sweep's patience
+                log.warning("worker.hold_failed", jobs=len(holds), error=f"{type(exc).__name__}: {exc}")
+                return
+            for (job_id, _), hold in zip(holds, made):
+                self._holds[job_id] = hold
+
+        def _data_connection(self) -> Any:
+            from robot_lab.rq_connection import data_connection
+
+            return data_connection(self.connection)
 
         def _give_back_taken(self) -> None:
             """Jobs popped by a batch that a stop left unstarted go back to the head of their
             queue (and out of the intermediate list), in order."""
+            from robot_lab.network.lease import release_holds
+
+            release_holds([self._holds.pop(job.id) for job, _ in self._taken if job.id in self._holds])
             while self._taken:
                 job, queue = self._taken.pop()
                 with self.connection.pipeline() as pipe:
@@ -281,8 +313,9 @@ def in_flight_worker_class() -> type:
             timeout = job.timeout if isinstance(job.timeout, (int, float)) and job.timeout > 0 else None
             with self._slots:
                 self._jobs[job.id] = (time.monotonic(), timeout)
-            if self._pool is None:  # normally made, warm, before the first dequeue
-                self._pool = warm_pool(self.in_flight, "rq-job")
+            self._hold([job])  # taken by rq's own blocking dequeue: not held yet
+            if self._pool is None:  # normally made before the first dequeue
+                self._pool = ElasticPool(self.in_flight, "rq-job")
             self._pool.submit(self._run_job, job, queue)
 
         def _run_job(self, job: Any, queue: Any) -> None:
@@ -293,6 +326,11 @@ def in_flight_worker_class() -> type:
             except BaseException as exc:  # noqa: BLE001 - a pool thread never dies silently
                 log.error("worker.job_thread_failed", job_id=job.id, error=f"{type(exc).__name__}: {exc}")
             finally:
+                from robot_lab.network.lease import release_holds
+
+                hold = self._holds.pop(job.id, None)
+                if hold is not None:
+                    release_holds([hold])
                 with self._slots:
                     self._jobs.pop(job.id, None)
                     self.jobs_done += 1
@@ -380,3 +418,19 @@ def in_flight_worker_class() -> type:
             return None
 
     return InFlightWorker
+
+
+def _held_key(job: Any) -> str | None:
+    """``R:held:<task>`` of a network task job (the Ruby gem's job function and its plain-data
+    arguments), else None."""
+    from robot_lab.network.enqueue import JOB_FUNC
+
+    args = job.args
+    if job.func_name != JOB_FUNC or len(args) != 4 or not all(isinstance(a, str) for a in args):
+        return None
+    from robot_lab.keys import Keys
+    from robot_lab.settings import get_settings
+
+    prefix, run_id, task, _ = args
+    return Keys(prefix=prefix, cluster=get_settings().cluster_keys).run_held(run_id, task)
+

@@ -67,24 +67,31 @@ def robot_worker_class() -> type:
     from rq.worker import SimpleWorker  # lazy: start-up time
 
     from robot_lab.network.job_policy import job_class as policed_job_class  # lazy: start-up time
+    from robot_lab.workers.task_lifecycle import task_job_lifecycle  # lazy: start-up time
 
-    class RobotWorker(LoopProgress, RidesOutages, SimpleWorker):
-        """Records loop progress for the heartbeat (workers/health.py) and rides out Redis
-        outages (workers/supervision.py); runs only robot-lab's job (network/job_policy.py)."""
+    class RobotWorker(LoopProgress, RidesOutages, task_job_lifecycle(SimpleWorker)):
+        """Records loop progress for the heartbeat (workers/health.py), rides out Redis
+        outages (workers/supervision.py), runs only robot-lab's job (network/job_policy.py)
+        and runs network task jobs on the lean lifecycle of workers/task_lifecycle.py."""
 
         job_class = policed_job_class()
 
     return RobotWorker
 
 
-def warm_up(models: Iterable[str] | None = None) -> None:
+def warm_up(models: Iterable[str] | None = None, *, background: bool = False) -> None:
     """Make one offline scripted call and import the job code, so the first task of a worker
     (or of the demo) does not pay lazy imports; litellm (200 MB, seconds) only when one of
-    ``models`` needs it (None: not known, so yes). See docs/operations.md, "Memory"."""
+    ``models`` needs it (None: not known, so yes) -- with ``background``, on a thread of its
+    own, so the worker serves its inbox and queues (and beats its health) while it loads; a
+    provider call before it is loaded waits for it. See docs/operations.md, "Memory"."""
     from robot_lab.runtime.llm import gateway as llm  # lazy: start-up time
 
     if models is None or not all(llm.is_scripted(model) for model in models):
-        llm.litellm_module()
+        if background:
+            threading.Thread(target=_load_litellm, name="litellm-import", daemon=True).start()
+        else:
+            llm.litellm_module()
     from robot_lab.observability import otel
 
     try:
@@ -93,6 +100,21 @@ def warm_up(models: Iterable[str] | None = None) -> None:
     except Exception as exc:  # warming up is an optimisation only
         log.warning("worker.warm_up_failed", error=f"{type(exc).__name__}: {exc}")
     from robot_lab.network import task_job  # noqa: F401  (the job's imports, before the first job)
+
+
+
+def _load_litellm() -> None:
+    import time
+
+    from robot_lab.runtime.llm import gateway as llm
+
+    started = time.monotonic()
+    try:
+        llm.litellm_module()
+    except Exception as exc:  # noqa: BLE001 - the first provider call will say why, again
+        log.warning("worker.litellm_import_failed", error=f"{type(exc).__name__}: {exc}")
+        return
+    log.info("worker.litellm_loaded", seconds=round(time.monotonic() - started, 2))
 
 
 def resolve_worker_robots(names: list[str], *, connection: RedisClient, keys: Keys, app: Any) -> dict[str, Any]:
@@ -174,7 +196,7 @@ def served_models(specs: dict[str, Any], spawned: bool) -> list[str] | None:
 def _child_main(url: str | None, queues: list[str], name: str, burst: bool, in_flight: int,
                 models: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards SIGTERM instead
-    warm_up(models)
+    warm_up(models, background=True)
     try:
         _rq_loop(url, queues, name, burst, in_flight=in_flight)
     finally:
@@ -298,7 +320,7 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
     # Every loop is registered before it starts and the heartbeat runs from here on, so a
     # loop that dies at start-up fails `robot-lab health` naming it (workers/supervision.py).
     loops, heartbeat = _supervision(connection, keys, base, robots, queues, children)
-    warm_up(models)
+    warm_up(models, background=True)  # litellm loads beside the loops, not before them
     threads = [loops.thread(loops.add("sweeper", idle_limit=SWEEP_INTERVAL + LOOP_SLACK, busy_limit=300.0),
                             _sweeper, connection, keys, stop, loops.loops["sweeper"], stop=stop)]
     if bus:

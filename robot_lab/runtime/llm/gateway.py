@@ -334,10 +334,14 @@ def _check_credentials(litellm: Any, model: str, kwargs: dict[str, Any]) -> None
         return
     keys = [k for k in missing if any(word in k for word in ("KEY", "TOKEN", "SECRET"))]
     if keys:
-        raise ConfigurationError(
-            f"{model}: no credentials: set {' and '.join(keys)} (or pick another model with -m / ROBOT_LAB_MODEL; "
-            "scripted/echo needs none)"
-        )
+        _no_credentials(model, keys)
+
+
+def _no_credentials(model: str, keys: list[str]) -> None:
+    raise ConfigurationError(
+        f"{model}: no credentials: set {' and '.join(keys)} (or pick another model with -m / ROBOT_LAB_MODEL; "
+        "scripted/echo needs none)"
+    )
 
 
 def short_error(exc: BaseException, limit: int = 300) -> str:
@@ -515,18 +519,18 @@ class LLMGateway:
                 f"model requests are disabled (ROBOT_LAB_ALLOW_MODEL_REQUESTS=0): refusing to call {model!r}; "
                 "use a scripted/... model"
             )
+        kwargs: dict[str, Any] = {k: v for k, v in (params or {}).items() if v is not None}
         if not is_scripted(model):  # a missing key of a common provider: now, before litellm's import
-            from robot_lab.runtime.llm.credentials import check_known_provider_key
+            if provider and "/" not in model:
+                kwargs["custom_llm_provider"] = provider
+            from robot_lab.runtime.llm.credentials import check_known_provider_key  # lazy: start-up time
 
             check_known_provider_key(model, provider, params)
         direct = is_scripted(model) and not _litellm_listening()
         litellm = None if direct else litellm_module()
-        kwargs: dict[str, Any] = {k: v for k, v in (params or {}).items() if v is not None}
         if is_scripted(model):
             kwargs["metadata"] = {"robot_lab_provider": provider, "robot_lab_robot": robot}
         else:
-            if provider and "/" not in model:
-                kwargs["custom_llm_provider"] = provider
             _check_credentials(litellm, f"{provider}/{model}" if "custom_llm_provider" in kwargs else model, kwargs)
         if tools:
             kwargs["tools"] = tools

@@ -73,9 +73,14 @@ class Learning:
 
     def load(self) -> list[str]:
         if self._memory is None and not self.learnings:
-            from robot_lab import connection  # lazy: start-up time
+            import sys
 
-            if get_settings().embedded and connection._embedded_server is None:
+            from robot_lab.settings import get_settings
+
+            # lazy: start-up time -- robot_lab.connection imports redis-py; not imported yet
+            # means no embedded store exists yet either
+            connection = sys.modules.get("robot_lab.connection")
+            if get_settings().embedded and getattr(connection, "_embedded_server", None) is None:
                 return []  # no embedded store exists yet, so nothing can have been learned
         if self._preloaded is not _UNREAD:
             from robot_lab.memory.values import Values  # lazy: start-up time

@@ -159,12 +159,18 @@ def resolve_plan(
 
 
 def bind_memory(robot: RobotParts, memory: Any, network: Any = None) -> Any:
-    """The Ruby gem's ``run_memory``: the argument, else the network's, else the robot's own."""
-    from robot_lab.memory.store import Memory, resolve_memory  # lazy: start-up time
+    """the Ruby gem's ``run_memory``: the argument, else the network's, else the robot's own
+    (opened when first used: :mod:`.own_memory`)."""
+    from robot_lab.runtime.robot.own_memory import own_memory
 
     default = getattr(network, "memory", None) if network is not None else None
-    if not isinstance(default, Memory):
-        default = robot.memory
+    if default is not None:
+        from robot_lab.memory.store import Memory  # lazy: start-up time (redis-py)
+
+        if not isinstance(default, Memory):
+            default = None
     if memory is None:
-        return default
-    return resolve_memory(memory, default)
+        return default if default is not None else own_memory(robot)
+    from robot_lab.memory.store import resolve_memory  # lazy: start-up time (redis-py)
+
+    return resolve_memory(memory, default if default is not None else robot.memory)

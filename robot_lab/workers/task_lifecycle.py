@@ -1,0 +1,97 @@
+"""The lifecycle ``robot-lab worker`` runs network task jobs on, beside rq's own.
+
+:func:`task_job_lifecycle` wraps an rq worker class; :meth:`perform_task_job` is the one
+entry point of every network task a ``robot-lab worker`` runs (one at a time or in flight).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def task_job_lifecycle(base: type) -> type:
+    """``base`` (an rq worker class) running the Ruby gem's network task jobs on a lean
+    lifecycle of its own; every other job goes through rq's ``perform_job``.
+
+    A task job needs little of rq's per-job lifecycle: it has no dependents, callbacks or
+    repeats, its claim, lease and result are the run's Lua transitions (which record a
+    result exactly once), and rq's part is bookkeeping -- started registry and execution,
+    status, result, finished registry. rq's lifecycle spends two MULTI pipelines to start a
+    job, a WATCH/MULTI pair to finish it (for dependents), a re-save of the whole job hash
+    and a job heartbeat: ~40% of an in-flight worker's interpreter time at a thousand tasks
+    in hand (bench/concurrency.py). Here the same records are written in one pipeline to
+    start and one to finish, so ``rq info``, the registries and ``job.latest_result()`` read
+    the same; a job that raises (or times out) goes to rq's own failure handling (retries,
+    failed registry). A plain ``rq worker robot:<name>`` runs the same jobs with rq's
+    lifecycle."""
+    from rq.executions import Execution
+    from rq.job import JobStatus
+    from rq.results import Result
+    from rq.timeouts import JobTimeoutException
+    from rq.utils import now, utcformat
+    from rq.worker import WorkerStatus
+
+    from robot_lab.network.enqueue import JOB_FUNC
+
+    class TaskJobLifecycle(base):  # type: ignore[misc, valid-type]
+        def execute_job(self, job: Any, queue: Any) -> Any:
+            if job.func_name != JOB_FUNC:
+                return super().execute_job(job, queue)
+            return self.perform_task_job(job, queue)
+
+        def perform_task_job(self, job: Any, queue: Any) -> bool:
+            """Start, run and finish one network task job (the entry point of every task
+            this worker runs; the job function is robot_lab.workers.run_task)."""
+            execution = self._start_task_job(job, queue)
+            try:
+                timeout = job.timeout or self.queue_class.DEFAULT_TIMEOUT
+                with self.death_penalty_class(timeout, JobTimeoutException, job_id=job.id):
+                    value = job.perform()  # the job function, with rq's current job set
+            except BaseException:  # noqa: BLE001 - rq's failure handling: retries, failed registry
+                import sys
+
+                self._finalize_failure(job, queue, execution, sys.exc_info())
+                self.set_state(WorkerStatus.IDLE)
+                return False
+            self._finish_task_job(job, execution, value)
+            return True
+
+        def _start_task_job(self, job: Any, queue: Any) -> Any:
+            """rq's prepare_execution + prepare_job_execution in one pipeline: the execution
+            in the started registry, the worker busy, the job started by it, off the
+            intermediate list."""
+            with self.connection.pipeline(transaction=False) as pipe:
+                execution = Execution.create(job, self.get_heartbeat_ttl(job), pipeline=pipe, worker_name=self.name)
+                self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+                job.prepare_for_execution(self.name, pipeline=pipe)
+                pipe.persist(job.key)
+                if len(self.queues) == 1:
+                    pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+                pipe.execute()
+            self.executions[execution.id] = execution
+            return execution
+
+        def _finish_task_job(self, job: Any, execution: Any, value: Any) -> None:
+            """rq's success handling for a job with no dependents, callbacks or repeats, in one
+            pipeline: status and end time, the result, the finished registry, the job's
+            expiry, the execution gone, the worker's counters and state."""
+            job.ended_at = now()
+            job._result = value
+            job._status = JobStatus.FINISHED
+            result_ttl = job.get_result_ttl(self.default_result_ttl)
+            with self.connection.pipeline(transaction=False) as pipe:
+                pipe.hset(job.key, mapping={"status": JobStatus.FINISHED.value, "ended_at": utcformat(job.ended_at)})
+                if result_ttl != 0:
+                    Result.create(job, Result.Type.SUCCESSFUL, return_value=value, ttl=result_ttl,
+                                  worker_name=self.name, pipeline=pipe, execution_id=execution.id,
+                                  execution_started_at=execution.created_at, execution_ended_at=job.ended_at)
+                    job.finished_job_registry.add(job, result_ttl, pipe)
+                job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
+                execution.delete(job=job, pipeline=pipe)
+                self.increment_successful_job_count(pipeline=pipe)
+                self.increment_total_working_time(job.ended_at - job.started_at, pipe)
+                self.set_state(WorkerStatus.IDLE, pipeline=pipe)
+                pipe.execute()
+            self.executions.pop(execution.id, None)
+
+    return TaskJobLifecycle
