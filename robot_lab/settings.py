@@ -286,6 +286,9 @@ class Settings(BaseSettings):
     # exponential backoff with jitter, first delay ~redis_retry_initial, at most redis_retry_max.
     redis_retry_initial: float = 0.2
     redis_retry_max: float = 5.0
+    # seconds to open a connection to Redis: TCP connect and, for rediss://, the TLS handshake
+    # (a rediss:// URL on a plain Redis port would otherwise wait forever for a ServerHello)
+    redis_connect_timeout: float = Field(default=10.0, gt=0)
     # Critical writes (a task's recorded result, memory compare-and-set) wait until this many
     # replicas acknowledged them (Redis WAIT, at most redis_wait_timeout_ms), so a failover
     # right after cannot lose them. 0 = off (Redis replication is asynchronous). Not applied
