@@ -92,6 +92,11 @@ class SandboxSettings(BaseModel):
     # workspace; attachments sent as bytes always work.
     attach_from: list[str] = Field(default_factory=list)
     max_attachment_bytes: int = 50 * 1024 * 1024
+    # A workspace's quota: a script that makes it hold more is stopped (0 = no limit), and
+    # workspaces untouched this many seconds are removed when another one is opened (0 = kept)
+    workspace_max_bytes: int = Field(default=1024 * 1024 * 1024, ge=0)
+    workspace_max_files: int = Field(default=10_000, ge=0)
+    workspace_ttl: int = Field(default=7 * 86_400, ge=0)
 
 
 class SkillGrant(BaseModel):
