@@ -23,6 +23,7 @@ from robot_lab.runtime.rails.budget.calls import (
     reserve_all_remaining,
     reserve_for_call,
     robot_ledger,
+    within_reservation,
 )
 from robot_lab.runtime.rails.budget.estimate import CallEstimate, estimate_call
 from robot_lab.runtime.rails.budget.ledger import COST, TOKENS, BudgetLedger, Ledger
@@ -45,4 +46,5 @@ __all__ = [
     "reserve_all_remaining",
     "reserve_for_call",
     "robot_ledger",
+    "within_reservation",
 ]
