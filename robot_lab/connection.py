@@ -110,6 +110,7 @@ def _defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     # and blocking reads (memory waits, XREAD BLOCK) must not trip a socket timeout.
     kwargs.setdefault("protocol", 2)
     kwargs.setdefault("socket_timeout", None)
+    kwargs.setdefault("socket_connect_timeout", _connect_timeout())
     kwargs.setdefault("socket_keepalive", True)
     # ...so a peer that vanished without closing (a failed-over host, a partition) must be
     # noticed by TCP keepalive: ~30 s here instead of the kernel's default two hours.
@@ -121,6 +122,24 @@ def _defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     if info is not None:
         kwargs.setdefault("driver_info", info)
     return kwargs
+
+
+def _connect_timeout() -> float:
+    from robot_lab.settings import get_settings
+
+    return float(get_settings().redis_connect_timeout)
+
+
+class HandshakeTimedSSLConnection(redis.SSLConnection):
+    """redis-py's TLS connection, with the handshake bounded by the connect timeout: redis-py
+    does it under the (unbounded) command timeout, so ``rediss://`` against a plain Redis
+    port, or a stalled TLS peer, hung every command instead of failing."""
+
+    def _wrap_socket_with_ssl(self, sock: Any) -> Any:
+        sock.settimeout(self.socket_connect_timeout)
+        wrapped = super()._wrap_socket_with_ssl(sock)
+        wrapped.settimeout(self.socket_timeout)
+        return wrapped
 
 
 _DRIVER_INFO: list[Any] = []
@@ -282,6 +301,8 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = 
             client.auto_close_connection_pool = True
             return client
         options.setdefault("max_connections", SYNC_MAX_CONNECTIONS)
+        if scheme == "rediss":
+            options.setdefault("connection_class", HandshakeTimedSSLConnection)
         return flavour.Redis.from_url(f"{scheme}://{rest}", **options)
     if parsed.kind == "sentinel":
         from redis.sentinel import Sentinel  # lazy: start-up time

@@ -95,6 +95,11 @@ class SandboxSettings(BaseModel):
     # workspace; attachments sent as bytes always work.
     attach_from: list[str] = Field(default_factory=list)
     max_attachment_bytes: int = 50 * 1024 * 1024
+    # A workspace's quota: a script that makes it hold more is stopped (0 = no limit), and
+    # workspaces untouched this many seconds are removed when another one is opened (0 = kept)
+    workspace_max_bytes: int = Field(default=1024 * 1024 * 1024, ge=0)
+    workspace_max_files: int = Field(default=10_000, ge=0)
+    workspace_ttl: int = Field(default=7 * 86_400, ge=0)
 
 
 class SkillGrant(BaseModel):
@@ -321,6 +326,9 @@ class Settings(BaseSettings):
     # exponential backoff with jitter, first delay ~redis_retry_initial, at most redis_retry_max.
     redis_retry_initial: float = 0.2
     redis_retry_max: float = 5.0
+    # seconds to open a connection to Redis: TCP connect and, for rediss://, the TLS handshake
+    # (a rediss:// URL on a plain Redis port would otherwise wait forever for a ServerHello)
+    redis_connect_timeout: float = Field(default=10.0, gt=0)
     # Critical writes (a task's recorded result, memory compare-and-set) wait until this many
     # replicas acknowledged them (Redis WAIT, at most redis_wait_timeout_ms), so a failover
     # right after cannot lose them. 0 = off (Redis replication is asynchronous). Not applied

@@ -320,3 +320,19 @@ def test_odd_conversation_ids_are_resolved(bus: Bus, raw: bytes) -> None:
     resolve_all(poller, bus)
     assert [r.content for r in replies_to(bus, "fuzz-client")["good-1"]] == ["re: good 1"]
     assert not bus.redis.exists(bus.keys.conversation_heads(ROBOT))
+
+
+def test_too_deep_or_too_large_entries_with_a_readable_reply_to_get_an_error_envelope(bus: Bus) -> None:
+    """Neither nesting 30,000 deep nor a size over the limit hides a top-level ``reply_to``:
+    the sender is told, as for any other unreadable entry (a truncated one still is not)."""
+    inbox = bus.keys.inbox(ROBOT)
+    deep = b'{"id": "deep-1", "reply_to": "fuzz-client", "to": "fuzzed", "content": ' + b"[" * 30_000 + \
+        b"]" * 30_000 + b"}"
+    large = json.dumps({"content": "x" * (LIMIT * 5), "id": "large-1", "reply_to": "fuzz-client"}).encode()
+    bus.redis.xadd(inbox, {"envelope": deep})
+    bus.redis.xadd(inbox, {"envelope": large})
+    resolve_all(consumer(bus), bus)
+    assert [d.reason for d in bus.dead_letters(ROBOT)] == ["invalid", "too_large"]
+    got = replies_to(bus, "fuzz-client")
+    assert got["deep-1"][0].kind == "error" and got["large-1"][0].kind == "error"
+    assert "limit" in str(got["large-1"][0].content)

@@ -175,3 +175,26 @@ def test_the_default_output_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> Non
     settings = configure()
     assert (settings.budget.default_output_tokens, settings.budget.wait_timeout) == (77, 3.5)
     assert estimate_call("scripted/echo", [{"role": "user", "content": "hi"}]).output_tokens == 77
+
+
+
+
+def test_a_call_within_its_reservation_keeps_its_answer_when_another_overran(make: Callable[..., Any]) -> None:
+    """Two calls share a budget of 300 tokens and reserve 100 each. B uses 250 (its provider
+    ignored max_tokens) and settles first, inside the budget; A uses its 100 and settles
+    after, when the ledger shows 350. A stayed within what it was granted: it keeps its
+    answer (robot_lab's after-the-call error is for a call that itself used more than it
+    reserved and found the budget over), and the next call is refused before it starts."""
+    from types import SimpleNamespace
+
+    from robot_lab.runtime.llm.gateway import LLMResponse
+    from robot_lab.runtime.robot.loop import _settle
+
+    robot = SimpleNamespace(total_input_tokens=0, total_output_tokens=0, config=SimpleNamespace(token_budget=None))
+    ledger = make({"tokens": 300})
+    a = reserve_for_call([ledger], CallEstimate(50, 50), timeout=0)
+    b = reserve_for_call([ledger], CallEstimate(50, 50), timeout=0)
+    _settle(robot, b, LLMResponse(input_tokens=50, output_tokens=200), [ledger])  # 250 of 300
+    _settle(robot, a, LLMResponse(input_tokens=50, output_tokens=50), [ledger])  # 350 of 300: A is within
+    with pytest.raises(BudgetExceeded):
+        reserve_for_call([ledger], CallEstimate(10, 10), timeout=0)

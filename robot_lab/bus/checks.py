@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +63,7 @@ def _check(robot: str, entry: str, fields: Mapping[bytes, bytes], max_bytes: int
         names = ", ".join(sorted(text(k, 60) for k in fields))
         return Verdict(reason="invalid", error=text(f"entry has no 'envelope' field (fields: {names})"))
     if max_bytes > 0 and len(raw) > max_bytes:
-        return Verdict(reason="too_large", lenient=lenient_fields(raw, max_bytes * 4),
+        return Verdict(reason="too_large", lenient=lenient_fields(raw),
                        error=f"envelope is {len(raw)} bytes; the limit is {max_bytes} (setting bus.max_envelope_bytes)")
     try:
         message = decode_message(raw)
@@ -113,20 +114,53 @@ def _has_id(raw: bytes) -> bool:
         return True
 
 
-def lenient_fields(raw: bytes | None, max_bytes: int = 16 * 1_048_576) -> dict[str, str]:
+_LENIENT_KEYS = ("reply_to", "from", "id", "conversation_id")
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')
+
+
+def top_level_strings(raw: bytes, wanted: tuple[str, ...] = _LENIENT_KEYS) -> dict[str, Any]:
+    """The top-level string members ``wanted`` of a JSON object, read without decoding the
+    rest: one pass over its tokens, nesting counted rather than recursed into, so an entry
+    nested 100,000 deep or of many megabytes is read as fast as a small one. Only an object
+    whose brackets close is read (a truncated entry yields nothing)."""
+    depth, key, expect_key, found = 0, None, False, {}
+    for match in _TOKEN.finditer(raw):
+        token = match.group()
+        head = token[:1]
+        if head in (b"{", b"["):
+            if depth == 0 and head != b"{":
+                return {}
+            depth += 1
+            expect_key = depth == 1
+        elif head in (b"}", b"]"):
+            depth -= 1
+            if depth == 0:
+                return found
+        elif depth != 1:
+            continue
+        elif head == b",":
+            expect_key, key = True, None
+        elif head == b'"':
+            if expect_key:
+                key, expect_key = json.loads(token), False
+            elif key in wanted:
+                found[key] = json.loads(token)
+    return {}
+
+
+def lenient_fields(raw: bytes | None, max_bytes: int = 64 * 1_048_576) -> dict[str, str]:
     """Best-effort ``reply_to`` / ``from`` / ``id`` / ``conversation_id`` of an entry that
-    failed validation: to send its sender an error envelope and release its conversation.
-    Only top-level strings; names must be valid inbox names."""
+    failed validation (also one too deep or too large to decode): to send its sender an
+    error envelope and release its conversation. Only top-level strings; names must be
+    valid inbox names."""
     if not raw or len(raw) > max_bytes:
         return {}
     try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError, UnicodeDecodeError, TypeError):
-        return {}
-    if not isinstance(doc, dict):
+        doc = top_level_strings(raw)
+    except (ValueError, UnicodeDecodeError):
         return {}
     out: dict[str, str] = {}
-    for key in ("reply_to", "from", "id", "conversation_id"):
+    for key in _LENIENT_KEYS:
         value = doc.get(key)
         if not isinstance(value, str) or not value or (key != "conversation_id" and len(value) > 200):
             continue

@@ -48,6 +48,9 @@ def _from_redis(exc: BaseException) -> str | None:
             text.startswith(("NOAUTH", "WRONGPASS")):
         return (f"{_redis_where()} refused the credentials: {text} "
                 "(check the user and password in REDIS_URL: redis://user:password@host:6379/0)")
+    if ("ConnectionError" in names or "TimeoutError" in names) and _redis_where().startswith("Redis at rediss"):
+        return (f"cannot reach {_redis_where()}: {text} (a rediss:// URL needs a port that speaks TLS: is TLS on "
+                "there? ROBOT_LAB_REDIS_CONNECT_TIMEOUT bounds the handshake)")
     if "ConnectionError" in names or "TimeoutError" in names:
         return (f"cannot reach {_redis_where()}: {text} "
                 "(is redis-server running there? check REDIS_URL, or unset it to run embedded)")

@@ -44,6 +44,7 @@ from robot_lab.settings import get_settings
 from robot_lab.skills import reaper
 from robot_lab.skills.capabilities import Capabilities, is_under
 from robot_lab.skills.limits import CallCgroup, Limits, rlimit_prefix
+from robot_lab.skills.quota import quota_watch
 
 log = get_logger("robot_lab.skills.sandbox")
 
@@ -299,13 +300,15 @@ def execute(
     max_output: int,
     mode: str,
     reap: Callable[[], object] | None = None,
+    watch: Callable[[], str | None] | None = None,
 ) -> Outcome:
     """Run ``argv`` in a new process group; combined stdout+stderr, capped, bounded in time.
 
     Single-threaded: a selector reads the pipe until EOF, the deadline, or the process exit
     (a background child that keeps the pipe open does not hold the call until the timeout).
     ``reap`` kills what the process group misses (``setsid`` children), at the timeout and
-    at the end.
+    at the end. ``watch`` is polled about every 0.25 s; a reason it returns stops the script
+    (the workspace quota) and becomes the outcome's note.
     """
 
     def kill_all(pgid: int) -> None:
@@ -330,6 +333,8 @@ def execute(
     kept = 0
     total = 0
     timed_out = False
+    stopped: str | None = None
+    watched = started
     selector = selectors.DefaultSelector()
     selector.register(fd, selectors.EVENT_READ)
     try:
@@ -340,6 +345,12 @@ def execute(
                 kill_all(proc.pid)
                 break
             events = selector.select(min(remaining, 0.1))
+            if watch is not None and time.monotonic() - watched >= 0.25:
+                watched = time.monotonic()
+                stopped = watch()
+                if stopped:
+                    kill_all(proc.pid)
+                    break
             if not events:
                 if proc.poll() is not None:
                     break  # exited; whatever still holds the pipe is a stray child
@@ -372,8 +383,10 @@ def execute(
     truncated = total > kept
     if truncated:
         output += f"\n[output truncated: {total} bytes, first {kept} shown]"
+    if stopped is None and watch is not None:
+        stopped = watch()  # a script that filled it between two polls and exited
     return Outcome(output, None if timed_out else proc.returncode, timed_out, truncated, mode,
-                   time.monotonic() - started)
+                   time.monotonic() - started, note=f"[the script was stopped: {stopped}]" if stopped else "")
 
 
 _PROCESS_SIGNS = ("cannot fork", "can't fork", "resource temporarily unavailable", "blockingioerror",
@@ -450,7 +463,8 @@ def run_script(
     added = dict(extra_env or {})
     if grant.core:
         return _run_limited(command, env=dict(os.environ) | added, cwd=workspace or os.getcwd(), grant=grant,
-                            sandbox=sandbox, max_output=max_output, confined=False, label=label)
+                            sandbox=sandbox, max_output=max_output, confined=False, label=label,
+                            workspace=workspace)
     if sandbox.enabled:
         usable, reason = bwrap_status()
     else:
@@ -462,7 +476,8 @@ def run_script(
         argv = bwrap_argv(inner, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=[*extra, *extra_ro],
                           extra_rw=[workspace] if workspace else [])
         return _run_limited(argv, env=script_env(grant) | added, cwd=skill_dir, grant=grant, sandbox=sandbox,
-                            max_output=max_output, confined=True, label=label)
+                            max_output=max_output, confined=True, label=label,
+                            workspace=workspace)
     if sandbox.when_unavailable != "unconfined":
         log.warning("sandbox.refused", script=label, reason=reason)
         return Outcome(
@@ -477,11 +492,11 @@ def run_script(
     home = os.path.realpath(os.environ.get("TMPDIR", "/tmp"))
     return _run_limited(command, env=script_env(grant, home=home) | {"TMPDIR": home} | added,
                         cwd=workspace or choose_cwd(grant, skill_dir), grant=grant, sandbox=sandbox,
-                        max_output=max_output, confined=False, label=label)
+                        max_output=max_output, confined=False, label=label, workspace=workspace)
 
 
 def _run_limited(argv: Sequence[str], *, env: dict[str, str], cwd: str, grant: Capabilities, sandbox: Any,
-                 max_output: int, confined: bool, label: str = "") -> Outcome:
+                 max_output: int, confined: bool, label: str = "", workspace: str | None = None) -> Outcome:
     """:func:`execute` inside the call's pids cgroup (where one can be made) with its memory
     rlimit; an unconfined call also carries a reaper token, so that every process it
     started is killed at the end (bwrap's pid namespace does that for a confined one)."""
@@ -504,8 +519,10 @@ def _run_limited(argv: Sequence[str], *, env: dict[str, str], cwd: str, grant: C
 
     try:
         outcome = execute([*prefix, *argv], env=env, cwd=cwd, timeout=grant.timeout, max_output=max_output,
-                          mode="bwrap" if confined else "unconfined", reap=reap)
-        note = " ".join(n for n in (_limit_note(outcome, limits, cgroup), network_note(outcome, grant, label)) if n)
+                          mode="bwrap" if confined else "unconfined", reap=reap,
+                          watch=quota_watch(workspace, sandbox))
+        note = outcome.note or " ".join(n for n in (_limit_note(outcome, limits, cgroup),
+                                                    network_note(outcome, grant, label)) if n)
     finally:
         if cgroup is not None:
             cgroup.remove()

@@ -18,8 +18,9 @@ On the bus an attachment travels in the envelope's top-level ``attachments`` lis
 extension field: older workers keep it untouched): ``{"name": ..., "content_base64": ...}``
 or ``{"path": ...}``; :func:`envelope_attachments` builds it.
 
-Workspaces are plain folders: nothing deletes them (clean ``workspace_root`` with your
-usual tmp reaper). A conversation continued on another host needs ``workspace_root`` on a
+Workspaces are plain folders with a quota (``sandbox.workspace_max_bytes``, ``_max_files``:
+a script that writes past it is stopped, skills/quota.py); one untouched for
+``sandbox.workspace_ttl`` (7 days) is removed when another workspace is opened. A conversation continued on another host needs ``workspace_root`` on a
 shared volume to see the same files.
 """
 
@@ -41,6 +42,7 @@ from robot_lab.logging import get_logger
 from robot_lab.settings import get_settings
 from robot_lab.schemas.messages import ResultFile
 from robot_lab.skills.capabilities import expand_path, is_under
+from robot_lab.skills.quota import remove_stale
 
 log = get_logger("robot_lab.skills.workspace")
 
@@ -97,7 +99,9 @@ class Workspace:
         root = workspace_root(settings)
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         _check_owner(root)
-        return cls(root / _segment(scope), sandbox=sandbox)
+        workspace = cls(root / _segment(scope), sandbox=sandbox)
+        remove_stale(root, float(getattr(_sandbox(sandbox), "workspace_ttl", 0) or 0), keep=workspace.path)
+        return workspace
 
     # --- attachments -------------------------------------------------------------------------
     def attach(self, item: Any, name: str | None = None) -> Path:

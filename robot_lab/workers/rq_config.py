@@ -9,7 +9,9 @@ rq imports this module in the worker's main process before it starts, so:
 * ``ROBOT_LAB_APP`` (if set) is imported, so its robots' scripts and tools are ready.
 
 No ``-S`` flag is needed: jobs are written with pickle's data-only subset, which rq's
-default serializer reads (see :mod:`robot_lab.network.serializer`).
+default serializer reads (see :mod:`robot_lab.network.serializer`). Add
+``-w robot_lab.network.job_policy.RobotLabWorker`` so the worker runs only robot-lab's task
+job (docs/security.md, section 6).
 """
 
 from __future__ import annotations

@@ -79,10 +79,14 @@ async def call_model(
 
 
 def _settle(robot: RobotParts, reservation: Any, response: LLMResponse, ledgers: list[Any]) -> None:
-    """After a call: reconcile its reservation with what it used, then check every budget."""
-    budget_mod.reconcile(reservation, response.input_tokens + response.output_tokens, response.cost)
+    """After a call: reconcile its reservation with what it used, then check every budget --
+    unless the call stayed within what it reserved: then it keeps its answer, even when other
+    calls in flight ran a shared budget over (budget.within_reservation)."""
+    used = response.input_tokens + response.output_tokens
+    budget_mod.reconcile(reservation, used, response.cost)
+    within = budget_mod.within_reservation(reservation, used, response.cost)
     budget_mod.check_budgets(
-        ledgers,
+        [] if within else ledgers,
         tokens_used=robot.total_input_tokens + robot.total_output_tokens if robot.config.token_budget else None,
         token_budget=robot.config.token_budget,  # the robot's own budget; run-wide ones are ledgers
     )

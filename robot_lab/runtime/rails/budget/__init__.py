@@ -22,6 +22,7 @@ from robot_lab.runtime.rails.budget.calls import (
     release,
     reserve_for_call,
     robot_ledger,
+    within_reservation,
 )
 from robot_lab.runtime.rails.budget.estimate import CallEstimate, estimate_call
 from robot_lab.runtime.rails.budget.ledger import COST, TOKENS, BudgetLedger, Ledger
@@ -43,4 +44,5 @@ __all__ = [
     "release_holder",
     "reserve_for_call",
     "robot_ledger",
+    "within_reservation",
 ]

@@ -122,6 +122,15 @@ def reconcile(reservation: Reservation, tokens: float, cost: float | None = None
         ledger.reconcile(key, amount, actual.get(key, 0.0))
 
 
+def within_reservation(reservation: Reservation, tokens: float | None, cost: float | None) -> bool:
+    """Whether a call used no more than it reserved in every dimension. Such a call keeps its
+    answer whatever the ledger shows after it: only a call that used more than it was
+    granted can be the one that ran a budget over (calls refused before they start are the
+    rest of the protection)."""
+    actual = {TOKENS: float(tokens or 0), COST: float(cost or 0.0)}
+    return all(actual.get(key, 0.0) <= amount for _, key, amount in reservation.entries)
+
+
 def release(reservation: Reservation) -> None:
     """The call did not happen (or raised before any usage was known): drop the holds."""
     if reservation.settled:
