@@ -349,3 +349,16 @@ def test_a_request_recorded_just_before_its_task_parks_is_not_dropped_by_a_listi
     asked.request = request
     waiting.park(store, task, job, asked)
     assert [r.id for r in waiting.pending(redis_client, default_keys())] == [request["id"]]  # ... nor dropped
+
+
+def test_on_deny_fail_makes_a_denial_fail_the_run(redis_client, monkeypatch):
+    from robot_lab import settings
+    from robot_lab.errors import ToolLoopError
+
+    monkeypatch.setenv("ROBOT_LAB_DURABLE__ON_DENY", "fail")
+    monkeypatch.setattr(settings, "_settings", None)
+    model = _script([{"tool_calls": [{"name": "big_refund", "arguments": {"order": "B2"}}]}, {"reply": "x"}])
+    bot = build(f"strict-{uid()}", model=model, local_tools=[f"{TOOLS}:big_refund"])
+    with pytest.raises(ToolLoopError, match="the call of big_refund was denied: too much"):
+        bot.run("go", tools="inherit", on_input=lambda request: Answer(text="too much", approved=False))
+    assert durable_tools.refunds() == []
