@@ -131,12 +131,17 @@ class Keys:
         """Hash: the step journal of one network task (step index -> JSON), across attempts."""
         return f"{self.run(run_id)}:steps:{task}"
 
-    def message_steps(self, robot: str, message_key: str) -> str:
-        """Hash: the step journal of one served bus message (``<from>:<id>``), across redeliveries."""
-        return f"{self.inbox(robot)}:steps:{message_key}"
+    def parked_message(self, robot: str, request_id: str) -> str:
+        """String: the envelope of a served message waiting for the answer to ``request_id``."""
+        return f"{self.inbox(robot)}:parked:{request_id}"
+
+    def parked_conversation(self, robot: str, conversation_id: str) -> str:
+        """String: the request id a conversation of ``robot`` waits on (bus/parking.py)."""
+        return f"{self.inbox(robot)}:parked-conv:{conversation_id}"
 
     def durable_steps(self, durable_id: str) -> str:
-        """Hash: the step journal of an in-process ``run(durable_id=...)``."""
+        """Hash: the step journal of a ``run(durable_id=...)``; a served bus message's id is
+        ``bus:<robot>:<from>:<id>`` (its journal across redeliveries)."""
         return f"{self.prefix}:durable:{self._tag(durable_id)}:steps"
 
     def input_request(self, request_id: str) -> str:

@@ -328,3 +328,37 @@ def test_an_approved_tool_that_asks_again_parks_twice_in_one_step(redis_client, 
     assert second.value.request["question"] == "Which carrier?"
     waiting.answer(second.value.request["id"], "bike", connection=redis_client)
     assert attempt().reply == "- ship: shipped A1 by bike"
+
+
+def test_a_request_recorded_just_before_its_task_parks_is_not_dropped_by_a_listing(redis_client):
+    """The job records the request, then the PARK transition runs: a `pending` listing (or an
+    answer) in between must neither lose the request nor refuse it."""
+    from robot_lab.errors import InputRequired as Asked
+    from robot_lab.inputs import InputStore
+    from robot_lab.network.run_state import RunStore
+
+    net = create_network("race")
+    net.task("t", build(f"racer-{uid()}", model="scripted/echo"))
+    store = RunStore(redis_client, default_keys(), f"race-{uid()}")
+    [(task, job, _)] = store.create(net.validate(), message="m", context={}, app=None, max_concurrent=None)
+    assert store.claim(task, job, "w") == "ok"
+    request = {"id": uid(), "question": "now?", "created_at": time.time()}
+    InputStore(redis_client, default_keys()).create(request, {"kind": "task", "run_id": store.run_id, "task": task}, 60)
+    assert waiting.pending(redis_client, default_keys()) == []  # running: not listed yet ...
+    asked = Asked("now?")
+    asked.request = request
+    waiting.park(store, task, job, asked)
+    assert [r.id for r in waiting.pending(redis_client, default_keys())] == [request["id"]]  # ... nor dropped
+
+
+def test_on_deny_fail_makes_a_denial_fail_the_run(redis_client, monkeypatch):
+    from robot_lab import settings
+    from robot_lab.errors import ToolLoopError
+
+    monkeypatch.setenv("ROBOT_LAB_DURABLE__ON_DENY", "fail")
+    monkeypatch.setattr(settings, "_settings", None)
+    model = _script([{"tool_calls": [{"name": "big_refund", "arguments": {"order": "B2"}}]}, {"reply": "x"}])
+    bot = build(f"strict-{uid()}", model=model, local_tools=[f"{TOOLS}:big_refund"])
+    with pytest.raises(ToolLoopError, match="the call of big_refund was denied: too much"):
+        bot.run("go", tools="inherit", on_input=lambda request: Answer(text="too much", approved=False))
+    assert durable_tools.refunds() == []

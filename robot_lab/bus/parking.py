@@ -41,11 +41,11 @@ class Parked:
 
 
 def _key(poller: Any, request_id: str) -> str:
-    return f"{poller.inbox}:parked:{request_id}"
+    return str(poller.bus.keys.parked_message(poller.robot, request_id))
 
 
 def _conv_key(poller: Any, conversation: str) -> str:
-    return f"{poller.inbox}:parked-conv:{conversation}"
+    return str(poller.bus.keys.parked_conversation(poller.robot, conversation))
 
 
 def find(poller: Any, msg: RobotMessage) -> tuple[Parked | None, str | None]:

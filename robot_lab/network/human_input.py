@@ -26,7 +26,7 @@ from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
 from robot_lab.network import transitions
 from robot_lab.network.enqueue import enqueue_jobs
-from robot_lab.network.run_state import RUN_TTL, RunStore
+from robot_lab.network.run_state import RUN_TTL, TERMINAL, RunStore
 from robot_lab.runtime.durable.journal import Journal
 from robot_lab.inputs import Answer, InputRequest, InputStore
 from robot_lab.runtime.durable.scopes import DurableScope
@@ -110,13 +110,11 @@ def answer(request_id: str, text: str | None = None, *, approve: bool | None = N
     if found.answer is not None:
         raise ConfigurationError(f"input request {request_id} was already answered by {found.answer.by or 'someone'}")
     owner = found.owner
-    if owner.get("kind") == "task":
-        store = RunStore(connection, keys, owner["run_id"])
-        status = store.status()
-        if status != "running" or store.states().get(owner["task"]) != "waiting":
-            inputs.unlist(request_id)
-            raise ConfigurationError(f"input request {request_id}: run {owner['run_id']} is {status}, "
-                                     f"its task {owner['task']!r} no longer waits")
+    if owner.get("kind") == "task" and _task_gone(connection, keys, owner):
+        inputs.unlist(request_id)
+        status = RunStore(connection, keys, owner["run_id"]).status()
+        raise ConfigurationError(f"input request {request_id}: run {owner['run_id']} is {status}, "
+                                 f"its task {owner['task']!r} no longer waits")
     kind = found.request.get("kind")
     if kind == "approval" and approve is None and text is not None:
         approve = text.strip().lower() in {"y", "yes", "approve", "approved", "ok", "true"}
@@ -154,7 +152,7 @@ def _wake_served(connection: Any, keys: Keys, found: InputRequest) -> None:
     from robot_lab.schemas import decode_message
 
     robot = str(owner_robot(found))
-    raw = connection.get(f"{keys.inbox(robot)}:parked:{found.id}")
+    raw = connection.get(keys.parked_message(robot, found.id))
     if raw is None:
         return
     original = decode_message(raw)
@@ -184,12 +182,21 @@ def pending(connection: Any = None, keys: Keys | None = None, limit: int = 1000)
             continue
         owner = found.owner
         if owner.get("kind") == "task":
-            store = RunStore(connection, keys, owner["run_id"])
-            if store.status() != "running" or store.states().get(owner["task"]) != "waiting":
+            if _task_gone(connection, keys, owner):
                 inputs.unlist(rid)
                 continue
+            if RunStore(connection, keys, owner["run_id"]).states().get(owner["task"]) != "waiting":
+                continue  # recorded a moment before its task parks: listed once it waits
         out.append(found)
     return out
+
+
+def _task_gone(connection: Any, keys: Keys, owner: dict[str, Any]) -> bool:
+    """Will the task of a request never wait for it again (its run ended, the task finished)?
+    A task still ``running`` may be about to park: its request is recorded just before the
+    PARK transition, and an answer given meanwhile is resumed by the sweep (:func:`repair`)."""
+    store = RunStore(connection, keys, owner["run_id"])
+    return store.status() != "running" or store.states().get(owner["task"]) in TERMINAL
 
 
 def for_run(run_id: str, connection: Any, keys: Keys) -> list[InputRequest]:

@@ -56,6 +56,9 @@ SHARED_FOR_WORKERS: tuple[tuple[str, str], ...] = (
     ("{p}:mem:*", "shared memory: a task reads and writes its run's or network's scope (any name)"),
     ("{p}:budget:*", "budgets shared by the robots of a run or network"),
     ("{p}:skills:emb:*", "content-addressed embedding cache of skill descriptions"),
+    ("{p}:input:*", "input requests of parked runs: a task records its question, any worker's sweep times it out"),
+    ("{p}:inputs:*", "the pending and deadline indexes of input requests"),
+    ("{p}:durable:*", "step journals of durable runs (served messages: durable:bus:<robot>:...)"),
     ("{rq}:*", "rq's own keys (RQ_KEY_PREFIX, not robot-lab's; jobs, workers, registries); the sweeper re-queues any "
              "robot's lost task"),
 )
