@@ -14,6 +14,7 @@ from tests.redis_server import wait_for
 from tests.worker_procs import VENV_BIN, Processes, child_env
 
 TOKEN = "s3cret-token"
+OTHER_TOKEN = "another-callers-token"
 
 APP_MODULE = '''
 from robot_lab import App, build
@@ -48,7 +49,7 @@ def write_app(directory: Path, slow_ms: int = 400) -> None:
 
 
 def a2a_env(url: str, prefix: str, directory: Path, **extra: str) -> dict[str, str]:
-    env = child_env(url, prefix, ROBOT_LAB_A2A__TOKENS=f'{{"tester": "{TOKEN}"}}', **extra)
+    env = child_env(url, prefix, ROBOT_LAB_A2A__TOKENS=f'{{"tester": "{TOKEN}", "other": "{OTHER_TOKEN}"}}', **extra)
     env["PYTHONPATH"] = f"{directory}:{env['PYTHONPATH']}"
     return env
 
@@ -87,13 +88,14 @@ def wait_for_bus_worker(connection: Any, prefix: str, robot: str, timeout: float
     wait_for(ready, timeout=timeout, interval=0.2)
 
 
-async def sdk_client(agent_base: str, token: str | None = TOKEN, *, streaming: bool = True) -> Any:
+async def sdk_client(agent_base: str, token: str | None = TOKEN, *, streaming: bool = True,
+                     polling: bool = False) -> Any:
     """The a2a-sdk client of the agent whose card is under ``agent_base``."""
     from a2a.client import ClientConfig, create_client
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     http = httpx.AsyncClient(headers=headers, timeout=60)
-    return await create_client(agent_base, client_config=ClientConfig(streaming=streaming, httpx_client=http))
+    return await create_client(agent_base, client_config=ClientConfig(streaming=streaming, polling=polling, httpx_client=http))
 
 
 def user_message(text: str, **kw: Any) -> Any:
@@ -104,5 +106,5 @@ def user_message(text: str, **kw: Any) -> Any:
     return SendMessageRequest(message=Message(message_id=new_id(), role=Role.ROLE_USER, parts=[Part(text=text)], **kw))
 
 
-__all__ = ["TOKEN", "a2a_env", "free_port", "sdk_client", "start_server", "start_worker", "user_message",
+__all__ = ["OTHER_TOKEN", "TOKEN", "a2a_env", "free_port", "sdk_client", "start_server", "start_worker", "user_message",
            "wait_for_bus_worker", "write_app", "CALLER_MODULE", "sys"]

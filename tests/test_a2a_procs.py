@@ -15,6 +15,7 @@ import pytest
 import redis as redis_lib
 
 from tests.a2a_procs import (
+    OTHER_TOKEN,
     TOKEN,
     a2a_env,
     sdk_client,
@@ -99,3 +100,164 @@ def test_message_send_to_a_robot_completes_with_its_reply_and_any_server_gets_it
         assert [m.parts[0].text for m in again.history] == ["hello there", "echo: hello there"]
 
     run(go())
+
+
+def test_message_stream_of_a_robot_is_submitted_then_the_reply_then_completed(stack: Stack) -> None:
+    async def go() -> list[Any]:
+        client = await sdk_client(f"{stack.b}/robots/echo")
+        return await collect(client.send_message(user_message("stream me")))
+
+    events = run(go())
+    assert events[0].HasField("task") and events[0].task.status.state == 1  # SUBMITTED
+    chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
+    assert [c.artifact.parts[0].text for c in chunks] == ["echo: stream me"] and chunks[-1].last_chunk
+    assert events[-1].status_update.status.state == COMPLETED
+
+
+def _steps(events: list[Any]) -> list[str]:
+    return [e.status_update.metadata["event"] + ":" + e.status_update.metadata["task"]
+            for e in events if e.HasField("status_update") and "task" in e.status_update.metadata]
+
+
+def test_network_run_streams_in_order_and_a_resubscribe_on_the_other_server_loses_nothing(stack: Stack) -> None:
+    from a2a.types.a2a_pb2 import GetTaskRequest, SubscribeToTaskRequest
+
+    async def go() -> tuple[list[Any], list[Any], Any]:
+        client = await sdk_client(f"{stack.a}/networks/pipeline")
+        first: list[Any] = []
+        async for event in client.send_message(user_message("go")):
+            first.append(event)
+            if _steps(first)[-1:] == ["task.completed:first"]:
+                break  # the client goes away mid-run
+        await client.close()
+        other = await sdk_client(f"{stack.b}/networks/pipeline")
+        task_id = first[0].task.id
+        rest = await collect(other.subscribe(SubscribeToTaskRequest(id=task_id)))
+        final = await other.get_task(GetTaskRequest(id=task_id))
+        return first, rest, final
+
+    first, rest, final = run(go())
+    assert first[0].task.status.state == 1
+    assert _steps(first) == ["task.started:first", "task.completed:first"]
+    snapshot = rest[0].task  # the resubscription starts with the task as it stands
+    assert [a.artifact_id for a in snapshot.artifacts][:1] == ["first"]
+    assert snapshot.artifacts[0].parts[0].text == "echo: go"
+    later = _steps(rest)
+    assert later[-2:] == ["task.started:third", "task.completed:third"]
+    assert "task.started:first" not in later  # what the snapshot holds is not sent again
+    assert rest[-1].status_update.status.state == COMPLETED
+    assert rest[-1].status_update.status.message.parts[0].text == "echo: echo: echo: go"
+    texts = {a.artifact_id: a.parts[0].text for a in final.artifacts}
+    assert texts == {"first": "echo: go", "second": "echo: echo: go", "third": "echo: echo: echo: go"}
+    assert final.status.state == COMPLETED
+
+
+def test_cancel_on_one_server_cancels_the_run_and_the_other_sees_it(stack: Stack) -> None:
+    from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskRequest
+
+    async def go() -> tuple[Any, Any, str]:
+        starter = await sdk_client(f"{stack.a}/networks/pipeline", polling=True, streaming=False)
+        [response] = await collect(starter.send_message(user_message("cancel me")))
+        canceller = await sdk_client(f"{stack.b}/networks/pipeline")
+        cancelled = await canceller.cancel_task(CancelTaskRequest(id=response.task.id))
+        await asyncio.sleep(1.5)  # the running task finishes; nothing new starts
+        seen = await starter.get_task(GetTaskRequest(id=response.task.id))
+        record = stack.redis.hget(f"{stack.prefix}:a2a:task:{response.task.id}", "run_id").decode()
+        return cancelled, seen, stack.redis.hget(f"{stack.prefix}:run:{record}", "status").decode()
+
+    cancelled, seen, run_status = run(go())
+    assert cancelled.status.state == 5  # CANCELED
+    assert seen.status.state == 5
+    assert run_status == "cancelled"  # the same as `robot-lab cancel RUN`
+    assert "third" not in {a.artifact_id for a in seen.artifacts}
+
+
+def test_a_cancelled_robot_task_stays_cancelled_when_the_reply_comes(stack: Stack) -> None:
+    from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskRequest
+
+    async def go() -> tuple[Any, Any]:
+        client = await sdk_client(f"{stack.a}/robots/slow", polling=True, streaming=False)
+        [response] = await collect(client.send_message(user_message("too late")))
+        cancelled = await client.cancel_task(CancelTaskRequest(id=response.task.id))
+        await asyncio.sleep(1.0)  # the robot's reply lands in the task's reply stream meanwhile
+        return cancelled, await client.get_task(GetTaskRequest(id=response.task.id))
+
+    cancelled, later = run(go())
+    assert cancelled.status.state == 5
+    assert later.status.state == 5
+    assert not later.artifacts
+
+
+def _rpc(base: str, body: Any, token: str | None = TOKEN, raw: bytes | None = None,
+         version: str | None = "1.0") -> httpx.Response:
+    """A JSON-RPC call by hand; ``version=None`` is a 0.3 client (no A2A-Version header)."""
+    headers = {"Content-Type": "application/json"}
+    if version:
+        headers["A2A-Version"] = version
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    if raw is not None:
+        return httpx.post(base, content=raw, headers=headers, timeout=30)
+    return httpx.post(base, json=body, headers=headers, timeout=30)
+
+
+def test_bad_input_gets_the_spec_error_codes(stack: Stack) -> None:
+    url = f"{stack.a}/robots/echo/"
+    assert _rpc(url, None, raw=b"{not json").json()["error"]["code"] == -32700
+    assert _rpc(url, {"jsonrpc": "1.0", "id": 1, "method": "GetTask"}).json()["error"]["code"] == -32600
+    assert _rpc(url, {"jsonrpc": "2.0", "id": 2, "method": "NoSuchMethod", "params": {}}).json()["error"]["code"] == -32601
+    unknown = _rpc(url, {"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": "nope"}}).json()
+    assert unknown["error"]["code"] == -32001 and unknown["id"] == 3
+    legacy = _rpc(url, {"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"id": "nope"}},
+                  version=None).json()
+    assert legacy["error"]["code"] == -32001  # the 0.3 method names are served too
+    for token in (None, "wrong"):
+        denied = _rpc(url, {"jsonrpc": "2.0", "id": 5, "method": "GetTask", "params": {"id": "x"}}, token=token)
+        assert denied.status_code == 401 and "Bearer" in denied.headers["www-authenticate"]
+        assert denied.json()["error"]["code"] == -32600
+    by_key = httpx.post(url, json={"jsonrpc": "2.0", "id": 6, "method": "GetTask", "params": {"id": "nope"}},
+                        headers={"X-API-Key": TOKEN, "A2A-Version": "1.0"})
+    assert by_key.json()["error"]["code"] == -32001
+
+
+def test_legacy_message_send_and_a_finished_task_refuses_more(stack: Stack) -> None:
+    url = f"{stack.b}/robots/echo/"
+    sent = _rpc(url, {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+        "kind": "message", "messageId": "m-1", "role": "user", "parts": [{"kind": "text", "text": "old school"}]}}},
+        version=None).json()
+    task = sent["result"]
+    assert task["status"]["state"] == "completed" and task["artifacts"][0]["parts"][0]["text"] == "echo: old school"
+    again = _rpc(url, {"jsonrpc": "2.0", "id": 2, "method": "tasks/cancel", "params": {"id": task["id"]}},
+                 version=None).json()
+    assert again["error"]["code"] == -32002  # not cancelable: it is over
+    more = _rpc(url, {"jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": {"message": {
+        "messageId": "m-2", "role": "ROLE_USER", "taskId": task["id"], "parts": [{"text": "more"}]}}}).json()
+    assert more["error"]["code"] == -32004 and task["contextId"] in more["error"]["message"]
+
+
+def test_tasks_belong_to_the_caller_who_started_them(stack: Stack) -> None:
+    async def go() -> str:
+        client = await sdk_client(f"{stack.a}/robots/echo", streaming=False)
+        [response] = await collect(client.send_message(user_message("mine")))
+        return response.task.id
+
+    task_id = run(go())
+    get = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
+    assert _rpc(f"{stack.b}/robots/echo/", get).json()["result"]["id"] == task_id
+    # another caller, with a token of its own, does not see it; nor does another agent's path
+    assert _rpc(f"{stack.b}/robots/echo/", get, token=OTHER_TOKEN).json()["error"]["code"] == -32001
+    assert _rpc(f"{stack.a}/robots/slow/", get).json()["error"]["code"] == -32001
+
+
+def test_status_lists_the_a2a_processes(stack: Stack) -> None:
+    import json
+    import subprocess
+
+    from tests.worker_procs import VENV_BIN, child_env
+
+    out = subprocess.run([str(VENV_BIN / "robot-lab"), "status", "--json"], env=child_env(stack.url, stack.prefix),
+                         capture_output=True, text=True, timeout=60)
+    data = json.loads(out.stdout)
+    servers = {s["name"]: s for s in data["a2a"]}
+    assert set(servers) == {"a2a-one", "a2a-two"}
+    assert "network/pipeline" in servers["a2a-one"]["agents"]
