@@ -261,3 +261,33 @@ def test_status_lists_the_a2a_processes(stack: Stack) -> None:
     servers = {s["name"]: s for s in data["a2a"]}
     assert set(servers) == {"a2a-one", "a2a-two"}
     assert "network/pipeline" in servers["a2a-one"]["agents"]
+
+
+def test_a_robot_in_a_network_calls_a_remote_a2a_agent_as_a_tool(stack: Stack, tmp_path: Path) -> None:
+    """caller (served by its own worker and its own `robot-lab a2a`) is given the echo agent
+    of server A as a tool; its network, itself run as an A2A task, gets echo's answer."""
+    from tests.a2a_procs import CALLER_MODULE
+    from tests.worker_procs import Processes
+
+    (tmp_path / "a2a_caller.py").write_text(CALLER_MODULE.format(
+        remote=f"{stack.a}/robots/echo/.well-known/agent-card.json"))
+    env = a2a_env(stack.url, stack.prefix, tmp_path, ROBOT_LAB_A2A__CLIENT_TOKENS=f'{{"{stack.a}": "{TOKEN}"}}')
+    procs = Processes(tmp_path)
+    try:
+        start_worker(procs, env, "a2a_caller:app", ["caller"], "caller-worker")
+        c = start_server(procs, env, "a2a_caller:app", "a2a-callers")
+        wait_for_workers(stack.redis, ["robot:caller"])
+        card = httpx.get(f"{c}/robots/caller/.well-known/agent-card.json").json()
+        assert [s["name"] for s in card["skills"]] == ["a2a_echo"]  # the remote agent is one of its skills
+
+        async def go() -> Any:
+            client = await sdk_client(f"{c}/networks/desk", streaming=False)
+            [response] = await collect(client.send_message(user_message("please ask echo")))
+            return response.task
+
+        task = run(go())
+        assert task.status.state == COMPLETED, procs.logs()
+        reply = task.status.message.parts[0].text
+        assert "- a2a_echo: echo: a" in reply  # echo's answer to the message the model sent it
+    finally:
+        procs.kill_all()

@@ -52,7 +52,7 @@ def _card(name: str, description: str, url: str, skills: list[AgentSkill], setti
 def robot_card(robot: Any, url: str, settings: A2ASettings) -> AgentCard:
     """``robot`` is a Robot (its tools are read) or a RobotSpec (tool import paths)."""
     skills: list[AgentSkill] = []
-    tools = getattr(robot, "local_tools", [])
+    tools = [*getattr(robot, "local_tools", []), *getattr(robot, "a2a_tools", [])]
     for tool in tools:
         if isinstance(tool, str):  # a spec's import path
             name = tool.rsplit(":", 1)[-1].rsplit(".", 1)[-1]

@@ -38,6 +38,7 @@ from robot_lab.runtime.robot.prompt import PromptAssembly, set_system_message, s
 from robot_lab.runtime.robot.plan import SKILL_MODES
 from robot_lab.runtime.robot.serving import SERVE_DEFAULT, serve_kwargs
 from robot_lab.runtime.robot.streaming import RunStream
+from robot_lab.runtime.a2a.tool import agent_tools
 from robot_lab.runtime.robot.spec import check_bus, spec_kwargs, to_spec
 from robot_lab.runtime.robot.toolset import DEFAULT_MAX_TOOLS, is_none_value, select_tools, validate_tools_filter
 from robot_lab.runtime.run_config import RunConfig, check_enable_cache
@@ -91,6 +92,7 @@ class Robot:
         skill_mode: str = "match",
         serve_tools: Any = SERVE_DEFAULT,
         serve_mcp: Any = SERVE_DEFAULT,
+        a2a_agents: Iterable[Any] = (),
     ) -> None:
         validate_tools_filter(tools)
         validate_tools_filter(serve_tools)
@@ -115,6 +117,11 @@ class Robot:
         self.local_tools = ToolManifest()
         for item in local_tools:
             self.local_tools.add(item).robot = self
+        # remote A2A agents, one tool each (connected when the model first calls one)
+        self.a2a_agents = [a if isinstance(a, str) else dict(a) for a in a2a_agents]
+        self.a2a_tools = agent_tools(self.a2a_agents)
+        for remote in self.a2a_tools:
+            remote.robot = self
         self._gateway = gateway
         self.hooks = HookRegistry(hooks)
         explicit = dict(
