@@ -30,6 +30,7 @@ from tests.worker_procs import Processes, wait_for_workers
 pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
 
 COMPLETED = 3  # TaskState.TASK_STATE_COMPLETED
+SIGNING_KEY = "a2a-tier-signing-key-0123456789"
 
 
 class Stack:
@@ -47,7 +48,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp("a2a")
     write_app(directory)
     prefix = f"rltest-{uuid.uuid4().hex[:10]}"
-    env = a2a_env(_server.url, prefix, directory)
+    # the robots take only signed messages: the tier signs as its own sender, `a2a`
+    env = a2a_env(_server.url, prefix, directory, ROBOT_LAB_SIGNING__VERIFY="require",
+                  ROBOT_LAB_SIGNING__KEYS=f'{{"a2a": {{"k1": "{SIGNING_KEY}"}}}}')
     procs = Processes(directory)
     try:
         start_worker(procs, env, "a2a_app:app", ["echo", "slow"], "worker")
@@ -247,6 +250,26 @@ def test_tasks_belong_to_the_caller_who_started_them(stack: Stack) -> None:
     # another caller, with a token of its own, does not see it; nor does another agent's path
     assert _rpc(f"{stack.b}/robots/echo/", get, token=OTHER_TOKEN).json()["error"]["code"] == -32001
     assert _rpc(f"{stack.a}/robots/slow/", get).json()["error"]["code"] == -32001
+
+
+def test_under_signing_require_the_tier_signs_as_its_own_sender(stack: Stack) -> None:
+    """The robots' worker dead-letters unsigned messages; the tier's are signed with the
+    `a2a` sender's key, so its tasks complete (the other tests) while a bare publish does not."""
+    from robot_lab.bus import Bus
+    from robot_lab.keys import Keys
+    from tests.redis_server import wait_for
+
+    bus = Bus(stack.redis, keys=Keys(stack.prefix))
+    message = bus.publish("echo", "unsigned", from_="intruder")
+    dead = wait_for(lambda: [d for d in bus.dead_letters("echo") if d.message_id == message.id], timeout=30)
+    assert dead[0].reason == "unauthenticated"
+
+    async def go() -> Any:
+        client = await sdk_client(f"{stack.a}/robots/echo", streaming=False)
+        [response] = await collect(client.send_message(user_message("signed")))
+        return response.task
+
+    assert run(go()).status.state == COMPLETED
 
 
 def test_status_lists_the_a2a_processes(stack: Stack) -> None:
