@@ -337,6 +337,9 @@ def test_status_lists_the_a2a_processes(stack: Stack) -> None:
     servers = {s["name"]: s for s in data["a2a"]}
     assert {"a2a-one", "a2a-two"} <= set(servers)  # (a killed one stays listed until its beat expires)
     assert "network/pipeline" in servers["a2a-one"]["agents"]
+    table = subprocess.run([str(VENV_BIN / "robot-lab"), "status"], env=child_env(stack.url, stack.prefix),
+                           capture_output=True, text=True, timeout=60)
+    assert f"A2A a2a-one at {stack.a}" in table.stdout and "network/pipeline" in table.stdout
 
 
 def test_a_robot_in_a_network_calls_a_remote_a2a_agent_as_a_tool(stack: Stack, tmp_path: Path) -> None:
@@ -367,6 +370,3 @@ def test_a_robot_in_a_network_calls_a_remote_a2a_agent_as_a_tool(stack: Stack, t
         assert "- a2a_echo: echo: a" in reply  # echo's answer to the message the model sent it
     finally:
         procs.kill_all()
-    table = subprocess.run([str(VENV_BIN / "robot-lab"), "status"], env=child_env(stack.url, stack.prefix),
-                           capture_output=True, text=True, timeout=60)
-    assert f"A2A a2a-one at {stack.a}" in table.stdout and "network/pipeline" in table.stdout

@@ -191,11 +191,6 @@ class AgentHandler(RequestHandler):
         settings = self.backend.settings
         bus = self.backend.bus
         record.reply_stream = f"{REPLY_PREFIX}{settings.sender}.{record.id}"
-        reply_key = self.backend.keys.inbox(record.reply_stream)
-        pipe = bus.aredis.pipeline(transaction=False)
-        pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
-        pipe.expire(reply_key, settings.task_ttl)
-        await pipe.execute()
         deadline = None
         if settings.robot_deadline:
             import datetime as dt
@@ -205,7 +200,7 @@ class AgentHandler(RequestHandler):
                                 conversation_id=record.context_id, correlation_id=record.id, deadline=deadline,
                                 extensions={"attachments": files} if files else {})
         record.message_id = envelope.id
-        await self.backend.store.create(record)
+        await self.backend.store.create(record, reply_key=self.backend.keys.inbox(record.reply_stream))
         try:
             await bus.apublish_message(envelope)
         except RobotLabError as exc:

@@ -68,7 +68,9 @@ class TaskStore:
         """The bus's asyncio client of the running loop (one per loop)."""
         return self.bus.aredis
 
-    async def create(self, record: TaskRecord) -> None:
+    async def create(self, record: TaskRecord, *, reply_key: str | None = None) -> None:
+        """Write the record; with ``reply_key``, also create the (empty) stream a robot's
+        reply goes to, in the same round trip, with the record's TTL."""
         key = self.keys.a2a_task(record.id)
         mapping = {
             "agent": record.agent, "kind": record.kind, "target": record.target,
@@ -79,6 +81,9 @@ class TaskStore:
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(key, mapping=mapping)
         pipe.expire(key, self.ttl)
+        if reply_key is not None:
+            pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
+            pipe.expire(reply_key, self.ttl)
         await pipe.execute()
 
     async def update_source(self, task_id: str, **fields: str) -> None:

@@ -234,9 +234,8 @@ class TaskView:
         return await self._apply(await self.source.read(self.cursor, None))
 
     async def events(self, *, deadline: float | None = None) -> AsyncIterator[Event]:
-        """The events from the current position until the task ends or waits for input."""
-        for event in await self.catch_up():
-            yield event
+        """The events from the current position until the task ends or waits for input
+        (a blocking read returns at once with what is already there)."""
         while not self.over:
             if deadline is not None and time.monotonic() >= deadline:
                 return
