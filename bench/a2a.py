@@ -7,8 +7,9 @@ for ``--rounds`` rounds: (a) ``--messages`` sequential ``Bus.request`` calls to 
 this process; (b) as many sequential blocking ``message/send`` calls through the a2a-sdk
 client (one HTTP connection, bearer token) to the same robot. Both wait for the robot's
 reply; (b) adds the HTTP hop, the JSON-RPC/protobuf layers, the task record and the reply
-stream it reads. Prints the medians per message and the ratio (the median of the rounds'
-ratios).
+stream it reads. Prints the medians per message, the ratio (the median of the rounds'
+ratios) and the CPU time the a2a process spent per message (steadier than wall time on a
+loaded machine).
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ def _wait(predicate, timeout: float = 60.0) -> None:
         if time.monotonic() > end:
             raise SystemExit("processes did not come up")
         time.sleep(0.2)
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a process so far, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_bus(bus, n: int) -> float:
@@ -116,10 +123,12 @@ def main() -> None:
         bus = Bus()
         bench_bus(bus, 5)
         asyncio.run(bench_a2a(base, 5))  # warm both paths
-        direct, over_a2a, ratios = [], [], []
+        direct, over_a2a, ratios, tier_cpu = [], [], [], []
         for _ in range(args.rounds):
             d = bench_bus(bus, args.messages)
+            before = _cpu(procs[1].pid)
             a = asyncio.run(bench_a2a(base, args.messages))
+            tier_cpu.append((_cpu(procs[1].pid) - before) / args.messages)
             direct.append(d)
             over_a2a.append(a)
             ratios.append(a / d)
@@ -127,6 +136,8 @@ def main() -> None:
         print(f"(a) Bus.request round trip      : {statistics.median(direct) * 1000:7.2f} ms/message")
         print(f"(b) A2A message/send round trip : {statistics.median(over_a2a) * 1000:7.2f} ms/message")
         print(f"ratio (b)/(a), median of rounds: {statistics.median(ratios):.2f}x")
+        print(f"CPU of the a2a process per message: {statistics.median(tier_cpu) * 1000:.2f} ms "
+              f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     finally:
         for proc in procs:
             proc.terminate()
