@@ -3,7 +3,7 @@
 A robot built with ``a2a_agents=["http://host/robots/billing/.well-known/agent-card.json"]``
 (or entries ``{"url": ..., "name": ..., "description": ...}``) gets a tool per agent that
 sends the model's ``message`` to it and returns the agent's answer. Nothing connects
-until the model calls the tool: the card is fetched then (and kept), each call has a
+until the model calls the tool: the card is fetched then (and kept a while), each call has a
 timeout, and a failed connection or a 5xx is retried. The agent's answer is its task's
 artifacts (or its final status message); a task that fails, is cancelled or rejected is a
 tool error the model reads. An agent that asks a question back (``input-required``) is a
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -30,6 +31,11 @@ log = get_logger("robot_lab.a2a.client")
 
 CARD_SUFFIX = "/.well-known/agent-card.json"
 RETRY_BASE = 0.25  # seconds before the first retry of a failed connection; doubles
+CARD_TTL = 300.0  # seconds a fetched card is reused by every robot of this process
+
+# card URL -> (fetched at, AgentCard): network tasks build a fresh robot per task, so the
+# cache is the process's, not the tool's
+_cards: dict[str, tuple[float, Any]] = {}
 
 
 def _entry(raw: str | Mapping[str, Any]) -> dict[str, Any]:
@@ -80,7 +86,6 @@ class A2AAgentTool(Tool):
         self.name = spec.get("name") or default_name(self.url)
         self.description = spec.get("description") or f"Ask the remote A2A agent at {self.url} and get its answer."
         super().__init__()
-        self._card: Any = None
 
     # --- settings ------------------------------------------------------------------------
     def _settings(self) -> Any:
@@ -116,12 +121,15 @@ class A2AAgentTool(Tool):
         return self._answer(task)
 
     async def _resolve(self, http: Any) -> Any:
-        if self._card is None:
-            from a2a.client import A2ACardResolver
+        cached = _cards.get(self.url)
+        if cached is not None and time.monotonic() - cached[0] < CARD_TTL:
+            return cached[1]
+        from a2a.client import A2ACardResolver
 
-            base, path = (self.url[: -len(CARD_SUFFIX)], CARD_SUFFIX) if self.url.endswith(CARD_SUFFIX) else (self.url, CARD_SUFFIX)
-            self._card = await A2ACardResolver(http, base, path).get_agent_card()
-        return self._card
+        base = self.url[: -len(CARD_SUFFIX)] if self.url.endswith(CARD_SUFFIX) else self.url
+        card = await A2ACardResolver(http, base, CARD_SUFFIX).get_agent_card()
+        _cards[self.url] = (time.monotonic(), card)
+        return card
 
     async def _send(self, http: Any, card: Any, text: str) -> Any:
         from a2a.client import ClientConfig, ClientFactory
