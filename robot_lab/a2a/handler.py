@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as dt
 import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -193,8 +194,6 @@ class AgentHandler(RequestHandler):
         record.reply_stream = f"{REPLY_PREFIX}{settings.sender}.{record.id}"
         deadline = None
         if settings.robot_deadline:
-            import datetime as dt
-
             deadline = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=settings.robot_deadline)
         envelope = RobotMessage(to=self.name, content=content, from_=settings.sender, reply_to=record.reply_stream,
                                 conversation_id=record.context_id, correlation_id=record.id, deadline=deadline,

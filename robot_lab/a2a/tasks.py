@@ -44,9 +44,14 @@ PROGRESS_EVENTS = ("task.started", "task.completed", "task.failed", "task.skippe
                    "tool_call.started", "tool_call.completed")
 
 
-def _now() -> Timestamp:
+def _stamp(ms: int | None = None) -> Timestamp:
+    """A protobuf timestamp: of ``ms`` (a stream entry's time, the same in every process
+    that folds the entry), else now."""
     ts = Timestamp()
-    ts.FromNanoseconds(time.time_ns())
+    if ms is None:
+        ts.FromNanoseconds(time.time_ns())
+    else:
+        ts.FromMilliseconds(ms)
     return ts
 
 
@@ -60,9 +65,11 @@ class Projection:
 
     def __init__(self, record: TaskRecord) -> None:
         self.task = Task(id=record.id, context_id=record.context_id,
-                         status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED, timestamp=_now()),
+                         status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED,
+                                           timestamp=_stamp(int(record.created_at * 1000))),
                          history=record.history_messages())
         self._artifacts: dict[str, int] = {}
+        self.at: int | None = None  # ms of the entry being applied (its stream id)
 
     @property
     def state(self) -> int:
@@ -70,7 +77,7 @@ class Projection:
 
     def status(self, state: int, text: str | None = None, metadata: dict[str, Any] | None = None
                ) -> TaskStatusUpdateEvent:
-        status = TaskStatus(state=state, timestamp=_now())
+        status = TaskStatus(state=state, timestamp=_stamp(self.at))
         if text is not None:
             status.message.CopyFrom(agent_message(self.task, text))
         self.task.status.CopyFrom(status)
@@ -214,6 +221,7 @@ class TaskView:
         out: list[Event] = []
         for cursor, payload in entries:
             self.cursor = cursor
+            self.projection.at = int(cursor.split("-", 1)[0])
             out += await self.source.apply(self.projection, payload)
             if is_terminal(self.projection.state):
                 return out + await self._end()
