@@ -59,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "Keys": "robot_lab.keys",
     "configure_logging": "robot_lab.logging",
     # bus
+    "build_a2a_app": "robot_lab.a2a.asgi",
     "Bus": "robot_lab.bus",
     "BusPoller": "robot_lab.bus",
     "Delivery": "robot_lab.bus",

@@ -46,6 +46,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "runs": ("robot_lab.commands.runs:runs", "Recent network runs: status, duration, tokens, cost."),
     "metrics": ("robot_lab.commands.observe:metrics_cmd", "Prometheus exporter of queue, lag and budget gauges."),
     "dashboard": ("robot_lab.commands.observe:dashboard", "Web view of robots, queues, DLQ and live runs."),
+    "a2a": ("robot_lab.commands.a2a:a2a", "Serve robots and networks as Agent2Agent (A2A) agents over HTTP."),
 }
 
 
@@ -92,7 +93,7 @@ class LazyGroup(click.Group):
 
 
 # Commands that are services, not conversations: their logs are their output.
-SERVICE_COMMANDS = frozenset({"worker"})
+SERVICE_COMMANDS = frozenset({"worker", "a2a"})
 
 
 @click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})

@@ -170,6 +170,20 @@ class Keys:
         """Zset: worker name -> time of its last beat (index of ``worker`` keys)."""
         return f"{self.prefix}:workers"
 
+    # --- the A2A tier ---------------------------------------------------------------------
+    def a2a_task(self, task_id: str) -> str:
+        """Hash: one A2A task (its agent, context, what it runs -- a bus message or a network
+        run -- its history and, once over, its final Task), so any ``robot-lab a2a`` serves it."""
+        return f"{self.prefix}:a2a:task:{self._tag(task_id)}"
+
+    def a2a_server(self, name: str) -> str:
+        """String (JSON, PX TTL): a live ``robot-lab a2a`` process's last beat."""
+        return f"{self.prefix}:a2a:server:{name}"
+
+    def a2a_servers(self) -> str:
+        """Zset: A2A server name -> time of its last beat (``robot-lab status``)."""
+        return f"{self.prefix}:a2a:servers"
+
     # --- budgets ------------------------------------------------------------------------
     def budget(self, scope: str) -> str:
         return f"{self.prefix}:budget:{self._tag(scope)}"

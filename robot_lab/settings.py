@@ -290,6 +290,36 @@ class WorkerSettings(BaseModel):
     in_flight: int = Field(default=16, ge=1)
 
 
+class A2ASettings(BaseModel):
+    """``robot-lab a2a`` (docs/a2a.md): who may call it, and how long a task waits.
+
+    ``tokens`` maps a caller's name to its secret (the name is logged, the secret never);
+    ``tokens_dir`` adds one caller per file (a mounted Kubernetes Secret: file name = caller,
+    content = secret), re-read on change. A caller presents its secret as
+    ``Authorization: Bearer <secret>`` or in the ``api_key_header``. With no token at all the
+    server refuses to start unless ``anonymous`` is set (a trusted network only)."""
+
+    tokens: dict[str, SecretStr] = Field(default_factory=dict)
+    tokens_dir: str | None = None
+    api_key_header: str = "X-API-Key"
+    anonymous: bool = False
+    # the agent cards (``/.well-known/agent-card.json``) are readable without a token
+    public_card: bool = True
+    # the bus sender the tier publishes as (its signing key, its Redis ACL user's reply streams)
+    sender: str = "a2a"
+    # seconds a blocking message/send waits before it returns the task still working
+    send_timeout: float = Field(default=600.0, gt=0)
+    # seconds a robot has to take a message up before it is dead-lettered as expired; 0 = none
+    robot_deadline: float = Field(default=0.0, ge=0)
+    # seconds task records (and robot reply streams) are kept
+    task_ttl: int = Field(default=7 * 24 * 3600, ge=60)
+    # the calling side (a robot's ``a2a_agents``): per-call timeout, retries of a failed
+    # connection or 5xx, and the token it presents (by agent URL prefix)
+    client_timeout: float = Field(default=120.0, gt=0)
+    client_retries: int = Field(default=2, ge=0)
+    client_tokens: dict[str, SecretStr] = Field(default_factory=dict)
+
+
 class Settings(BaseSettings):
     """All of robot-lab's settings; see the module docstring for the layering."""
 
@@ -368,6 +398,7 @@ class Settings(BaseSettings):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     signing: SigningSettings = Field(default_factory=SigningSettings)
     durable: DurableSettings = Field(default_factory=DurableSettings)
+    a2a: A2ASettings = Field(default_factory=A2ASettings)
 
     @field_validator("max_iterations")
     @classmethod

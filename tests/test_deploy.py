@@ -209,13 +209,47 @@ def test_kustomization_lists_existing_files_and_builds():
     built = subprocess.run([kubectl, "kustomize", str(BASE)], capture_output=True, text=True, timeout=60)
     assert built.returncode == 0, built.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(built.stdout) if d]
-    assert kinds.count("Deployment") == kinds.count("ScaledObject") == len(_demo_robots())
+    assert kinds.count("ScaledObject") == len(_demo_robots())
+    assert kinds.count("Deployment") == len(_demo_robots()) + 1  # + the A2A tier
     external = subprocess.run([kubectl, "kustomize", str(DEPLOY / "k8s" / "overlays" / "external-redis")],
                               capture_output=True, text=True, timeout=60)
     assert external.returncode == 0, external.stderr
     ext = [(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(external.stdout) if d]
     assert ("StatefulSet", "redis") not in ext and not [d for d in ext if d[0] == "Secret"]
     assert ("Deployment", "robot-billing") in ext
+
+
+def test_a2a_tier_is_a_deployment_behind_a_service_with_real_probes_and_tokens():
+    """deploy/k8s/base/a2a.yaml: `robot-lab a2a` with arguments the real command accepts,
+    probes on its /healthz, tokens from a Secret directory, and a Service that selects its
+    pods and reaches its port."""
+    from robot_lab.commands.a2a import a2a
+
+    dep = _by_kind("Deployment")["robot-lab-a2a"]
+    pod = dep["spec"]["template"]["spec"]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert dep["spec"]["replicas"] >= 2  # stateless: any replica serves any task
+    [container] = pod["containers"]
+    assert container["args"][0] == "a2a"
+    ctx = a2a.make_context("a2a", list(container["args"][1:]))  # a usage error raises here
+    assert ctx.params["host"] == "0.0.0.0" and ctx.params["app_path"] == "robot_lab.demo:app"
+    assert not ctx.params["anonymous"]
+    [port] = container["ports"]
+    assert port["containerPort"] == ctx.params["port"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "a2a-tokens"]
+    assert env["ROBOT_LAB_A2A__TOKENS_DIR"] == mount["mountPath"] and mount["readOnly"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "a2a-tokens"]
+    assert "optional" not in volume["secret"]  # no tokens, no pod: never an open server
+    service = _by_kind("Service")["robot-lab-a2a"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    [sport] = service["spec"]["ports"]
+    assert sport["targetPort"] == port["name"] and sport["port"] == ctx.params["port"]
+    assert ctx.params["public_url"] == f"http://{service['metadata']['name']}:{sport['port']}"
+    tokens = _by_kind("Secret")[volume["secret"]["secretName"]]
+    assert tokens["stringData"]
 
 
 def test_generated_files_are_current():

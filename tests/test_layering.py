@@ -11,6 +11,7 @@ Layers, lowest first (a module may import its own layer and those below it):
     runtime     the in-process Robot: tools, LLM, MCP, rails; ``skills`` beside it
     network     the DAG engine: Network DSL, run state, coordinator, the task job, its lease
     app         App (robots + networks by name), the demo app
+    a2a         ``robot-lab a2a``: robots and networks as Agent2Agent agents (bus, network)
     workers     the process: ``robot-lab worker``, in-flight runs, health, status, metrics
     dashboard   ``robot-lab dashboard`` (Starlette app over the workers' readers)
     cli         ``robot-lab`` and its subcommands
@@ -41,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runtime", ("robot_lab.runtime", "robot_lab.skills")),
     ("network", ("robot_lab.network",)),
     ("app", ("robot_lab.app", "robot_lab.demo")),
+    ("a2a", ("robot_lab.a2a",)),
     ("workers", ("robot_lab.workers",)),
     ("dashboard", ("robot_lab.dashboard",)),
     ("cli", ("robot_lab.commands", "robot_lab.cli", "robot_lab.__main__")),

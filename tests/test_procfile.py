@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 DEMO_ROBOTS = ("classifier", "billing", "technical", "general", "sentiment", "urgency", "summarizer")
 PROCFILE = REPO_ROOT / "Procfile"
-OTHERS = ("coordinator", "metrics", "dashboard")
+OTHERS = ("coordinator", "metrics", "dashboard", "a2a")
 
 
 def _free_port(span: int = 1) -> int:
@@ -79,12 +79,13 @@ def test_procfile_process_types():
     assert types["coordinator"].strip() == "robot-lab watch --all"
     assert types["dashboard"].strip().startswith("robot-lab dashboard")
     assert types["metrics"].strip().startswith("robot-lab metrics")
+    assert types["a2a"].strip().startswith("robot-lab a2a --app robot_lab.demo:app")
 
 
 def test_honcho_start_runs_the_demo_network_and_stops_cleanly(real_redis_url, key_prefix, tmp_path):
     url = _db_url(real_redis_url, 9)
     conn = redis.Redis.from_url(url)
-    ports = {"DASHBOARD_PORT": str(_free_port()), "METRICS_PORT": str(_free_port())}
+    ports = {"DASHBOARD_PORT": str(_free_port()), "METRICS_PORT": str(_free_port()), "A2A_PORT": str(_free_port())}
     env = child_env(url, key_prefix, ROBOT_LAB_DEMO_DELAY_MS="0", ROBOT_LAB_HEALTH_DIR=str(tmp_path / "health"),
                     **ports)
     base_port = _free_port(1000)
@@ -123,6 +124,8 @@ def test_honcho_start_runs_the_demo_network_and_stops_cleanly(real_redis_url, ke
         assert 'robot_lab_queue_depth{queue="tasks",robot="summarizer"} 0.0' in gauges
         overview = json.loads(_get(f"http://127.0.0.1:{ports['DASHBOARD_PORT']}/api/overview"))
         assert any(r["run_id"] == data["run_id"] and r["status"] == "completed" for r in overview["recent"])
+        card = json.loads(_get(f"http://127.0.0.1:{ports['A2A_PORT']}/networks/support/.well-known/agent-card.json"))
+        assert card["name"] == "support" and card["capabilities"]["streaming"]
 
         assert _session_pids(honcho.pid)
         honcho.send_signal(signal.SIGTERM)

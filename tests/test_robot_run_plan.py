@@ -69,6 +69,8 @@ def every_option_robot() -> Robot:
         skill_mode="tool",
         serve_tools=["add"],
         serve_mcp="none",
+        a2a_agents=["http://agents.example/robots/b/.well-known/agent-card.json",
+                    {"url": "http://agents.example/networks/n/", "name": "ask_n", "timeout": 5}],
     )
 
 

@@ -31,6 +31,9 @@ def render_status(data: dict[str, Any]) -> None:
         console.print("[dim]no robots yet: no inbox, queue, worker or run under this prefix[/]")
     else:
         console.print(_robots_table(data))
+    for server in data.get("a2a") or []:
+        console.print(f"A2A [cyan]{server['name']}[/] at {server['url']} ({server['host']} pid {server['pid']}): "
+                      f"{', '.join(server['agents'])}", soft_wrap=True, highlight=False)
     if data["runs"]:
         runs = Table(title="active runs")
         for col in ("run", "network", "age", "progress", "running", "abandoned / lost"):

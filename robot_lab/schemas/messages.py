@@ -334,3 +334,5 @@ class RobotSpec(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     # The serving policy (bus, delegation, spawn): what a served run offers.
     serve_tools: str | list[str] = "inherit"
     serve_mcp: str | list[str] = "inherit"
+    # remote Agent2Agent agents offered as tools: card URLs or {url, name, description, token_env, timeout}
+    a2a_agents: list[str | dict[str, Any]] = msgspec.field(default_factory=list)

@@ -45,10 +45,19 @@ FINISHED = ("done", "failed", "skipped", "cancelled")
 
 def live_workers(connection: RedisClient, keys: Keys) -> list[dict[str, Any]]:
     """Heartbeat records still alive; index entries whose key expired are pruned."""
-    names = [_s(n) for n in connection.zrange(keys.workers(), 0, -1)]
+    return _live(connection, keys.workers(), keys.worker)
+
+
+def live_a2a_servers(connection: Any, keys: Keys) -> list[dict[str, Any]]:
+    """The ``robot-lab a2a`` processes beating (name, host, pid, url, agents)."""
+    return _live(connection, keys.a2a_servers(), keys.a2a_server)
+
+
+def _live(connection: Any, index: str, key_of: Any) -> list[dict[str, Any]]:
+    names = [_s(n) for n in connection.zrange(index, 0, -1)]
     if not names:
         return []
-    raws = mget(connection, [keys.worker(n) for n in names])  # one slot per worker on a cluster
+    raws = mget(connection, [key_of(n) for n in names])  # one slot per process on a cluster
     out, gone = [], []
     for name, raw in zip(names, raws):
         if raw is None:
@@ -59,7 +68,7 @@ def live_workers(connection: RedisClient, keys: Keys) -> list[dict[str, Any]]:
         except ValueError:
             gone.append(name)
     if gone:
-        connection.zrem(keys.workers(), *gone)
+        connection.zrem(index, *gone)
     return out
 
 
@@ -406,6 +415,7 @@ def collect_status(connection: RedisClient | None = None, keys: Keys | None = No
         "time": time.time(),
         "robots": rows,
         "workers": workers,
+        "a2a": live_a2a_servers(connection, keys),
         "runs": runs,
         "abandoned": [t for r in runs for t in r["abandoned"]],
         "lost": [t for r in runs for t in r["lost"]],

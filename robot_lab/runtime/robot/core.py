@@ -25,11 +25,12 @@ from typing import Any
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.observability import instrument as observe
+from robot_lab.runtime.a2a.tool import agent_tools
 from robot_lab.runtime.delegation import delegate
+from robot_lab.runtime.durable.scopes import DurableScope
 from robot_lab.runtime.llm.gateway import LLMGateway, default_gateway
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.hooks import HookRegistry
-from robot_lab.runtime.durable.scopes import DurableScope
 from robot_lab.runtime.robot import compaction
 from robot_lab.runtime.robot import one_run as run_mod
 from robot_lab.runtime.robot.context import conversation_state, default_conversation_turn
@@ -96,6 +97,7 @@ class Robot:
         skill_mode: str = "match",
         serve_tools: Any = SERVE_DEFAULT,
         serve_mcp: Any = SERVE_DEFAULT,
+        a2a_agents: Iterable[Any] = (),
     ) -> None:
         validate_tools_filter(tools)
         validate_tools_filter(serve_tools)
@@ -120,6 +122,11 @@ class Robot:
         self.local_tools = ToolManifest()
         for item in local_tools:
             self.local_tools.add(item).robot = self
+        # remote A2A agents, one tool each (connected when the model first calls one)
+        self.a2a_agents = [a if isinstance(a, str) else dict(a) for a in a2a_agents]
+        self.a2a_tools = agent_tools(self.a2a_agents)
+        for remote in self.a2a_tools:
+            remote.robot = self
         self._gateway = gateway
         self.hooks = HookRegistry(hooks)
         explicit = dict(

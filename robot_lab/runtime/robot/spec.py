@@ -43,6 +43,7 @@ def to_spec(robot: RobotParts) -> RobotSpec:
         template_dirs=robot.template_dirs,
         serve_tools=robot.serve_tools,
         serve_mcp=robot.serve_mcp,
+        a2a_agents=list(robot.a2a_agents),
     )
 
 
@@ -65,6 +66,7 @@ def spec_kwargs(spec: RobotSpec) -> dict[str, Any]:
         "template_dirs": spec.template_dirs,
         "serve_tools": spec.serve_tools,
         "serve_mcp": spec.serve_mcp,
+        "a2a_agents": list(spec.a2a_agents),
     }
 
 

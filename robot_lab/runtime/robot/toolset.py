@@ -52,7 +52,7 @@ def select_tools(
     """Tools sent on this run of ``robot`` (the owning Robot). Runtime none sends zero;
     ``inherit`` sends the robot's allow-list (its build-time ``tools`` names, else the
     network's, else everything attached); a list sends those names. Capped at ``max_tools``."""
-    attached = [*robot.local_tools.values(), *extra]
+    attached = [*robot.local_tools.values(), *getattr(robot, "a2a_tools", ()), *extra]
     if is_none_value(tools):
         return []
 

@@ -1,0 +1,277 @@
+"""The A2A request handler: ``message/send``, ``message/stream``, ``tasks/get``,
+``tasks/cancel`` and ``tasks/resubscribe`` of one agent (a robot or a network), on the SDK's
+``RequestHandler`` interface, so the SDK's JSON-RPC routes (1.0 and 0.3 method names) parse,
+validate and answer with the spec's error codes.
+
+Nothing about a task is kept here between calls: each call reads the task record and what
+it runs from Redis (:mod:`.tasks`), so any ``robot-lab a2a`` process answers for any task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import json
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.request_handler import RequestHandler, validate_request_params
+from a2a.types.a2a_pb2 import (
+    AgentCard,
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+    TaskStatus,
+)
+from a2a.utils.errors import (
+    ContentTypeNotSupportedError,
+    ExtendedAgentCardNotConfiguredError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from a2a.utils.task import apply_history_length
+
+from robot_lab.a2a.states import is_interrupted, is_terminal
+from robot_lab.a2a.task_store import TaskRecord, TaskStore
+from robot_lab.a2a.tasks import NetworkSource, RobotSource, TaskView, agent_message
+from robot_lab.bus import Bus
+from robot_lab.bus.requests import REPLY_PREFIX
+from robot_lab.errors import RobotLabError
+from robot_lab.keys import Keys
+from robot_lab.logging import get_logger
+from robot_lab.network.coordinator import Coordinator, RunHandle
+from robot_lab.schemas import RobotMessage, new_id
+from robot_lab.settings import A2ASettings
+
+log = get_logger("robot_lab.a2a")
+
+
+@dataclass
+class Backend:
+    """What every agent of one server shares: Redis clients, the task store, settings."""
+
+    bus: Bus
+    coordinator: Coordinator
+    store: TaskStore
+    keys: Keys
+    settings: A2ASettings
+
+    async def final_reply(self, run_id: str) -> str | None:
+        return await asyncio.to_thread(lambda: RunHandle(self.coordinator, run_id).result().reply)
+
+    def view(self, record: TaskRecord) -> TaskView:
+        if record.kind == "network":
+            source: Any = NetworkSource(self.bus.aredis, record, self.keys, self.final_reply)
+        else:
+            source = RobotSource(self.bus.aredis, record, self.keys)
+        return TaskView(self.store, record, source)
+
+
+def message_content(message: Message) -> tuple[str | dict[str, Any], list[dict[str, str]]]:
+    """The bus content of an A2A message (its text parts, or one data part as a JSON object)
+    and its file parts as bus attachments."""
+    texts: list[str] = []
+    data: list[Any] = []
+    files: list[dict[str, str]] = []
+    for part in message.parts:
+        which = part.WhichOneof("content")
+        if which == "text":
+            texts.append(part.text)
+        elif which == "data":
+            data.append(MessageToDict(part.data))
+        elif which == "raw":
+            files.append({"name": part.filename or f"file-{len(files) + 1}",
+                          "content_base64": base64.b64encode(part.raw).decode()})
+        else:
+            raise ContentTypeNotSupportedError(message=f"{which} parts are not supported: send text, data or raw files")
+    if not texts and len(data) == 1 and isinstance(data[0], dict):
+        return data[0], files
+    text = "\n".join(texts + [json.dumps(d) for d in data])
+    if not text.strip():
+        raise InvalidParamsError(message="the message has no text or data part")
+    return text, files
+
+
+def owner_of(context: ServerCallContext) -> str:
+    return context.user.user_name if context.user.is_authenticated else ""
+
+
+class AgentHandler(RequestHandler):
+    """One agent: ``kind`` ``robot`` (bus messages to its workers) or ``network`` (runs)."""
+
+    def __init__(self, backend: Backend, *, kind: str, name: str, card: AgentCard, network: Any = None) -> None:
+        self.backend = backend
+        self.kind = kind
+        self.name = name
+        self.card = card
+        self.network = network
+        self.agent = f"{kind}/{name}"
+
+    # --- reading tasks --------------------------------------------------------------------
+    async def _record(self, task_id: str, context: ServerCallContext) -> TaskRecord:
+        record = await self.backend.store.get(task_id) if task_id else None
+        if record is None or record.agent != self.agent or record.owner != owner_of(context):
+            raise TaskNotFoundError(message=f"task {task_id!r} not found")
+        return record
+
+    @validate_request_params
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        view = self.backend.view(await self._record(params.id, context))
+        await view.catch_up()
+        return apply_history_length(view.snapshot(), params)
+
+    async def on_list_tasks(self, params: Any, context: ServerCallContext) -> Any:
+        raise UnsupportedOperationError(message="tasks/list is not supported; keep the task ids you were given")
+
+    @validate_request_params
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        record = await self._record(params.id, context)
+        view = self.backend.view(record)
+        await view.catch_up()
+        if view.ended is not None or is_terminal(view.projection.state):
+            raise TaskNotCancelableError(message=f"task {record.id} is already {TaskState.Name(view.snapshot().status.state)}")
+        if record.kind == "network":
+            try:  # the same as `robot-lab cancel RUN`: nothing new starts, running tasks finish
+                await asyncio.to_thread(self.backend.coordinator.cancel, record.run_id, "cancelled over A2A")
+            except RobotLabError as exc:
+                log.warning("a2a.cancel_failed", task=record.id, run_id=record.run_id, error=str(exc))
+            await view.catch_up()
+        if view.ended is None:
+            cancelled = view.snapshot()
+            cancelled.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_CANCELED, timestamp=cancelled.status.timestamp))
+            view.ended = await self.backend.store.finish(cancelled)
+        log.info("a2a.cancelled", agent=self.agent, task=record.id)
+        return view.snapshot()
+
+    # --- messages -----------------------------------------------------------------------
+    async def _start(self, params: SendMessageRequest, context: ServerCallContext) -> TaskView:
+        message = params.message
+        if message.task_id:
+            return await self.continue_task(await self._record(message.task_id, context), message)
+        content, files = message_content(message)
+        task_id = new_id()
+        context_id = message.context_id or new_id()
+        stored = Message()
+        stored.CopyFrom(message)
+        stored.task_id, stored.context_id = task_id, context_id
+        record = TaskRecord(id=task_id, agent=self.agent, kind=self.kind, target=self.name,
+                            context_id=context_id, owner=owner_of(context), history=[MessageToDict(stored)])
+        if self.kind == "robot":
+            await self._send_to_robot(record, content, files)
+        else:
+            await self._submit_run(record, content)
+        log.info("a2a.task", agent=self.agent, task=task_id, context=context_id, owner=record.owner or None)
+        return self.backend.view(record)
+
+    async def continue_task(self, record: TaskRecord, message: Message) -> TaskView:
+        """A message naming an existing task. A task waiting for input takes it as the answer
+        (the human-input bridge: :func:`answer_input`); any other task refuses it."""
+        view = self.backend.view(record)
+        await view.catch_up()
+        state = view.snapshot().status.state
+        if is_interrupted(state):
+            await answer_input(self.backend, record, message)
+            return self.backend.view(record)
+        raise UnsupportedOperationError(
+            message=f"task {record.id} is {TaskState.Name(state)} and takes no message; send a new message "
+                    f"with contextId {record.context_id} (and no taskId) to go on in the same conversation")
+
+    async def _send_to_robot(self, record: TaskRecord, content: Any, files: list[dict[str, str]]) -> None:
+        settings = self.backend.settings
+        bus = self.backend.bus
+        record.reply_stream = f"{REPLY_PREFIX}{settings.sender}.{record.id}"
+        deadline = None
+        if settings.robot_deadline:
+            deadline = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=settings.robot_deadline)
+        envelope = RobotMessage(to=self.name, content=content, from_=settings.sender, reply_to=record.reply_stream,
+                                conversation_id=record.context_id, correlation_id=record.id, deadline=deadline,
+                                extensions={"attachments": files} if files else {})
+        record.message_id = envelope.id
+        await self.backend.store.create(record, reply_key=self.backend.keys.inbox(record.reply_stream))
+        try:
+            await bus.apublish_message(envelope)
+        except RobotLabError as exc:
+            await self._fail(record, str(exc))
+
+    async def _submit_run(self, record: TaskRecord, content: Any) -> None:
+        record.run_id = new_id()
+        await self.backend.store.create(record)
+        try:
+            await asyncio.to_thread(self.backend.coordinator.submit, self.network, content, run_id=record.run_id)
+        except RobotLabError as exc:
+            await self._fail(record, str(exc))
+
+    async def _fail(self, record: TaskRecord, error: str) -> None:
+        view = self.backend.view(record)
+        task = view.snapshot()
+        task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_FAILED, message=agent_message(task, f"Error: {error}")))
+        await self.backend.store.finish(task)
+        log.warning("a2a.task_failed_to_start", agent=self.agent, task=record.id, error=error)
+
+    @validate_request_params
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
+        view = await self._start(params, context)
+        if params.configuration.return_immediately:
+            await view.catch_up()
+            return apply_history_length(view.snapshot(), params.configuration)
+        task = await view.wait(self.backend.settings.send_timeout)
+        return apply_history_length(task, params.configuration)
+
+    @validate_request_params
+    async def on_message_send_stream(self, params: SendMessageRequest, context: ServerCallContext
+                                     ) -> AsyncGenerator[Any, None]:
+        view = await self._start(params, context)
+        yield view.snapshot()
+        async for event in view.events():
+            yield event
+
+    @validate_request_params
+    async def on_subscribe_to_task(self, params: SubscribeToTaskRequest, context: ServerCallContext
+                                   ) -> AsyncGenerator[Any, None]:
+        view = self.backend.view(await self._record(params.id, context))
+        await view.catch_up()
+        if view.ended is not None:
+            raise UnsupportedOperationError(
+                message=f"task {params.id} is {TaskState.Name(view.ended.status.state)}: nothing more to stream "
+                        "(tasks/get returns it)")
+        yield view.snapshot()
+        async for event in view.events():
+            yield event
+
+    # --- not offered ----------------------------------------------------------------------
+    async def on_create_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
+        raise PushNotificationNotSupportedError
+
+    async def on_list_task_push_notification_configs(self, params: Any, context: ServerCallContext) -> Any:
+        raise PushNotificationNotSupportedError
+
+    async def on_delete_task_push_notification_config(self, params: Any, context: ServerCallContext) -> None:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_extended_agent_card(self, params: Any, context: ServerCallContext) -> AgentCard:
+        raise ExtendedAgentCardNotConfiguredError
+
+
+async def answer_input(backend: Backend, record: TaskRecord, message: Message) -> None:
+    """Deliver ``message`` as the answer a parked run or conversation waits for.
+
+    The seam of the human-input bridge: robot-lab has no parked runs yet, so no task reaches
+    ``input-required`` (:data:`robot_lab.a2a.states.INPUT_STATUSES` lists the statuses that
+    will) and this is not reached in practice."""
+    raise UnsupportedOperationError(message=f"task {record.id} waits for input, which this server cannot deliver yet")
+

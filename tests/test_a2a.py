@@ -1,0 +1,213 @@
+"""The A2A tier in one process: the state seam, the event projection, tokens, the CLI's
+errors, the client tool's configuration and failures, and a task waiting for input (the
+human-input seam) over the real HTTP app on the embedded Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("a2a")
+
+from a2a.types.a2a_pb2 import TaskState  # noqa: E402
+
+from robot_lab.a2a.states import INPUT_STATUSES, is_interrupted, is_terminal, task_state_for  # noqa: E402
+from robot_lab.a2a.task_store import TaskRecord  # noqa: E402
+from robot_lab.a2a.tasks import NetworkSource, Projection, RobotSource  # noqa: E402
+from robot_lab.keys import Keys  # noqa: E402
+from robot_lab.schemas import RobotMessage, RunEvent  # noqa: E402
+
+
+def test_robot_lab_states_map_onto_a2a_task_states() -> None:
+    assert task_state_for("running") == TaskState.TASK_STATE_WORKING
+    assert task_state_for("completed") == TaskState.TASK_STATE_COMPLETED
+    assert task_state_for("cancelled") == TaskState.TASK_STATE_CANCELED
+    assert task_state_for("failed") == TaskState.TASK_STATE_FAILED
+    for parked in INPUT_STATUSES:  # the human-input bridge's statuses
+        assert task_state_for(parked) == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert is_interrupted(TaskState.TASK_STATE_INPUT_REQUIRED) and not is_terminal(TaskState.TASK_STATE_INPUT_REQUIRED)
+    assert is_terminal(TaskState.TASK_STATE_CANCELED) and not is_terminal(TaskState.TASK_STATE_WORKING)
+
+
+def _record(**kw: Any) -> TaskRecord:
+    return TaskRecord(id="t1", agent="network/n", kind="network", target="n", context_id="c1", run_id="r1", **kw)
+
+
+def test_run_events_become_status_updates_and_one_artifact_per_task() -> None:
+    async def reply(run_id: str) -> str:
+        return "final answer"
+
+    source = NetworkSource(None, _record(), Keys(), reply)
+    projection = Projection(_record())
+    events = [
+        RunEvent(run_id="r1", event="run.started"),
+        RunEvent(run_id="r1", event="task.started", task="a", robot="x"),
+        RunEvent(run_id="r1", event="text.delta", task="a", data={"delta": "hel"}),
+        RunEvent(run_id="r1", event="text.delta", task="a", data={"delta": "lo"}),
+        RunEvent(run_id="r1", event="task.completed", task="a", data={"reply": "hello"}),
+        RunEvent(run_id="r1", event="task.completed", task="b", data={"reply": "no deltas"}),
+        RunEvent(run_id="r1", event="run.completed"),
+    ]
+
+    async def go() -> list[Any]:
+        out = []
+        for event in events:
+            out += await source.apply(projection, event)
+        return out
+
+    out = asyncio.run(go())
+    chunks = [(e.artifact.artifact_id, e.artifact.parts[0].text, e.append, e.last_chunk)
+              for e in out if type(e).__name__ == "TaskArtifactUpdateEvent"]
+    assert chunks == [("a", "hel", False, False), ("a", "lo", True, False), ("a", "", True, True),
+                      ("b", "no deltas", False, True)]
+    assert {a.artifact_id: a.parts[0].text for a in projection.task.artifacts} == {"a": "hello", "b": "no deltas"}
+    assert projection.state == TaskState.TASK_STATE_COMPLETED
+    assert projection.task.status.message.parts[0].text == "final answer"
+
+
+def test_a_parked_run_is_input_required_and_the_robot_error_envelope_is_failed() -> None:
+    async def reply(run_id: str) -> str | None:
+        return None
+
+    projection = Projection(_record())
+    asyncio.run(NetworkSource(None, _record(), Keys(), reply).apply(
+        projection, RunEvent(run_id="r1", event="run.waiting", data={"question": "which account?"})))
+    assert projection.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert projection.task.status.message.parts[0].text == "which account?"
+
+    robot = TaskRecord(id="t2", agent="robot/x", kind="robot", target="x", context_id="c", message_id="m1",
+                       reply_stream="_reply.a2a.t2")
+    projection = Projection(robot)
+    error = RobotMessage(to="_reply.a2a.t2", content="Error: expired: too late", kind="error", in_reply_to="m1",
+                         headers={"error": "expired"})
+    other = RobotMessage(to="_reply.a2a.t2", content="not mine", kind="reply", in_reply_to="someone-else")
+    source = RobotSource(None, robot, Keys())
+    assert asyncio.run(source.apply(projection, other)) == []
+    [status] = asyncio.run(source.apply(projection, error))
+    assert status.status.state == TaskState.TASK_STATE_FAILED and status.metadata["reason"] == "expired"
+
+
+def test_tokens_come_from_settings_and_a_rotated_secret_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from robot_lab.a2a import auth
+    from robot_lab.settings import A2ASettings
+
+    (tmp_path / "ops").write_text("first-secret\n")
+    (tmp_path / "..data").mkdir()  # Kubernetes' own entries are not callers
+    tokens = auth.Tokens(A2ASettings(tokens={"ci": "ci-secret"}, tokens_dir=str(tmp_path)))
+    assert tokens.caller("ci-secret") == "ci" and tokens.caller("first-secret") == "ops"
+    assert tokens.caller("nope") is None
+    monkeypatch.setattr(auth, "RELOAD_EVERY", 0.0)
+    (tmp_path / "ops").write_text("second-secret")
+    assert tokens.caller("second-secret") == "ops" and tokens.caller("first-secret") is None
+    schemes, requirements = auth.security_fields(A2ASettings(tokens={"ci": "x"}))
+    assert set(schemes) == {"bearer", "apiKey"} and len(requirements) == 2
+    assert auth.security_fields(A2ASettings(anonymous=True)) == ({}, [])
+
+
+def _cli(args: list[str], **env: str) -> Any:
+    from robot_lab.cli import main
+
+    return CliRunner().invoke(main, ["a2a", *args], env=env)
+
+
+def test_the_command_refuses_to_start_without_redis_tokens_or_a_known_robot(monkeypatch: pytest.MonkeyPatch) -> None:
+    from robot_lab.settings import reload_settings
+
+    no_redis = _cli(["--app", "robot_lab.demo:app"])
+    assert no_redis.exit_code == 1 and "needs REDIS_URL" in no_redis.output
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")  # nothing is connected before serving
+    reload_settings()
+    no_tokens = _cli(["--app", "robot_lab.demo:app"])
+    assert no_tokens.exit_code == 1 and "no A2A tokens configured" in no_tokens.output
+    assert "Traceback" not in no_tokens.output
+    unknown = _cli(["--app", "robot_lab.demo:app", "--robots", "nobody", "--anonymous"])
+    assert unknown.exit_code == 1 and "has no robot 'nobody'" in unknown.output and "billing" in unknown.output
+
+
+def test_agent_tool_entries_are_checked_and_named_from_the_url() -> None:
+    from robot_lab import build
+    from robot_lab.errors import ConfigurationError
+    from robot_lab.runtime.a2a.tool import default_name
+
+    assert default_name("http://h:9292/robots/billing/.well-known/agent-card.json") == "a2a_billing"
+    assert default_name("https://agents.example.com") == "a2a_agents_example_com"
+    with pytest.raises(ConfigurationError, match="not an http"):
+        build("r", a2a_agents=["ftp://x"])
+    with pytest.raises(ConfigurationError, match="unknown field"):
+        build("r", a2a_agents=[{"url": "http://x/a", "token": "secret-in-a-spec"}])
+    with pytest.raises(ConfigurationError, match="both named"):
+        build("r", a2a_agents=["http://a/robots/x/", "http://b/robots/x/"])
+    robot = build("r", a2a_agents=[{"url": "http://h/robots/x/", "name": "ask_x", "description": "Ask X."}])
+    assert [(t.name, t.description) for t in robot.select_tools("inherit")] == [("ask_x", "Ask X.")]
+    assert robot.select_tools("none") == []  # offered only when the run asks, like every tool
+    spec = robot.to_spec()
+    assert msgspec.json.decode(msgspec.json.encode(spec), type=type(spec)).a2a_agents == spec.a2a_agents
+
+
+def test_an_unreachable_agent_is_a_tool_error_after_the_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from robot_lab import build
+    from robot_lab.runtime.a2a import tool as tool_mod
+
+    monkeypatch.setattr(tool_mod, "RETRY_BASE", 0.01)
+    monkeypatch.setenv("ROBOT_LAB_A2A__CLIENT_RETRIES", "2")
+    from robot_lab.settings import reload_settings
+
+    reload_settings()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    robot = build("r", a2a_agents=[f"http://127.0.0.1:{port}/robots/x/.well-known/agent-card.json"])
+    [remote] = robot.a2a_tools
+    text = remote.call({"message": "hi"})
+    assert text.startswith("Error (a2a_x): cannot fetch the agent card of http://127.0.0.1") and "(retryable)" in text
+
+
+def test_a_message_on_a_task_waiting_for_input_reaches_the_input_seam(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the real HTTP app on the embedded Redis: a network task whose run reports a parked
+    status is input-required in tasks/get, and a message naming it is refused by the bridge
+    (which the human-input feature fills in)."""
+    from starlette.testclient import TestClient
+
+    from robot_lab.a2a.asgi import build_a2a_app
+    from robot_lab.a2a.task_store import TaskStore
+    from robot_lab.connection import get_redis
+    from robot_lab.demo import app as demo
+    from robot_lab.keys import default_keys
+    from robot_lab.settings import A2ASettings
+
+    keys = default_keys()
+    web = build_a2a_app(demo, base_url="http://testserver", networks=["support"],
+                        settings=A2ASettings(tokens={"me": "tok"}), connection=get_redis())
+    redis = get_redis()
+    redis.xadd(keys.run_events("r-parked"), {"event": msgspec.json.encode(
+        RunEvent(run_id="r-parked", event="run.waiting", data={"question": "which order?"}))})
+
+    async def seed() -> None:
+        from robot_lab.bus import Bus
+
+        store = TaskStore(Bus(redis, keys=keys), keys, ttl=600)
+        await store.create(TaskRecord(id="t-parked", agent="network/support", kind="network", target="support",
+                                      context_id="c-1", owner="me", run_id="r-parked"))
+
+    asyncio.run(seed())
+    headers = {"Authorization": "Bearer tok", "A2A-Version": "1.0"}
+    with TestClient(web) as client:
+        got = client.post("/networks/support/", headers=headers, json={
+            "jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-parked"}}).json()
+        assert got["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert got["result"]["status"]["message"]["parts"][0]["text"] == "which order?"
+        answer = client.post("/networks/support/", headers=headers, json={
+            "jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": {
+                "messageId": "m-1", "role": "ROLE_USER", "taskId": "t-parked", "parts": [{"text": "order 42"}]}}}).json()
+        assert answer["error"]["code"] == -32004 and "waits for input" in answer["error"]["message"]
+        assert client.get("/networks/support/.well-known/agent-card.json").status_code == 200  # public card
+        assert client.post("/networks/support/", json={"jsonrpc": "2.0", "id": 3, "method": "GetTask",
+                                                       "params": {"id": "t-parked"}}).status_code == 401

@@ -1,0 +1,374 @@
+"""The A2A tier end to end: the SDK's own client against real `robot-lab a2a` processes,
+real `robot-lab worker`s and a real Redis. Two servers share one Redis, so every test can
+start a task on one and read it on the other."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis as redis_lib
+
+from tests.a2a_procs import (
+    OTHER_TOKEN,
+    TOKEN,
+    a2a_env,
+    sdk_client,
+    start_server,
+    start_worker,
+    user_message,
+    wait_for_bus_worker,
+    write_app,
+)
+from tests.worker_procs import Processes, wait_for_workers
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
+
+COMPLETED = 3  # TaskState.TASK_STATE_COMPLETED
+SIGNING_KEY = "a2a-tier-signing-key-0123456789"
+# the robots take only signed messages and signed task jobs: the tier signs messages as its own
+# sender, `a2a`, and the network runs it submits with the coordinator's key
+SIGNING_ENV = {"ROBOT_LAB_SIGNING__VERIFY": "require",
+               "ROBOT_LAB_SIGNING__KEYS": f'{{"a2a": {{"k1": "{SIGNING_KEY}"}}, "coordinator": {{"c1": "{SIGNING_KEY}-jobs"}}}}'}
+
+
+class Stack:
+    def __init__(self, url: str, prefix: str, a: str, b: str, procs: Processes) -> None:
+        self.url, self.prefix, self.a, self.b, self.procs = url, prefix, a, b, procs
+        self.redis = redis_lib.Redis.from_url(url)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    from tests.conftest import _forget, _server
+
+    if not _server.url:
+        pytest.skip(f"real Redis unavailable: {_server.reason}")
+    directory = tmp_path_factory.mktemp("a2a")
+    write_app(directory)
+    prefix = f"rltest-{uuid.uuid4().hex[:10]}"
+    env = a2a_env(_server.url, prefix, directory, **SIGNING_ENV)
+    procs = Processes(directory)
+    try:
+        start_worker(procs, env, "a2a_app:app", ["echo", "slow"], "worker")
+        a = start_server(procs, env, "a2a_app:app", "a2a-one")
+        b = start_server(procs, env, "a2a_app:app", "a2a-two")
+        stack = Stack(_server.url, prefix, a, b, procs)
+        wait_for_bus_worker(stack.redis, prefix, "echo")
+        wait_for_workers(stack.redis, ["robot:slow"])
+        yield stack
+    finally:
+        procs.kill_all()
+        _forget(prefix)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def collect(stream: Any) -> list[Any]:
+    return [item async for item in stream]
+
+
+def test_cards_are_served_at_the_well_known_path_without_a_token(stack: Stack) -> None:
+    card = httpx.get(f"{stack.a}/robots/echo/.well-known/agent-card.json").json()
+    assert card["name"] == "echo"
+    assert card["description"] == "Echoes what it is told."
+    assert card["capabilities"]["streaming"] is True
+    assert {"bearer", "apiKey"} <= set(card["securitySchemes"])
+    assert card["supportedInterfaces"][0]["url"].endswith("/robots/echo/")
+    net = httpx.get(f"{stack.a}/networks/pipeline/.well-known/agent-card.json").json()
+    assert [s["name"] for s in net["skills"]] == ["first", "second", "third"]
+    index = httpx.get(f"{stack.a}/").json()
+    assert {(a["kind"], a["name"]) for a in index["agents"]} == {("robot", "echo"), ("robot", "slow"),
+                                                                  ("network", "pipeline")}
+
+
+def test_message_send_to_a_robot_completes_with_its_reply_and_any_server_gets_it(stack: Stack) -> None:
+    async def go() -> None:
+        client = await sdk_client(f"{stack.a}/robots/echo", streaming=False)
+        [response] = await collect(client.send_message(user_message("hello there")))
+        task = response.task
+        assert task.status.state == COMPLETED
+        assert task.artifacts[0].parts[0].text == "echo: hello there"
+        assert task.status.message.parts[0].text == "echo: hello there"
+        other = await sdk_client(f"{stack.b}/robots/echo")
+        from a2a.types.a2a_pb2 import GetTaskRequest
+
+        again = await other.get_task(GetTaskRequest(id=task.id))
+        assert again.status.state == COMPLETED
+        assert [m.parts[0].text for m in again.history] == ["hello there", "echo: hello there"]
+
+    run(go())
+
+
+def test_message_stream_of_a_robot_is_submitted_then_the_reply_then_completed(stack: Stack) -> None:
+    async def go() -> list[Any]:
+        client = await sdk_client(f"{stack.b}/robots/echo")
+        return await collect(client.send_message(user_message("stream me")))
+
+    events = run(go())
+    assert events[0].HasField("task") and events[0].task.status.state == 1  # SUBMITTED
+    chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
+    assert [c.artifact.parts[0].text for c in chunks] == ["echo: stream me"] and chunks[-1].last_chunk
+    assert events[-1].status_update.status.state == COMPLETED
+
+
+def _steps(events: list[Any]) -> list[str]:
+    return [e.status_update.metadata["event"] + ":" + e.status_update.metadata["task"]
+            for e in events if e.HasField("status_update") and "task" in e.status_update.metadata]
+
+
+def test_network_run_streams_in_order_and_a_resubscribe_on_the_other_server_loses_nothing(stack: Stack) -> None:
+    from a2a.types.a2a_pb2 import GetTaskRequest, SubscribeToTaskRequest
+
+    async def go() -> tuple[list[Any], list[Any], Any]:
+        client = await sdk_client(f"{stack.a}/networks/pipeline")
+        first: list[Any] = []
+        async for event in client.send_message(user_message("go")):
+            first.append(event)
+            if _steps(first)[-1:] == ["task.completed:first"]:
+                break  # the client goes away mid-run
+        await client.close()
+        other = await sdk_client(f"{stack.b}/networks/pipeline")
+        task_id = first[0].task.id
+        rest = await collect(other.subscribe(SubscribeToTaskRequest(id=task_id)))
+        final = await other.get_task(GetTaskRequest(id=task_id))
+        return first, rest, final
+
+    first, rest, final = run(go())
+    assert first[0].task.status.state == 1
+    assert _steps(first) == ["task.started:first", "task.completed:first"]
+    snapshot = rest[0].task  # the resubscription starts with the task as it stands
+    assert [a.artifact_id for a in snapshot.artifacts][:1] == ["first"]
+    assert snapshot.artifacts[0].parts[0].text == "echo: go"
+    later = _steps(rest)
+    assert later[-2:] == ["task.started:third", "task.completed:third"]
+    assert "task.started:first" not in later  # what the snapshot holds is not sent again
+    assert rest[-1].status_update.status.state == COMPLETED
+    assert rest[-1].status_update.status.message.parts[0].text == "echo: echo: echo: go"
+    texts = {a.artifact_id: a.parts[0].text for a in final.artifacts}
+    assert texts == {"first": "echo: go", "second": "echo: echo: go", "third": "echo: echo: echo: go"}
+    assert final.status.state == COMPLETED
+
+
+def test_cancel_on_one_server_cancels_the_run_and_the_other_sees_it(stack: Stack) -> None:
+    from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskRequest
+
+    async def go() -> tuple[Any, Any, str]:
+        starter = await sdk_client(f"{stack.a}/networks/pipeline", polling=True, streaming=False)
+        [response] = await collect(starter.send_message(user_message("cancel me")))
+        canceller = await sdk_client(f"{stack.b}/networks/pipeline")
+        cancelled = await canceller.cancel_task(CancelTaskRequest(id=response.task.id))
+        await asyncio.sleep(1.5)  # the running task finishes; nothing new starts
+        seen = await starter.get_task(GetTaskRequest(id=response.task.id))
+        record = stack.redis.hget(f"{stack.prefix}:a2a:task:{response.task.id}", "run_id").decode()
+        return cancelled, seen, stack.redis.hget(f"{stack.prefix}:run:{record}", "status").decode()
+
+    cancelled, seen, run_status = run(go())
+    assert cancelled.status.state == 5  # CANCELED
+    assert seen.status.state == 5
+    assert run_status == "cancelled"  # the same as `robot-lab cancel RUN`
+    assert "third" not in {a.artifact_id for a in seen.artifacts}
+
+
+def test_a_cancelled_robot_task_stays_cancelled_when_the_reply_comes(stack: Stack) -> None:
+    from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskRequest
+
+    async def go() -> tuple[Any, Any]:
+        client = await sdk_client(f"{stack.a}/robots/slow", polling=True, streaming=False)
+        [response] = await collect(client.send_message(user_message("too late")))
+        cancelled = await client.cancel_task(CancelTaskRequest(id=response.task.id))
+        await asyncio.sleep(1.0)  # the robot's reply lands in the task's reply stream meanwhile
+        return cancelled, await client.get_task(GetTaskRequest(id=response.task.id))
+
+    cancelled, later = run(go())
+    assert cancelled.status.state == 5
+    assert later.status.state == 5
+    assert not later.artifacts
+
+
+def _rpc(base: str, body: Any, token: str | None = TOKEN, raw: bytes | None = None,
+         version: str | None = "1.0") -> httpx.Response:
+    """A JSON-RPC call by hand; ``version=None`` is a 0.3 client (no A2A-Version header)."""
+    headers = {"Content-Type": "application/json"}
+    if version:
+        headers["A2A-Version"] = version
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    if raw is not None:
+        return httpx.post(base, content=raw, headers=headers, timeout=30)
+    return httpx.post(base, json=body, headers=headers, timeout=30)
+
+
+def test_bad_input_gets_the_spec_error_codes(stack: Stack) -> None:
+    url = f"{stack.a}/robots/echo/"
+    assert _rpc(url, None, raw=b"{not json").json()["error"]["code"] == -32700
+    assert _rpc(url, {"jsonrpc": "1.0", "id": 1, "method": "GetTask"}).json()["error"]["code"] == -32600
+    assert _rpc(url, {"jsonrpc": "2.0", "id": 2, "method": "NoSuchMethod", "params": {}}).json()["error"]["code"] == -32601
+    unknown = _rpc(url, {"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": "nope"}}).json()
+    assert unknown["error"]["code"] == -32001 and unknown["id"] == 3
+    legacy = _rpc(url, {"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"id": "nope"}},
+                  version=None).json()
+    assert legacy["error"]["code"] == -32001  # the 0.3 method names are served too
+    for token in (None, "wrong"):
+        denied = _rpc(url, {"jsonrpc": "2.0", "id": 5, "method": "GetTask", "params": {"id": "x"}}, token=token)
+        assert denied.status_code == 401 and "Bearer" in denied.headers["www-authenticate"]
+        assert denied.json()["error"]["code"] == -32600
+    by_key = httpx.post(url, json={"jsonrpc": "2.0", "id": 6, "method": "GetTask", "params": {"id": "nope"}},
+                        headers={"X-API-Key": TOKEN, "A2A-Version": "1.0"})
+    assert by_key.json()["error"]["code"] == -32001
+
+
+def test_legacy_message_send_and_a_finished_task_refuses_more(stack: Stack) -> None:
+    url = f"{stack.b}/robots/echo/"
+    sent = _rpc(url, {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+        "kind": "message", "messageId": "m-1", "role": "user", "parts": [{"kind": "text", "text": "old school"}]}}},
+        version=None).json()
+    task = sent["result"]
+    assert task["status"]["state"] == "completed" and task["artifacts"][0]["parts"][0]["text"] == "echo: old school"
+    again = _rpc(url, {"jsonrpc": "2.0", "id": 2, "method": "tasks/cancel", "params": {"id": task["id"]}},
+                 version=None).json()
+    assert again["error"]["code"] == -32002  # not cancelable: it is over
+    more = _rpc(url, {"jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": {"message": {
+        "messageId": "m-2", "role": "ROLE_USER", "taskId": task["id"], "parts": [{"text": "more"}]}}}).json()
+    assert more["error"]["code"] == -32004 and task["contextId"] in more["error"]["message"]
+
+
+def test_tasks_belong_to_the_caller_who_started_them(stack: Stack) -> None:
+    async def go() -> str:
+        client = await sdk_client(f"{stack.a}/robots/echo", streaming=False)
+        [response] = await collect(client.send_message(user_message("mine")))
+        return response.task.id
+
+    task_id = run(go())
+    get = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
+    assert _rpc(f"{stack.b}/robots/echo/", get).json()["result"]["id"] == task_id
+    # another caller, with a token of its own, does not see it; nor does another agent's path
+    assert _rpc(f"{stack.b}/robots/echo/", get, token=OTHER_TOKEN).json()["error"]["code"] == -32001
+    assert _rpc(f"{stack.a}/robots/slow/", get).json()["error"]["code"] == -32001
+
+
+def test_under_signing_require_the_tier_signs_as_its_own_sender(stack: Stack) -> None:
+    """The robots' worker dead-letters unsigned messages; the tier's are signed with the
+    `a2a` sender's key, so its tasks complete (the other tests) while a bare publish does not."""
+    from robot_lab.bus import Bus
+    from robot_lab.keys import Keys
+    from tests.redis_server import wait_for
+
+    bus = Bus(stack.redis, keys=Keys(stack.prefix))
+    message = bus.publish("echo", "unsigned", from_="intruder")
+    dead = wait_for(lambda: [d for d in bus.dead_letters("echo") if d.message_id == message.id], timeout=30)
+    assert dead[0].reason == "unauthenticated"
+
+    async def go() -> Any:
+        client = await sdk_client(f"{stack.a}/robots/echo", streaming=False)
+        [response] = await collect(client.send_message(user_message("signed")))
+        return response.task
+
+    assert run(go()).status.state == COMPLETED
+
+
+def test_a_new_message_in_the_same_context_continues_the_robots_conversation(stack: Stack) -> None:
+    import json
+
+    async def go() -> tuple[Any, Any]:
+        client = await sdk_client(f"{stack.a}/robots/echo", streaming=False)
+        [first] = await collect(client.send_message(user_message("my name is Ada")))
+        other = await sdk_client(f"{stack.b}/robots/echo", streaming=False)
+        [second] = await collect(other.send_message(user_message("what is my name?",
+                                                                 context_id=first.task.context_id)))
+        return first.task, second.task
+
+    first, second = run(go())
+    assert second.id != first.id and second.context_id == first.context_id
+    assert second.status.state == COMPLETED
+    history = json.loads(stack.redis.get(f"{stack.prefix}:robot:echo:conv:{first.context_id}"))
+    assert [m["content"] for m in history if m["role"] == "user"] == ["my name is Ada", "what is my name?"]
+
+
+def test_an_a2a_process_killed_mid_task_loses_nothing(stack: Stack, tmp_path: Path) -> None:
+    """The task was started on a server that dies (SIGKILL) while the run goes on; the other
+    server streams the rest of it and returns the same end."""
+    import os
+    import signal
+
+    from a2a.types.a2a_pb2 import SubscribeToTaskRequest
+
+    from tests.worker_procs import Processes
+
+    write_app(tmp_path)
+    procs = Processes(tmp_path)
+    env = a2a_env(stack.url, stack.prefix, tmp_path, **SIGNING_ENV)
+    try:
+        doomed = start_server(procs, env, "a2a_app:app", "a2a-doomed")
+
+        async def go() -> tuple[str, list[Any]]:
+            client = await sdk_client(f"{doomed}/networks/pipeline")
+            task_id = ""
+            async for event in client.send_message(user_message("survive")):
+                task_id = task_id or event.task.id
+                if _steps([event]) == ["task.started:first"]:
+                    os.killpg(procs.procs[0].pid, signal.SIGKILL)
+                    break
+            other = await sdk_client(f"{stack.b}/networks/pipeline")
+            return task_id, await collect(other.subscribe(SubscribeToTaskRequest(id=task_id)))
+
+        task_id, rest = run(go())
+    finally:
+        procs.kill_all()
+    assert rest[0].task.id == task_id
+    assert rest[-1].status_update.status.state == COMPLETED
+    assert rest[-1].status_update.status.message.parts[0].text == "echo: echo: echo: survive"
+
+
+def test_status_lists_the_a2a_processes(stack: Stack) -> None:
+    import json
+    import subprocess
+
+    from tests.worker_procs import VENV_BIN, child_env
+
+    out = subprocess.run([str(VENV_BIN / "robot-lab"), "status", "--json"], env=child_env(stack.url, stack.prefix),
+                         capture_output=True, text=True, timeout=60)
+    data = json.loads(out.stdout)
+    servers = {s["name"]: s for s in data["a2a"]}
+    assert {"a2a-one", "a2a-two"} <= set(servers)  # (a killed one stays listed until its beat expires)
+    assert "network/pipeline" in servers["a2a-one"]["agents"]
+    table = subprocess.run([str(VENV_BIN / "robot-lab"), "status"], env=child_env(stack.url, stack.prefix),
+                           capture_output=True, text=True, timeout=60)
+    assert f"A2A a2a-one at {stack.a}" in table.stdout and "network/pipeline" in table.stdout
+
+
+def test_a_robot_in_a_network_calls_a_remote_a2a_agent_as_a_tool(stack: Stack, tmp_path: Path) -> None:
+    """caller (served by its own worker and its own `robot-lab a2a`) is given the echo agent
+    of server A as a tool; its network, itself run as an A2A task, gets echo's answer."""
+    from tests.a2a_procs import CALLER_MODULE
+    from tests.worker_procs import Processes
+
+    (tmp_path / "a2a_caller.py").write_text(CALLER_MODULE.format(
+        remote=f"{stack.a}/robots/echo/.well-known/agent-card.json"))
+    env = a2a_env(stack.url, stack.prefix, tmp_path, ROBOT_LAB_A2A__CLIENT_TOKENS=f'{{"{stack.a}": "{TOKEN}"}}')
+    procs = Processes(tmp_path)
+    try:
+        start_worker(procs, env, "a2a_caller:app", ["caller"], "caller-worker")
+        c = start_server(procs, env, "a2a_caller:app", "a2a-callers")
+        wait_for_workers(stack.redis, ["robot:caller"])
+        card = httpx.get(f"{c}/robots/caller/.well-known/agent-card.json").json()
+        assert [s["name"] for s in card["skills"]] == ["a2a_echo"]  # the remote agent is one of its skills
+
+        async def go() -> Any:
+            client = await sdk_client(f"{c}/networks/desk", streaming=False)
+            [response] = await collect(client.send_message(user_message("please ask echo")))
+            return response.task
+
+        task = run(go())
+        assert task.status.state == COMPLETED, procs.logs()
+        reply = task.status.message.parts[0].text
+        assert "- a2a_echo: echo: a" in reply  # echo's answer to the message the model sent it
+    finally:
+        procs.kill_all()
