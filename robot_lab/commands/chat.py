@@ -61,6 +61,7 @@ def chat(
             skill_mode=skill_mode,
         )
         streamed: list[str] = []
+        _quiet_retries(streamed)
 
         def on_content(chunk) -> None:  # type: ignore[no-untyped-def]
             streamed.append(chunk.content)
@@ -89,3 +90,20 @@ def chat(
         + (f" tool calls={len(result.tool_calls)}" if result.tool_calls else ""),
         err=True,
     )
+
+
+def _quiet_retries(streamed: list[str]) -> None:
+    """Without -v a model call's retry is one plain line on stderr (after a newline when the
+    reply's text is on the line), not a log line inside the streamed reply."""
+    root = click.get_current_context().find_root()
+    if root.params.get("verbose") or root.params.get("debug"):
+        return
+    from robot_lab.runtime.llm.retry import retry_notice
+
+    def announce(text: str) -> None:
+        sys.stdout.flush()
+        open_line = bool(streamed) and not "".join(streamed).endswith("\n")
+        sys.stderr.write(("\n" if open_line else "") + f"robot-lab: {text}\n")
+        sys.stderr.flush()
+
+    retry_notice.set(announce)

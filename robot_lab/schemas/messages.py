@@ -119,7 +119,8 @@ class ToolCall(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
 class TextMessage(msgspec.Struct, tag_field="type", tag="text", kw_only=True, omit_defaults=True, gc=False):
     role: Literal["system", "user", "assistant", "tool_result"] = "assistant"
     content: str = ""
-    stop_reason: Literal["tool", "stop"] | None = None
+    # "length": the reply was cut at max_tokens; "content_filter": the provider withheld it
+    stop_reason: Literal["tool", "stop", "length", "content_filter"] | None = None
 
 
 class ToolCallMessage(
@@ -282,6 +283,7 @@ class RunConfigData(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     stop: list[str] | str | None = None
+    api_base: str | None = None
     mcp: str | list[str] | None = None
     tools: str | list[str] | None = None
     enable_cache: bool | None = None

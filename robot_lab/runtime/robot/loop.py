@@ -31,6 +31,12 @@ from robot_lab.schemas.messages import (
 )
 
 ContentCallback = Callable[[Chunk], Any]
+# Provider finish reasons a reply keeps (a cut reply must not look complete); others are "stop".
+_KEPT_FINISH_REASONS = ("length", "content_filter")
+
+
+def stop_reason(response: LLMResponse) -> str:
+    return response.finish_reason if response.finish_reason in _KEPT_FINISH_REASONS else "stop"
 
 
 def add_usage(robot: Any, response: LLMResponse) -> None:
@@ -141,7 +147,7 @@ async def tool_loop(
         robot.messages.append(response.assistant_message())
         if not response.tool_calls:
             text = response.content or response.reasoning or ""
-            output.append(TextMessage(content=text, stop_reason="stop"))
+            output.append(TextMessage(content=text, stop_reason=stop_reason(response)))  # type: ignore[arg-type]
             break
         output.append(
             ToolCallMessage(
@@ -158,7 +164,10 @@ async def tool_loop(
             record = ToolCall(id=call.id, name=call.name, input=call.arguments)
             if config.on_tool_call:
                 config.on_tool_call(record)
-            text = await execute_tool(robot, by_name, call.name, call.arguments, io)
+            if call.argument_error:  # never run a tool on arguments it was not given
+                text = f"Error: {call.argument_error}; {call.name} was not called, send valid JSON arguments"
+            else:
+                text = await execute_tool(robot, by_name, call.name, call.arguments, io)
             warning = detector.observe(call.name)
             if warning:
                 text = with_warning(text, warning)
@@ -173,7 +182,7 @@ async def tool_loop(
         robot_name=robot.name,
         output=output,
         tool_calls=results,
-        stop_reason="stop",
+        stop_reason=output[-1].stop_reason or "stop",
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         cost=cost,

@@ -1,0 +1,285 @@
+"""The provider path through litellm's real ``openai/`` (and ``anthropic/``) provider against
+the project's fault-injecting wire server (tests/fault_server.py): how many requests a failing
+call makes, Retry-After, the call deadline, no repeated streamed text, bad tool arguments,
+missing usage, empty choices, ``finish_reason: "length"``, per-robot endpoints and the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from structlog.testing import capture_logs
+
+from robot_lab.errors import ConfigurationError, InferenceError, retryable
+from robot_lab.outage import caused_by_outage
+from robot_lab.runtime.llm.gateway import LLMGateway
+from robot_lab.runtime.robot import build
+from robot_lab.runtime.tools import tool
+from tests.fault_server import REPLY, FaultServer
+from tests.provider_servers import faults, model_requests  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.usefixtures("model_requests")
+MODEL = "openai/fault"
+HI = [{"role": "user", "content": "hi"}]
+
+
+class Sleeps:
+    """A gateway's sleep that records the waits instead of waiting."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+def gateway(**kwargs: Any) -> tuple[LLMGateway, Sleeps]:
+    sleeps = Sleeps()
+    options: dict[str, Any] = {"max_retries": 2, "retry_interval": 0.01, "randomness": 0.0, **kwargs}
+    return LLMGateway(sleep=sleeps, **options), sleeps
+
+
+def call(gw: LLMGateway, base: str, *, stream: bool = False, **kwargs: Any) -> Any:
+    chunks: list[str] = []
+    on_chunk = (lambda c: chunks.append(c.content)) if stream else None
+    response = gw.complete(MODEL, HI, params={"api_base": base, "api_key": "k"}, on_chunk=on_chunk, **kwargs)
+    return response, chunks
+
+
+# --- one retry policy -------------------------------------------------------------------------
+@pytest.mark.parametrize("fault", ["500", "429:0"])
+def test_a_persistent_failure_makes_one_plus_max_retries_requests(faults: FaultServer, fault: str) -> None:
+    """litellm's own client retries are off: 2 retries are 3 requests, not 3 x 3."""
+    base = faults.scenario(fault)
+    gw, _ = gateway()
+    with pytest.raises(InferenceError, match="after 3 attempts") as caught:
+        call(gw, base)
+    assert faults.count(base) == 3
+    assert retryable(caught.value) is False  # a task or a message does not multiply them again
+
+
+def test_a_transient_failure_is_retried_and_succeeds(faults: FaultServer) -> None:
+    base = faults.scenario("500", "500", "ok")
+    gw, sleeps = gateway()
+    response, _ = call(gw, base)
+    assert response.content == REPLY and faults.count(base) == 3 and len(sleeps.waits) == 2
+
+
+def test_retry_after_is_honoured(faults: FaultServer) -> None:
+    base = faults.scenario("429:2", "ok")
+    gw, sleeps = gateway()
+    response, _ = call(gw, base)
+    assert response.content == REPLY
+    assert sleeps.waits and sleeps.waits[0] >= 2.0  # the provider's wait, not the 0.01 s backoff
+
+
+def test_a_retry_after_past_the_deadline_ends_the_call_at_once(faults: FaultServer) -> None:
+    base = faults.scenario("429:60")
+    gw, sleeps = gateway(deadline=5.0)
+    with pytest.raises(InferenceError, match="deadline"):
+        call(gw, base)
+    assert faults.count(base) == 1 and sleeps.waits == []
+
+
+def test_a_hung_server_is_bounded_by_the_call_deadline(faults: FaultServer) -> None:
+    """Each request times out after ``timeout``; the whole call after ``deadline``."""
+    base = faults.scenario("hang:30")
+    gw = LLMGateway(max_retries=50, retry_interval=0.01, randomness=0.0, timeout=0.3, deadline=1.0)
+    with pytest.raises(InferenceError) as caught:
+        call(gw, base)
+    assert 1 <= faults.count(base) <= 4  # 50 retries allowed; the deadline stops them
+    assert "deadline" in str(caught.value) or "attempts" in str(caught.value)
+
+
+def test_a_provider_timeout_is_not_a_redis_outage(faults: FaultServer) -> None:
+    """httpx's read timeout wraps the builtin TimeoutError: still not Redis being away."""
+    base = faults.scenario("hang:30")
+    gw, _ = gateway(max_retries=0, timeout=0.2)
+    with pytest.raises(InferenceError) as caught:
+        call(gw, base)
+    chain = []
+    current: BaseException | None = caught.value
+    while current is not None and len(chain) < 20:
+        chain.append(type(current))
+        current = getattr(current, "original_exception", None) or current.__cause__ or current.__context__
+    assert TimeoutError in {cls for t in chain for cls in t.__mro__}  # the chain that fooled the check
+    assert not caused_by_outage(caught.value)
+
+
+def test_the_anthropic_format_gets_the_same_policy(faults: FaultServer) -> None:
+    base = faults.scenario("500", "ok").removesuffix("/v1")
+    gw, _ = gateway()
+    response = gw.complete("anthropic/claude-fault", HI, params={"api_base": base, "api_key": "k"})
+    assert response.content == REPLY and faults.count(base + "/v1") == 2
+
+
+# --- streams ------------------------------------------------------------------------------------
+def test_a_stream_cut_after_text_is_not_retried(faults: FaultServer) -> None:
+    """The text reached the consumer once; a retry would have printed it again."""
+    base = faults.scenario("cut", "ok")
+    gw, _ = gateway()
+    with pytest.raises(InferenceError, match="not retried"):
+        call(gw, base, stream=True)
+    assert faults.count(base) == 1
+
+
+def test_a_stream_failing_before_any_text_is_retried(faults: FaultServer) -> None:
+    base = faults.scenario("500", "ok")
+    gw, _ = gateway()
+    chunks: list[str] = []
+    gw.complete(MODEL, HI, params={"api_base": base, "api_key": "k"}, on_chunk=lambda c: chunks.append(c.content))
+    assert "".join(chunks) == REPLY and faults.count(base) == 2
+
+
+def test_robot_run_and_astream_show_a_cut_reply_once(faults: FaultServer) -> None:
+    base = faults.scenario("cut", "ok", "ok")
+    robot = build("cutter", model=MODEL, api_base=base)
+    seen: list[str] = []
+    result = robot.run_safely("hi", on_content=lambda c: seen.append(c.content))
+    assert "".join(seen) == "the quick" and result.error and faults.count(base) == 1
+
+    base = faults.scenario("cut", "ok", "ok")
+    robot = build("cutter2", model=MODEL, api_base=base)
+
+    async def consume() -> str:
+        stream = robot.astream("hi")
+        text = ""
+        with pytest.raises(InferenceError):
+            async for chunk in stream:
+                text += chunk.content
+        return text
+
+    assert asyncio.run(consume()) == "the quick" and faults.count(base) == 1
+
+
+def test_the_cli_prints_a_cut_reply_once(faults: FaultServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from robot_lab.cli import main
+
+    base = faults.scenario("cut", "ok")
+    monkeypatch.setenv("ROBOT_LAB_ENDPOINTS", json.dumps({MODEL: {"api_base": base}}))
+    result = CliRunner().invoke(main, ["chat", "-m", MODEL, "hi"])
+    assert result.exit_code == 1
+    assert result.stdout.count("the quick") == 1 and "brown" not in result.stdout
+    assert faults.count(base) == 1
+
+
+def test_the_cli_says_a_retry_in_one_plain_line(faults: FaultServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without -v: one plain line on stderr, no JSON log line in the reply."""
+    from robot_lab.cli import main
+
+    base = faults.scenario("500", "ok")
+    monkeypatch.setenv("ROBOT_LAB_ENDPOINTS", json.dumps({MODEL: {"api_base": base}}))
+    result = CliRunner().invoke(main, ["chat", "-m", MODEL, "hi"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(REPLY)
+    retry_lines = [line for line in result.stderr.splitlines() if "retrying" in line]
+    assert len(retry_lines) == 1 and retry_lines[0].startswith("robot-lab: ")
+    assert not [line for line in result.stderr.splitlines() if line.lstrip().startswith("{")]
+
+
+# --- odd answers --------------------------------------------------------------------------------
+CALLS: list[dict[str, Any]] = []
+
+
+@tool
+def lookup(query: str = "default") -> str:
+    """Look something up."""
+    CALLS.append({"query": query})
+    return f"found {query}"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_arguments_that_are_not_json_never_run_the_tool(faults: FaultServer, stream: bool) -> None:
+    CALLS.clear()
+    base = faults.scenario("bad_args", "text")
+    robot = build("argy", model=MODEL, api_base=base, local_tools=[lookup])
+    result = robot.run("find it", tools="inherit", on_content=(lambda c: None) if stream else None)
+    assert CALLS == []  # every parameter has a default: the old code ran it with them
+    [tool_result] = result.tool_calls
+    assert "not valid JSON" in tool_result.content["error"] and "lookup was not called" in tool_result.content["error"]
+    tool_message = next(m for m in robot.messages if m["role"] == "tool")
+    assert "not valid JSON" in tool_message["content"]  # the model is told the real cause
+    assert result.reply == REPLY
+
+
+def test_an_unknown_tool_name_is_an_error_text_for_the_model(faults: FaultServer) -> None:
+    base = faults.scenario("unknown_tool", "text")
+    robot = build("namer", model=MODEL, api_base=base, local_tools=[lookup])
+    result = robot.run("find it", tools="inherit")
+    assert "not available" in result.tool_calls[0].content["error"] and result.reply == REPLY
+
+
+def test_a_response_without_usage_is_estimated_for_budgets(faults: FaultServer) -> None:
+    base = faults.scenario("no_usage")
+    robot = build("freeloader", model=MODEL, api_base=base, token_budget=2000)
+    with capture_logs() as logs:
+        result = robot.run("hi")
+    assert result.input_tokens > 0 and result.output_tokens > 0
+    assert robot.total_input_tokens + robot.total_output_tokens > 0
+    assert any(entry["event"] == "llm.usage_missing" for entry in logs)
+
+
+def test_a_token_budget_counts_responses_without_usage(faults: FaultServer) -> None:
+    from robot_lab.errors import BudgetExceeded
+
+    base = faults.scenario("no_usage")
+    robot = build("spender", model=MODEL, api_base=base, token_budget=60)
+    with pytest.raises((BudgetExceeded, InferenceError)):
+        for _ in range(10):
+            robot.run("hi there, tell me something long")
+    assert faults.count(base) < 10
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_empty_choices_is_a_clear_error(faults: FaultServer, stream: bool) -> None:
+    base = faults.scenario("empty_choices")
+    gw, _ = gateway(max_retries=0)
+    with pytest.raises(InferenceError, match="no choices|before any reply|before a finish_reason"):
+        call(gw, base, stream=stream)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_finish_reason_length_reaches_the_result(faults: FaultServer, stream: bool) -> None:
+    base = faults.scenario("length")
+    robot = build("cut_short", model=MODEL, api_base=base)
+    result = robot.run("hi", on_content=(lambda c: None) if stream else None)
+    assert result.reply == REPLY and result.stop_reason == "length"
+    assert result.output[-1].stop_reason == "length"
+    assert json.loads(json.dumps(result.export(), default=str))["stop_reason"] == "length"
+
+
+def test_anthropic_max_tokens_is_length(faults: FaultServer) -> None:
+    base = faults.scenario("length").removesuffix("/v1")
+    robot = build("cut_claude", model="anthropic/claude-fault", api_base=base, api_key="k")
+    assert robot.run("hi").stop_reason == "length"
+
+
+# --- endpoints ---------------------------------------------------------------------------------
+def test_two_robots_use_two_servers_without_an_openai_key(faults: FaultServer) -> None:
+    first, second = faults.scenario("ok"), faults.scenario("ok")
+    a = build("a", model=MODEL, api_base=first)
+    b = build("b", model=MODEL, api_base=second)
+    assert a.run("hi").reply == REPLY and b.run("hi").reply == REPLY and b.run("hi").reply == REPLY
+    assert (faults.count(first), faults.count(second)) == (1, 2)
+
+
+def test_settings_endpoints_name_a_models_server(faults: FaultServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = faults.scenario("ok")
+    monkeypatch.setenv("ROBOT_LAB_ENDPOINTS", json.dumps({MODEL: {"api_base": base, "api_key": "s3cret"}}))
+    robot = build("configured", model=MODEL)
+    assert robot.run("hi").reply == REPLY and faults.count(base) == 1
+    assert "s3cret" not in repr(build("keyed", model=MODEL, api_key="s3cret").config)
+
+
+def test_no_endpoint_and_no_key_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="OPENAI_API_KEY"):
+        LLMGateway().complete(MODEL, HI)
+
+
+def test_the_api_key_never_crosses_a_process_boundary() -> None:
+    robot = build("secretive", model=MODEL, api_base="http://127.0.0.1:1/v1", api_key="s3cret")
+    data = robot.config.to_json_dict()
+    assert data["api_base"] == "http://127.0.0.1:1/v1" and "api_key" not in data
