@@ -60,7 +60,7 @@ def start_llama_server(shared: Path, log_path: Path) -> LlamaServer:
     log = log_path.open("wb")
     proc = subprocess.Popen(
         [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "8192", "-np", "4",
-         "-t", "2", "--jinja", "--alias", MODEL_ALIAS, "-n", "64"],
+         "-t", "2", "--jinja", "--alias", MODEL_ALIAS, "-n", "256"],
         stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
