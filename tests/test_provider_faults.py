@@ -13,13 +13,14 @@ import pytest
 from click.testing import CliRunner
 from structlog.testing import capture_logs
 
-from robot_lab.errors import ConfigurationError, InferenceError, retryable
+from robot_lab.errors import ConfigurationError, InferenceError, RemoteError, retryable
 from robot_lab.outage import caused_by_outage
 from robot_lab.runtime.llm.gateway import LLMGateway
 from robot_lab.runtime.robot import build
 from robot_lab.runtime.tools import tool
 from tests.fault_server import REPLY, FaultServer
 from tests.provider_servers import faults, model_requests  # noqa: F401 - fixtures
+from tests.worker_procs import processes  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("model_requests")
 MODEL = "openai/fault"
@@ -283,3 +284,46 @@ def test_the_api_key_never_crosses_a_process_boundary() -> None:
     robot = build("secretive", model=MODEL, api_base="http://127.0.0.1:1/v1", api_key="s3cret")
     data = robot.config.to_json_dict()
     assert data["api_base"] == "http://127.0.0.1:1/v1" and "api_key" not in data
+
+
+# --- requests per task and per message, on a real worker ----------------------------------------
+@pytest.mark.timeout(300)
+def test_a_failing_task_and_message_make_one_calls_requests(faults: FaultServer, real_client: Any,
+                                                            real_redis_url: str, key_prefix: str,
+                                                            processes: Any) -> None:  # noqa: F811
+    """On a ``robot-lab worker`` with max_retries 1: a task on a persistent 500 makes 2
+    requests (its ``retries: 2`` do not run the call again), a bus message 2 (no
+    redelivery), and a task whose stream was cut after text makes 1 and puts that text on
+    the run stream once."""
+    from robot_lab.app import publish_specs
+    from robot_lab.bus import Bus
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
+    from tests.worker_procs import VENV_BIN, child_env, uid, wait_for_workers
+
+    task_base, bus_base, cut_base = faults.scenario("500"), faults.scenario("500"), faults.scenario("cut", "ok")
+    robots = {name: build(f"{name}-{uid()}", model=MODEL, api_base=base)
+              for name, base in (("task", task_base), ("bus", bus_base), ("cut", cut_base))}
+    publish_specs([r.to_spec() for r in robots.values()], connection=real_client)
+    env = child_env(real_redis_url, key_prefix, ROBOT_LAB_ALLOW_MODEL_REQUESTS="1", ROBOT_LAB_MAX_RETRIES="1",
+                    ROBOT_LAB_RETRY_INTERVAL="0.01")
+    env.pop("OPENAI_API_KEY", None)
+    processes.start([str(VENV_BIN / "robot-lab"), "worker", *(r.name for r in robots.values())], env, "worker")
+    try:
+        wait_for_workers(real_client, [f"robot:{r.name}" for r in robots.values()])
+        net = create_network(f"faulty-{uid()}")
+        net.task("fails", robots["task"], retries=2)
+        net.task("cut", robots["cut"])
+        handle = Coordinator(connection=real_client).submit(net, "hi")
+        result = handle.wait(timeout=120)
+        assert result.context["fails"].error and faults.count(task_base) == 2
+        assert result.context["cut"].error and faults.count(cut_base) == 1
+        deltas = "".join(e.data.get("delta", "") for _, e in handle.store.events()
+                         if e.event == "text.delta" and e.task == "cut")
+        assert deltas == "the quick"  # a watcher of the run sees the text once
+        with pytest.raises(RemoteError, match="after 2 attempts"):  # the error reply, dead-lettered at once
+            Bus(real_client).request(robots["bus"].name, "hi", timeout=60)
+        assert faults.count(bus_base) == 2
+    except Exception:
+        print(processes.logs())
+        raise
