@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("ROBOT_LAB_LOG_LEVEL", "WARNING")
 os.environ["ROBOT_LAB_ALLOW_MODEL_REQUESTS"] = "1"
+# The per-call comparison runs embedded (no Redis in the way); the worker part uses this one.
+WORKER_REDIS_URL = os.environ.pop("REDIS_URL", None) or "redis://127.0.0.1:6379/0"
 
 from tests.provider_servers import MODEL_ALIAS, shared_dir, start_llama_server  # noqa: E402
 
@@ -104,9 +106,12 @@ def worker_rss(base_url: str, tasks: int, batch: int) -> None:
     from robot_lab.network.dsl import create_network
     from robot_lab.runtime.robot import build
 
-    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    url = WORKER_REDIS_URL
     prefix = f"bench-provider-{uuid.uuid4().hex[:6]}"
     os.environ.update(REDIS_URL=url, ROBOT_LAB_KEY_PREFIX=prefix)
+    from robot_lab.settings import reload_settings
+
+    reload_settings()  # the calls above ran embedded; the worker part talks to this Redis
     client = redis.Redis.from_url(url)
     robot = build(f"llama-{uuid.uuid4().hex[:6]}", model=f"openai/{MODEL_ALIAS}", api_base=base_url,
                   max_tokens=MAX_TOKENS, temperature=0)

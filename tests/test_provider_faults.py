@@ -293,8 +293,9 @@ def test_a_failing_task_and_message_make_one_calls_requests(faults: FaultServer,
                                                             processes: Any) -> None:  # noqa: F811
     """On a ``robot-lab worker`` with max_retries 1: a task on a persistent 500 makes 2
     requests (its ``retries: 2`` do not run the call again), a bus message 2 (no
-    redelivery), and a task whose stream was cut after text makes 1 and puts that text on
-    the run stream once."""
+    redelivery), a task on a hung server 2 (each timing out; not taken for a Redis outage),
+    and a task whose stream was cut after text makes 1 and puts that text on the run stream
+    once."""
     from robot_lab.app import publish_specs
     from robot_lab.bus import Bus
     from robot_lab.network.coordinator import Coordinator
@@ -302,11 +303,12 @@ def test_a_failing_task_and_message_make_one_calls_requests(faults: FaultServer,
     from tests.worker_procs import VENV_BIN, child_env, uid, wait_for_workers
 
     task_base, bus_base, cut_base = faults.scenario("500"), faults.scenario("500"), faults.scenario("cut", "ok")
+    hang_base = faults.scenario("hang:30")
     robots = {name: build(f"{name}-{uid()}", model=MODEL, api_base=base)
-              for name, base in (("task", task_base), ("bus", bus_base), ("cut", cut_base))}
+              for name, base in (("task", task_base), ("bus", bus_base), ("cut", cut_base), ("hang", hang_base))}
     publish_specs([r.to_spec() for r in robots.values()], connection=real_client)
     env = child_env(real_redis_url, key_prefix, ROBOT_LAB_ALLOW_MODEL_REQUESTS="1", ROBOT_LAB_MAX_RETRIES="1",
-                    ROBOT_LAB_RETRY_INTERVAL="0.01")
+                    ROBOT_LAB_RETRY_INTERVAL="0.01", ROBOT_LAB_REQUEST_TIMEOUT="0.5")
     env.pop("OPENAI_API_KEY", None)
     processes.start([str(VENV_BIN / "robot-lab"), "worker", *(r.name for r in robots.values())], env, "worker")
     try:
@@ -314,6 +316,7 @@ def test_a_failing_task_and_message_make_one_calls_requests(faults: FaultServer,
         net = create_network(f"faulty-{uid()}")
         net.task("fails", robots["task"], retries=2)
         net.task("cut", robots["cut"])
+        net.task("hung", robots["hang"], retries=2)
         handle = Coordinator(connection=real_client).submit(net, "hi")
         result = handle.wait(timeout=120)
         assert result.context["fails"].error and faults.count(task_base) == 2
@@ -321,6 +324,10 @@ def test_a_failing_task_and_message_make_one_calls_requests(faults: FaultServer,
         deltas = "".join(e.data.get("delta", "") for _, e in handle.store.events()
                          if e.event == "text.delta" and e.task == "cut")
         assert deltas == "the quick"  # a watcher of the run sees the text once
+        # a hung provider is a failed call (2 requests), not a Redis outage re-run as a lost worker
+        hung = result.context["hung"]
+        assert "InferenceError" in (hung.error or "") and faults.count(hang_base) == 2
+        assert not [e for _, e in handle.store.events() if e.event == "task.retrying" and e.task == "hung"]
         with pytest.raises(RemoteError, match="after 2 attempts"):  # the error reply, dead-lettered at once
             Bus(real_client).request(robots["bus"].name, "hi", timeout=60)
         assert faults.count(bus_base) == 2

@@ -197,7 +197,7 @@ class LLMGateway:
                 timeout = budget.attempt_timeout()
                 if assembly is None:
                     response = litellm.completion(model=model, messages=messages, timeout=timeout, **kwargs)
-                    return to_response(litellm, response, model, messages, tools, priced=True)
+                    return to_response(litellm, response, model, messages, tools, priced=not is_scripted(model))
                 _quiet_streaming_logging(litellm)
                 stream = litellm.completion(model=model, messages=messages, stream=True, timeout=timeout,
                                             stream_options={"include_usage": True}, **kwargs)
@@ -235,7 +235,7 @@ class LLMGateway:
                     if assembly is None:
                         response = await litellm.acompletion(model=model, messages=messages, timeout=timeout,
                                                              **kwargs)
-                        return to_response(litellm, response, model, messages, tools, priced=True)
+                        return to_response(litellm, response, model, messages, tools, priced=not is_scripted(model))
                     _quiet_streaming_logging(litellm)
                     stream = await litellm.acompletion(model=model, messages=messages, stream=True, timeout=timeout,
                                                        stream_options={"include_usage": True}, **kwargs)

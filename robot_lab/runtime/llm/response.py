@@ -138,49 +138,99 @@ def to_response(litellm: Any, response: Any, model: str, messages: list[dict[str
         log.warning("llm.usage_missing", model=model, estimated_input=usage[0], estimated_output=usage[1])
     result.input_tokens, result.output_tokens = usage
     if priced:
-        try:
-            if result.usage_estimated:
-                prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=usage[0],
-                                                            completion_tokens=usage[1])
-                result.cost = float(prompt) + float(completion)
-            else:
-                result.cost = float(litellm.completion_cost(completion_response=response) or 0.0)
-        except Exception:  # unknown model pricing: cost stays 0, tokens still count
-            result.cost = 0.0
+        result.cost = price(litellm, model, usage, None if result.usage_estimated else response)
     return result
 
 
 class Assembly:
-    """The parts of one streamed reply, kept for the final response, their text handed to
-    ``on_chunk`` as it comes (shared by the sync and the async stream). ``delivered`` says
-    whether any text reached ``on_chunk``: such a call is not retried (the consumer would
-    see the text twice)."""
+    """One streamed reply, assembled as its parts come: the text handed to ``on_chunk``,
+    tool-call deltas joined by index, the finish reason and the usage of the last part
+    (shared by the sync and the async stream). ``delivered`` says whether any text reached
+    ``on_chunk``: such a call is not retried (the consumer would see the text twice).
 
-    __slots__ = ("chunks", "index", "on_chunk")
+    Why not litellm's ``stream_chunk_builder``: litellm already rebuilds a stream twice
+    inside each call; a third rebuild here cost more than all of robot-lab's own work per
+    streamed call (bench/provider.py)."""
+
+    __slots__ = ("calls", "finish_reason", "index", "on_chunk", "parts", "reasoning", "text", "usage")
 
     def __init__(self, on_chunk: Callable[[Chunk], None]) -> None:
-        self.chunks: list[Any] = []
-        self.index = 0
         self.on_chunk = on_chunk
+        self.index = 0
+        self.parts = 0
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, list[Any]] = {}  # index -> [id, name, [argument pieces]]
+        self.finish_reason: str | None = None
+        self.usage: Any = None
 
     @property
     def delivered(self) -> bool:
         return self.index > 0
 
     def take(self, part: Any) -> None:
-        self.chunks.append(part)
-        if not part.choices:
+        usage = getattr(part, "usage", None)
+        if usage is not None:
+            self.usage = usage
+        choices = part.choices
+        if not choices:
             return
-        text = getattr(part.choices[0].delta, "content", None)
+        self.parts += 1
+        choice = choices[0]
+        if choice.finish_reason:
+            self.finish_reason = choice.finish_reason
+        delta = choice.delta
+        text = getattr(delta, "content", None)
         if text:
+            self.text.append(text)
             self.on_chunk(Chunk(content=text, index=self.index))
             self.index += 1
+        thought = getattr(delta, "reasoning_content", None)
+        if thought:
+            self.reasoning.append(thought)
+        for call in getattr(delta, "tool_calls", None) or ():
+            entry = self.calls.setdefault(getattr(call, "index", None) or 0, ["", "", []])
+            if call.id:
+                entry[0] = call.id
+            function = call.function
+            if function is not None:
+                if function.name:
+                    entry[1] = function.name
+                if function.arguments:
+                    entry[2].append(function.arguments)
 
     def response(self, litellm: Any, model: str, messages: list[dict[str, Any]],
                  tools: list[dict[str, Any]] | None) -> LLMResponse:
-        if not self.chunks:
-            raise InferenceError(f"{model}: the provider's stream ended before any reply")
-        built = litellm.stream_chunk_builder(self.chunks, messages=messages)
-        if built is None:
+        if not self.parts:
             raise InferenceError(f"{model}: the provider's stream had no choices (an empty reply)")
-        return to_response(litellm, built, model, messages, tools)
+        calls = [tool_call(entry[0] or f"call_{i}", entry[1], "".join(entry[2]))
+                 for i, entry in sorted(self.calls.items())]
+        result = LLMResponse(content="".join(self.text), tool_calls=calls, finish_reason=self.finish_reason,
+                             model=model, reasoning="".join(self.reasoning) or None)
+        usage = _usage(self)
+        if usage is None:
+            usage = estimate_usage(litellm, model, messages, tools, result)
+            result.usage_estimated = True
+            log.warning("llm.usage_missing", model=model, estimated_input=usage[0], estimated_output=usage[1])
+        result.input_tokens, result.output_tokens = usage
+        result.cost = price(litellm, model, usage)
+        return result
+
+
+_UNPRICED: set[str] = set()
+
+
+def price(litellm: Any, model: str, usage: tuple[int, int], response: Any = None) -> float:
+    """The call's cost from litellm's price table (``completion_cost`` of the response when
+    there is one); 0 for a model it has no price for, remembered so that the lookup, which
+    costs more than the rest of a call's own work, is not repeated."""
+    if model in _UNPRICED:
+        return 0.0
+    try:
+        if response is not None:
+            return float(litellm.completion_cost(completion_response=response) or 0.0)
+        prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=usage[0], completion_tokens=usage[1])
+        return float(prompt) + float(completion)
+    except Exception:  # noqa: BLE001 - unknown model pricing: cost stays 0, tokens still count
+        _UNPRICED.add(model)
+        return 0.0
