@@ -131,15 +131,21 @@ def to_response(litellm: Any, response: Any, model: str, messages: list[dict[str
              for i, c in enumerate(getattr(message, "tool_calls", None) or [])]
     result = LLMResponse(content=message.content or "", tool_calls=calls, finish_reason=choice.finish_reason,
                          model=model, reasoning=getattr(message, "reasoning_content", None))
-    usage = _usage(response)
-    if usage is None:
-        usage = estimate_usage(litellm, model, messages, tools, result)
-        result.usage_estimated = True
-        log.warning("llm.usage_missing", model=model, estimated_input=usage[0], estimated_output=usage[1])
-    result.input_tokens, result.output_tokens = usage
+    usage = _fill_usage(litellm, result, _usage(response), messages, tools)
     if priced:
         result.cost = price(litellm, model, usage, None if result.usage_estimated else response)
     return result
+
+
+def _fill_usage(litellm: Any, result: LLMResponse, usage: tuple[int, int] | None, messages: list[dict[str, Any]],
+                tools: list[dict[str, Any]] | None) -> tuple[int, int]:
+    """The reported usage, else an estimate (logged): a budget never sees a free call."""
+    if usage is None:
+        usage = estimate_usage(litellm, result.model, messages, tools, result)
+        result.usage_estimated = True
+        log.warning("llm.usage_missing", model=result.model, estimated_input=usage[0], estimated_output=usage[1])
+    result.input_tokens, result.output_tokens = usage
+    return usage
 
 
 class Assembly:
@@ -207,13 +213,7 @@ class Assembly:
                  for i, entry in sorted(self.calls.items())]
         result = LLMResponse(content="".join(self.text), tool_calls=calls, finish_reason=self.finish_reason,
                              model=model, reasoning="".join(self.reasoning) or None)
-        usage = _usage(self)
-        if usage is None:
-            usage = estimate_usage(litellm, model, messages, tools, result)
-            result.usage_estimated = True
-            log.warning("llm.usage_missing", model=model, estimated_input=usage[0], estimated_output=usage[1])
-        result.input_tokens, result.output_tokens = usage
-        result.cost = price(litellm, model, usage)
+        result.cost = price(litellm, model, _fill_usage(litellm, result, _usage(self), messages, tools))
         return result
 
 
