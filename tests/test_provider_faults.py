@@ -95,6 +95,35 @@ def test_a_hung_server_is_bounded_by_the_call_deadline(faults: FaultServer) -> N
     assert "deadline" in str(caught.value) or "attempts" in str(caught.value)
 
 
+def test_a_trickling_stream_is_stopped_at_the_deadline(faults: FaultServer) -> None:
+    """Every part comes within the request timeout, the whole reply does not."""
+    base = faults.scenario("trickle")
+    gw = LLMGateway(max_retries=3, timeout=5.0, deadline=0.5)
+    chunks: list[str] = []
+    with pytest.raises(InferenceError, match="deadline"):
+        gw.complete(MODEL, HI, params={"api_base": base, "api_key": "k"}, on_chunk=lambda c: chunks.append(c.content))
+    assert faults.count(base) == 1 and 0 < len(chunks) < 4
+
+
+def test_the_async_call_has_the_same_policy(faults: FaultServer) -> None:
+    async def slept(seconds: float) -> None:
+        waits.append(seconds)
+
+    waits: list[float] = []
+    failing, limited, hung = faults.scenario("500"), faults.scenario("429:2", "ok"), faults.scenario("hang:30")
+    gw = LLMGateway(max_retries=2, retry_interval=0.01, randomness=0.0, async_sleep=slept)
+    with pytest.raises(InferenceError, match="after 3 attempts"):
+        asyncio.run(gw.acomplete(MODEL, HI, params={"api_base": failing, "api_key": "k"}))
+    assert faults.count(failing) == 3
+    waits.clear()
+    assert asyncio.run(gw.acomplete(MODEL, HI, params={"api_base": limited, "api_key": "k"})).content == REPLY
+    assert waits[0] >= 2.0
+    gw = LLMGateway(max_retries=50, timeout=10.0, deadline=0.5)
+    with pytest.raises(InferenceError, match="deadline"):
+        asyncio.run(gw.acomplete(MODEL, HI, params={"api_base": hung, "api_key": "k"}))
+    assert faults.count(hung) == 1
+
+
 def test_a_provider_timeout_is_not_a_redis_outage(faults: FaultServer) -> None:
     """httpx's read timeout wraps the builtin TimeoutError: still not Redis being away."""
     base = faults.scenario("hang:30")
