@@ -306,6 +306,35 @@ def test_settings_endpoints_name_a_models_server(faults: FaultServer, monkeypatc
     assert "s3cret" not in repr(build("keyed", model=MODEL, api_key="s3cret").config)
 
 
+def test_an_environment_key_is_sent_to_a_base_url(faults: FaultServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A LiteLLM proxy wants the key in OPENAI_API_KEY: no placeholder replaces it."""
+    from robot_lab.runtime.llm.gateway import litellm_module
+
+    litellm = litellm_module()
+    sent: list[str | None] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        sent.append(kwargs.get("api_key"))
+        return real(*args, **kwargs)
+
+    real = litellm.completion
+    monkeypatch.setattr(litellm, "completion", spy)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proxy")
+    base = faults.scenario("ok")
+    LLMGateway(max_retries=0).complete(MODEL, HI, params={"api_base": base})
+    monkeypatch.delenv("OPENAI_API_KEY")
+    LLMGateway(max_retries=0).complete(MODEL, HI, params={"api_base": base})
+    assert sent == [None, "no-key"]
+
+
+def test_chat_takes_an_api_base(faults: FaultServer) -> None:
+    from robot_lab.cli import main
+
+    base = faults.scenario("ok")
+    result = CliRunner().invoke(main, ["chat", "-m", MODEL, "--api-base", base, "hi"])
+    assert result.exit_code == 0 and result.stdout.startswith(REPLY) and faults.count(base) == 1
+
+
 def test_no_endpoint_and_no_key_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="OPENAI_API_KEY"):
         LLMGateway().complete(MODEL, HI)

@@ -12,6 +12,9 @@ import click
 @click.command()
 @click.argument("message")
 @click.option("--model", "-m", default=None, help="litellm model string; default ROBOT_LAB_MODEL, a provider key's model, else scripted/echo.")
+@click.option("--api-base", default=None, metavar="URL",
+              help="An OpenAI-compatible server for the model (vLLM, llama-server, Ollama, a LiteLLM proxy): "
+                   "-m openai/MODEL --api-base http://127.0.0.1:8080/v1; no key needed for a keyless server.")
 @click.option("--system", "-s", "system_prompt", default=None, help="System prompt.")
 @click.option("--template", "-t", default=None, help="Template name (a .md file on ROBOT_LAB_TEMPLATE_PATH).")
 @click.option("--tool", "tools", multiple=True, metavar="MODULE:FUNC", help="Tool by import path; repeatable. Tools are sent to the model.")
@@ -27,6 +30,7 @@ import click
 def chat(
     message: str,
     model: str | None,
+    api_base: str | None,
     system_prompt: str | None,
     template: str | None,
     tools: tuple[str, ...],
@@ -43,6 +47,7 @@ def chat(
     Examples:
       robot-lab chat "hello"                         # offline scripted model
       robot-lab chat -m openai/gpt-4o-mini "hello"   # needs OPENAI_API_KEY
+      robot-lab chat -m openai/qwen2.5 --api-base http://127.0.0.1:8080/v1 "hello"
       robot-lab chat --tool mypkg.tools:lookup "find order 42"
       robot-lab chat --skills pdf --attach form.pdf "fill out this form for me"
     """
@@ -53,6 +58,7 @@ def chat(
         robot = build(
             name=name,
             model=model,
+            api_base=api_base,
             system_prompt=system_prompt,
             template=template,
             local_tools=list(tools),

@@ -88,11 +88,7 @@ def _check_credentials(litellm: Any, model: str, kwargs: dict[str, Any]) -> None
     """Fail before the first attempt when the provider's key is not in the environment."""
     if kwargs.get("api_key") or kwargs.get("api_base"):
         return
-    try:
-        missing = litellm.validate_environment(model).get("missing_keys") or []
-    except Exception:  # litellm cannot tell (an unknown provider): the call itself will say
-        return
-    keys = [k for k in missing if any(word in k for word in ("KEY", "TOKEN", "SECRET"))]
+    keys = _missing_keys(litellm, model)
     if keys:
         raise ConfigurationError(
             f"{model}: no credentials: set {' and '.join(keys)} (or pick another model with -m / ROBOT_LAB_MODEL; "
@@ -117,10 +113,11 @@ def _quiet_streaming_logging(litellm: Any) -> None:
         _streaming_logging_disabled_by_us = False
 
 
-def _endpoint(model: str, kwargs: dict[str, Any]) -> None:
+def _endpoint(litellm: Any, model: str, kwargs: dict[str, Any]) -> None:
     """Fill in the model's endpoint: the robot's ``api_base`` / ``api_key``, else the ones
-    ``settings.endpoints`` names for this model. A base URL without a key (a local,
-    keyless server) gets a placeholder key, as litellm's OpenAI client insists on one."""
+    ``settings.endpoints`` names for this model. A base URL without a key, and no key in
+    the environment either (a local, keyless server), gets a placeholder key, as litellm's
+    OpenAI client insists on one."""
     if not kwargs.get("api_base") or not kwargs.get("api_key"):
         from robot_lab.settings import get_settings
 
@@ -130,8 +127,17 @@ def _endpoint(model: str, kwargs: dict[str, Any]) -> None:
                 kwargs["api_base"] = configured.api_base
             if configured.api_key is not None and not kwargs.get("api_key"):
                 kwargs["api_key"] = configured.api_key.get_secret_value()
-    if kwargs.get("api_base") and not kwargs.get("api_key"):
+    if kwargs.get("api_base") and not kwargs.get("api_key") and _missing_keys(litellm, model):
         kwargs["api_key"] = "no-key"
+
+
+def _missing_keys(litellm: Any, model: str) -> list[str]:
+    """The provider's key variables that are not set (none when litellm cannot tell)."""
+    try:
+        missing = litellm.validate_environment(model).get("missing_keys") or []
+    except Exception:  # litellm cannot tell (an unknown provider): the call itself will say
+        return []
+    return [k for k in missing if any(word in k for word in ("KEY", "TOKEN", "SECRET"))]
 
 
 class LLMGateway:
@@ -271,7 +277,7 @@ class LLMGateway:
         else:
             if provider and "/" not in model:
                 kwargs["custom_llm_provider"] = provider
-            _endpoint(model, kwargs)
+            _endpoint(litellm, model, kwargs)
             _check_credentials(litellm, f"{provider}/{model}" if "custom_llm_provider" in kwargs else model, kwargs)
             kwargs["max_retries"] = 0
         if tools:
