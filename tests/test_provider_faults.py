@@ -363,9 +363,10 @@ def test_a_failing_task_and_message_make_one_calls_requests(faults: FaultServer,
     from tests.worker_procs import VENV_BIN, child_env, uid, wait_for_workers
 
     task_base, bus_base, cut_base = faults.scenario("500"), faults.scenario("500"), faults.scenario("cut", "ok")
-    hang_base = faults.scenario("hang:30")
+    hang_base, length_base = faults.scenario("hang:30"), faults.scenario("length")
     robots = {name: build(f"{name}-{uid()}", model=MODEL, api_base=base)
-              for name, base in (("task", task_base), ("bus", bus_base), ("cut", cut_base), ("hang", hang_base))}
+              for name, base in (("task", task_base), ("bus", bus_base), ("cut", cut_base), ("hang", hang_base),
+                                 ("length", length_base))}
     publish_specs([r.to_spec() for r in robots.values()], connection=real_client)
     env = child_env(real_redis_url, key_prefix, ROBOT_LAB_ALLOW_MODEL_REQUESTS="1", ROBOT_LAB_MAX_RETRIES="1",
                     ROBOT_LAB_RETRY_INTERVAL="0.01", ROBOT_LAB_REQUEST_TIMEOUT="0.5")
@@ -377,6 +378,7 @@ def test_a_failing_task_and_message_make_one_calls_requests(faults: FaultServer,
         net.task("fails", robots["task"], retries=2)
         net.task("cut", robots["cut"])
         net.task("hung", robots["hang"], retries=2)
+        net.task("short", robots["length"])
         handle = Coordinator(connection=real_client).submit(net, "hi")
         result = handle.wait(timeout=120)
         assert result.context["fails"].error and faults.count(task_base) == 2
@@ -388,6 +390,9 @@ def test_a_failing_task_and_message_make_one_calls_requests(faults: FaultServer,
         hung = result.context["hung"]
         assert "InferenceError" in (hung.error or "") and faults.count(hang_base) == 2
         assert not [e for _, e in handle.store.events() if e.event == "task.retrying" and e.task == "hung"]
+        # a reply cut at max_tokens says so on the run stream
+        [completed] = [e for _, e in handle.store.events() if e.event == "task.completed" and e.task == "short"]
+        assert completed.data["stop_reason"] == "length" and completed.data["reply"] == REPLY
         with pytest.raises(RemoteError, match="after 2 attempts"):  # the error reply, dead-lettered at once
             Bus(real_client).request(robots["bus"].name, "hi", timeout=60)
         assert faults.count(bus_base) == 2
