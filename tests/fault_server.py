@@ -41,7 +41,7 @@ class _Handler(BaseHTTPRequestHandler):
         parts = self.path.strip("/").split("/")
         name = parts[0]
         body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-        fault = self.server.owner.take(name)
+        fault = self.server.owner.take(name, {k.lower(): v for k, v in self.headers.items()})
         anthropic = self.path.rstrip("/").endswith("/messages")
         try:
             self._answer(fault, body, anthropic)
@@ -198,6 +198,12 @@ def _has_tool_result(message: dict[str, Any]) -> bool:
     return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
 
 
+def _scenario_of(base_url: str) -> str:
+    """``s3`` of ``http://127.0.0.1:PORT/s3/v1`` (or of the Anthropic root, without ``/v1``)."""
+    parts = base_url.rstrip("/").split("/")
+    return parts[-2] if parts[-1] == "v1" else parts[-1]
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     owner: FaultServer
@@ -214,6 +220,7 @@ class FaultServer:
         self._lock = threading.Lock()
         self._scenarios: dict[str, list[str]] = {}
         self._counts: dict[str, int] = {}
+        self._headers: dict[str, list[dict[str, str]]] = {}
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="fault-server", daemon=True)
         self._thread.start()
 
@@ -225,8 +232,9 @@ class FaultServer:
             self._counts[name] = 0
         return f"http://127.0.0.1:{self.port}/{name}/v1"
 
-    def take(self, name: str) -> str:
+    def take(self, name: str, headers: dict[str, str] | None = None) -> str:
         with self._lock:
+            self._headers.setdefault(name, []).append(headers or {})
             faults = self._scenarios.get(name, ["500"])
             n = self._counts.get(name, 0)
             self._counts[name] = n + 1
@@ -234,9 +242,13 @@ class FaultServer:
 
     def count(self, base_url: str) -> int:
         """Requests the scenario of ``base_url`` received so far."""
-        name = base_url.rstrip("/").split("/")[-2]
         with self._lock:
-            return self._counts.get(name, 0)
+            return self._counts.get(_scenario_of(base_url), 0)
+
+    def headers(self, base_url: str) -> list[dict[str, str]]:
+        """The request headers the scenario of ``base_url`` received, in order (lower case)."""
+        with self._lock:
+            return list(self._headers.get(_scenario_of(base_url), []))
 
     def close(self) -> None:
         self.stopping.set()

@@ -335,6 +335,22 @@ def test_chat_takes_an_api_base(faults: FaultServer) -> None:
     assert result.exit_code == 0 and result.stdout.startswith(REPLY) and faults.count(base) == 1
 
 
+def test_a_key_by_variable_name_reaches_a_network_task(faults: FaultServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task runs a robot rebuilt from its spec (even in this process): ``api_key`` stays
+    behind, ``api_key_env`` travels and is read where the call is made."""
+    from robot_lab.runtime.robot import Robot
+
+    base = faults.scenario("ok")
+    monkeypatch.setenv("FAULT_KEY", "sk-fault")
+    robot = build("by-name", model=MODEL, api_base=base, api_key_env="FAULT_KEY")
+    rebuilt = Robot.from_spec(robot.to_spec())
+    assert rebuilt.config.api_key_env == "FAULT_KEY" and rebuilt.run("hi").reply == REPLY
+    assert faults.headers(base)[-1].get("authorization") == "Bearer sk-fault"
+    monkeypatch.delenv("FAULT_KEY")
+    with pytest.raises(ConfigurationError, match="FAULT_KEY"):
+        rebuilt.run("hi")
+
+
 def test_no_endpoint_and_no_key_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="OPENAI_API_KEY"):
         LLMGateway().complete(MODEL, HI)

@@ -18,7 +18,7 @@ from robot_lab.schemas.codec import convert
 from robot_lab.schemas.messages import RunConfigData
 
 LLM_FIELDS = ("model", "temperature", "top_p", "top_k", "max_tokens", "presence_penalty", "frequency_penalty", "stop",
-              "api_base", "api_key")
+              "api_base", "api_key", "api_key_env")
 TOOL_FIELDS = ("mcp", "tools")
 CALLBACK_FIELDS = ("on_tool_call", "on_tool_result", "on_content")
 INFRA_FIELDS = (

@@ -284,6 +284,7 @@ class RunConfigData(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     frequency_penalty: float | None = None
     stop: list[str] | str | None = None
     api_base: str | None = None
+    api_key_env: str | None = None  # the variable holding the key, read where the call is made
     mcp: str | list[str] | None = None
     tools: str | list[str] | None = None
     enable_cache: bool | None = None

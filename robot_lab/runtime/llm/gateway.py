@@ -114,10 +114,16 @@ def _quiet_streaming_logging(litellm: Any) -> None:
 
 
 def _endpoint(litellm: Any, model: str, kwargs: dict[str, Any]) -> None:
-    """Fill in the model's endpoint: the robot's ``api_base`` / ``api_key``, else the ones
-    ``settings.endpoints`` names for this model. A base URL without a key, and no key in
+    """Fill in the model's endpoint: the robot's ``api_base`` / ``api_key`` (or the
+    variable ``api_key_env`` names, read here: a spec carries the name, never the key),
+    else the ones ``settings.endpoints`` names for this model. A base URL without a key, and no key in
     the environment either (a local, keyless server), gets a placeholder key, as litellm's
     OpenAI client insists on one."""
+    key_variable = kwargs.pop("api_key_env", None)
+    if key_variable and not kwargs.get("api_key"):
+        if not os.environ.get(key_variable):
+            raise ConfigurationError(f"{model}: api_key_env names {key_variable}, which is not set")
+        kwargs["api_key"] = os.environ[key_variable]
     if not kwargs.get("api_base") or not kwargs.get("api_key"):
         from robot_lab.settings import get_settings
 
@@ -271,8 +277,8 @@ class LLMGateway:
         litellm = None if direct else litellm_module()
         kwargs: dict[str, Any] = {k: v for k, v in (params or {}).items() if v is not None}
         if is_scripted(model):
-            kwargs.pop("api_base", None)
-            kwargs.pop("api_key", None)
+            for name in ("api_base", "api_key", "api_key_env"):
+                kwargs.pop(name, None)
             kwargs["metadata"] = {"robot_lab_provider": provider, "robot_lab_robot": robot}
         else:
             if provider and "/" not in model:
