@@ -80,7 +80,8 @@ def start_llama_server(shared: Path, log_path: Path) -> LlamaServer:
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     """A real llama-server serving tiny-tool.gguf (skips when ../shared/tools is absent)."""
     shared = shared_dir()
-    if shared is None or not (shared / "models" / "tiny-tool.gguf").exists():
+    if shared is None or not (shared / "models" / "tiny-tool.gguf").exists() or not (
+            shared / "tools" / "llama-server" / "llama-server").exists():
         pytest.skip("llama-server or tiny-tool.gguf not found in ../shared (tools/, models/); "
                     "set ROBOT_LAB_TEST_SHARED_DIR to run the real-provider tests")
     server = start_llama_server(shared, tmp_path_factory.mktemp("llama") / "server.log")
