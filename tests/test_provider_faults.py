@@ -289,6 +289,18 @@ def test_anthropic_max_tokens_is_length(faults: FaultServer) -> None:
     assert robot.run("hi").stop_reason == "length"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_cost_comes_from_litellms_price_table(faults: FaultServer, stream: bool) -> None:
+    """A priced model costs its tokens, streamed or not; an unpriced one costs 0."""
+    gw, _ = gateway(max_retries=0)
+    on_chunk = (lambda c: None) if stream else None
+    for _ in range(2):
+        priced = gw.complete("openai/gpt-4o-mini", HI, params={"api_base": faults.scenario("ok"), "api_key": "k"},
+                             on_chunk=on_chunk)
+        assert priced.cost > 0 and (priced.input_tokens, priced.output_tokens) == (11, 4)
+    assert call(gw, faults.scenario("ok"), stream=stream)[0].cost == 0.0
+
+
 # --- endpoints ---------------------------------------------------------------------------------
 def test_two_robots_use_two_servers_without_an_openai_key(faults: FaultServer) -> None:
     first, second = faults.scenario("ok"), faults.scenario("ok")

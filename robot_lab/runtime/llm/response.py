@@ -222,15 +222,19 @@ _UNPRICED: set[str] = set()
 
 def price(litellm: Any, model: str, usage: tuple[int, int], response: Any = None) -> float:
     """The call's cost from litellm's price table (``completion_cost`` of the response when
-    there is one); 0 for a model it has no price for, remembered so that the lookup, which
-    costs more than the rest of a call's own work, is not repeated."""
+    there is one). A model it has no price for (or prices at 0) is remembered, so the
+    lookup, which costs more than the rest of a call's own work, is not repeated."""
     if model in _UNPRICED:
         return 0.0
     try:
         if response is not None:
-            return float(litellm.completion_cost(completion_response=response) or 0.0)
-        prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=usage[0], completion_tokens=usage[1])
-        return float(prompt) + float(completion)
+            cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+        else:
+            prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=usage[0],
+                                                        completion_tokens=usage[1])
+            cost = float(prompt) + float(completion)
     except Exception:  # noqa: BLE001 - unknown model pricing: cost stays 0, tokens still count
+        cost = 0.0
+    if cost == 0.0 and any(usage):
         _UNPRICED.add(model)
-        return 0.0
+    return cost
