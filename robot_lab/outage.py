@@ -43,8 +43,9 @@ OOM_QUIET = 3.0
 
 # Transient by nature: the server is restarting / loading its AOF / failing over / a
 # cluster slot has no master yet. ReadOnlyError: a client still talks to a demoted master.
-_OUTAGE = (rx.ConnectionError, rx.TimeoutError, TimeoutError, ConnectionResetError, rx.ReadOnlyError,
-           rx.ClusterDownError, rx.TryAgainError)
+# Only redis-py's own errors: the builtin TimeoutError / ConnectionResetError under a model
+# provider's HTTP timeout (httpx) or rq's job timeout are not Redis being away.
+_OUTAGE = (rx.ConnectionError, rx.TimeoutError, rx.ReadOnlyError, rx.ClusterDownError, rx.TryAgainError)
 _NOT_OUTAGE = (rx.AuthenticationError, rx.AuthorizationError)
 _OUTAGE_REPLIES = ("LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
 
@@ -79,8 +80,9 @@ def outage_cause(exc: BaseException) -> BaseException | None:
 
 
 def caused_by_outage(exc: BaseException) -> bool:
-    """True when ``exc`` or anything in its cause/context chain is an outage (a robot's run
-    that failed because a callback could not reach Redis)."""
+    """True when ``exc`` or anything in its cause/context chain is a Redis client's outage
+    error (a robot's run that failed because a callback could not reach Redis). A provider
+    timeout is not: its chain holds builtin TimeoutErrors, never redis-py's."""
     return outage_cause(exc) is not None
 
 

@@ -320,6 +320,15 @@ class A2ASettings(BaseModel):
     client_tokens: dict[str, SecretStr] = Field(default_factory=dict)
 
 
+class Endpoint(BaseModel):
+    """Where one model is served: an OpenAI-compatible server's base URL and its key (none
+    for a keyless local server). ``endpoints`` maps a model name, as robots write it
+    (``openai/qwen2.5``), to one."""
+
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+
+
 class Settings(BaseSettings):
     """All of robot-lab's settings; see the module docstring for the layering."""
 
@@ -332,12 +341,18 @@ class Settings(BaseSettings):
 
     model: str | None = None
     provider: str | None = None
+    # One model call: each request times out after request_timeout s; at most max_retries
+    # more requests follow (litellm itself never retries); all of it within call_deadline s.
     request_timeout: float = 120.0
+    call_deadline: float = Field(default=300.0, gt=0)
     max_retries: int = 3
     retry_interval: float = 1.0
     retry_backoff_factor: float = 2.0
     retry_interval_randomness: float = 0.5
     allow_model_requests: bool = True
+    # Per-model endpoints (docs/robot.md, "Pointing a robot at a server"); a robot's own
+    # api_base / api_key win.
+    endpoints: dict[str, Endpoint] = Field(default_factory=dict)
 
     redis_url: str | None = Field(
         default=None, validation_alias=AliasChoices("ROBOT_LAB_REDIS_URL", "REDIS_URL", "redis_url")

@@ -145,9 +145,29 @@ def test_failing_robot_becomes_an_error_result_and_the_run_goes_on(redis_client)
     assert events(handle, "task.failed", "bad")[0].data["error"] == bad.error
 
 
-def test_retryable_error_is_retried_by_rq_then_recorded(redis_client):
+def test_a_model_failure_is_retried_by_the_gateway_not_again_by_rq(redis_client):
+    """The gateway already spent the call's retries (max_retries, here 0): the task's
+    ``retries`` do not run the call again, so one failing task makes one call's requests."""
     net = create_network("retry")
     net.task("flaky", robot("flaky", "scripted/fail:temporary"), retries=2)
+    result, handle = run(redis_client, net, "x")
+    assert result.states == {"flaky": "failed"}
+    assert len(events(handle, "task.retrying", "flaky")) == 0
+    assert len(events(handle, "task.started", "flaky")) == 1
+    assert len(events(handle, "task.failed", "flaky")) == 1
+
+
+def test_a_retryable_error_is_retried_by_rq_then_recorded(redis_client, monkeypatch):
+    """Another retryable error (here a delegation that failed) is re-run up to ``retries``."""
+    from robot_lab.errors import InferenceError
+    from robot_lab.runtime.robot import core
+
+    def failing_run(self, *args, **kwargs):
+        raise InferenceError("Delegation to 'helper' failed: gone")
+
+    monkeypatch.setattr(core.Robot, "run", failing_run)
+    net = create_network("retry-other")
+    net.task("flaky", robot("flaky", "scripted/echo"), retries=2)
     result, handle = run(redis_client, net, "x")
     assert result.states == {"flaky": "failed"}
     assert len(events(handle, "task.retrying", "flaky")) == 2

@@ -34,6 +34,9 @@ class Recorder:
     (rx.AuthenticationError("invalid username-password pair"), False),
     (rx.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
     (ValueError("bug"), False),
+    # a model provider's HTTP timeout (httpx wraps the builtin ones) or a reset connection
+    (TimeoutError("The read operation timed out"), False),
+    (ConnectionResetError("Connection reset by peer"), False),
 ])
 def test_is_outage(exc, outage):
     assert is_outage(exc) is outage

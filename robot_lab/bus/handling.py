@@ -268,7 +268,13 @@ class Handling(PollerState):
 
     def _fail(self, d: Delivery, exc: BaseException) -> None:
         error = f"{type(exc).__name__}: {exc}"
-        log.warning("bus.handler_failed", entry=d.entry_id, deliveries=d.deliveries, error=error)
+        # An error that says another attempt cannot help (a model call whose retries are
+        # spent, a budget overrun) is dead-lettered now: a redelivery would repeat the calls.
+        final = getattr(exc, "retryable", None) is False
+        log.warning("bus.handler_failed", entry=d.entry_id, deliveries=d.deliveries, error=error, retried=not final)
+        if final:
+            self._dead_letter(d, "failed", error)
+            return
         self._nack(d, error, requeue=True, delay=None)
 
     # --- resolutions (called through Delivery) -----------------------------------------

@@ -14,6 +14,9 @@ from robot_lab.errors import RobotLabError
 @click.command()
 @click.argument("message")
 @click.option("--model", "-m", default=None, help="litellm model string; default ROBOT_LAB_MODEL, a provider key's model, else scripted/echo.")
+@click.option("--api-base", default=None, metavar="URL",
+              help="An OpenAI-compatible server for the model (vLLM, llama-server, Ollama, a LiteLLM proxy): "
+                   "-m openai/MODEL --api-base http://127.0.0.1:8080/v1; no key needed for a keyless server.")
 @click.option("--system", "-s", "system_prompt", default=None, help="System prompt.")
 @click.option("--template", "-t", default=None, help="Template name (a .md file on ROBOT_LAB_TEMPLATE_PATH).")
 @click.option("--tool", "tools", multiple=True, metavar="MODULE:FUNC", help="Tool by import path; repeatable. Tools are sent to the model.")
@@ -31,6 +34,7 @@ from robot_lab.errors import RobotLabError
 def chat(
     message: str,
     model: str | None,
+    api_base: str | None,
     system_prompt: str | None,
     template: str | None,
     tools: tuple[str, ...],
@@ -48,6 +52,7 @@ def chat(
     Examples:
       robot-lab chat "hello"                         # offline scripted model
       robot-lab chat -m openai/gpt-4o-mini "hello"   # needs OPENAI_API_KEY
+      robot-lab chat -m openai/qwen2.5 --api-base http://127.0.0.1:8080/v1 "hello"
       robot-lab chat --tool mypkg.tools:lookup "find order 42"
       robot-lab chat --skills pdf --attach form.pdf "fill out this form for me"
     """
@@ -57,6 +62,7 @@ def chat(
         robot = build(
             name=name,
             model=model,
+            api_base=api_base,
             system_prompt=system_prompt,
             template=template,
             local_tools=list(tools),
@@ -65,6 +71,7 @@ def chat(
             skill_mode=skill_mode,
         )
         streamed: list[str] = []
+        _quiet_retries(streamed)
 
         def on_content(chunk) -> None:  # type: ignore[no-untyped-def]
             streamed.append(chunk.content)
@@ -116,3 +123,20 @@ def _copy_out(result: object, out: str | None) -> dict[str, str]:
         shutil.copyfile(Path(workspace) / item.path, target, follow_symlinks=False)
         copied[item.path] = str(target)
     return copied
+
+
+def _quiet_retries(streamed: list[str]) -> None:
+    """Without -v a model call's retry is one plain line on stderr (after a newline when the
+    reply's text is on the line), not a log line inside the streamed reply."""
+    root = click.get_current_context().find_root()
+    if root.params.get("verbose") or root.params.get("debug"):
+        return
+    from robot_lab.runtime.llm.retry import retry_notice
+
+    def announce(text: str) -> None:
+        sys.stdout.flush()
+        open_line = bool(streamed) and not "".join(streamed).endswith("\n")
+        sys.stderr.write(("\n" if open_line else "") + f"robot-lab: {text}\n")
+        sys.stderr.flush()
+
+    retry_notice.set(announce)

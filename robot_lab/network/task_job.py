@@ -252,6 +252,8 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         }
         if result.error:
             data["error"] = result.error
+        if result.stop_reason not in (None, "stop", "error"):  # a reply cut at max_tokens says so
+            data["stop_reason"] = result.stop_reason
         if activate:
             data["activate"] = activate
         if result.files:  # what the task wrote in the run's workspace (the result keeps them too)

@@ -17,7 +17,8 @@ from robot_lab.errors import ConfigurationError
 from robot_lab.schemas.validation import convert
 from robot_lab.schemas.messages import RunConfigData
 
-LLM_FIELDS = ("model", "temperature", "top_p", "top_k", "max_tokens", "presence_penalty", "frequency_penalty", "stop")
+LLM_FIELDS = ("model", "temperature", "top_p", "top_k", "max_tokens", "presence_penalty", "frequency_penalty", "stop",
+              "api_base", "api_key", "api_key_env")
 TOOL_FIELDS = ("mcp", "tools")
 CALLBACK_FIELDS = ("on_tool_call", "on_tool_result", "on_content")
 INFRA_FIELDS = (
@@ -33,7 +34,9 @@ INFRA_FIELDS = (
     "max_tools",
     "input_timeout",
 )
-NON_SERIALIZABLE_FIELDS = frozenset((*CALLBACK_FIELDS, "bus"))
+# api_key: a secret never crosses a process boundary; a worker reads its keys from its own
+# settings (``endpoints``) or environment.
+NON_SERIALIZABLE_FIELDS = frozenset((*CALLBACK_FIELDS, "bus", "api_key"))
 FIELDS = frozenset((*LLM_FIELDS, *TOOL_FIELDS, *CALLBACK_FIELDS, *INFRA_FIELDS))
 
 
@@ -91,7 +94,8 @@ class RunConfig:
         return isinstance(other, RunConfig) and other._values == self._values
 
     def __repr__(self) -> str:
-        return f"RunConfig({', '.join(f'{k}={v!r}' for k, v in sorted(self._values.items()))})"
+        shown = {k: "***" if k == "api_key" else v for k, v in self._values.items()}
+        return f"RunConfig({', '.join(f'{k}={v!r}' for k, v in sorted(shown.items()))})"
 
     @property
     def empty(self) -> bool:

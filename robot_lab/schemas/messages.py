@@ -123,7 +123,8 @@ class ToolCall(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
 class TextMessage(msgspec.Struct, tag_field="type", tag="text", kw_only=True, omit_defaults=True, gc=False):
     role: Literal["system", "user", "assistant", "tool_result"] = "assistant"
     content: str = ""
-    stop_reason: Literal["tool", "stop"] | None = None
+    # "length": the reply was cut at max_tokens; "content_filter": the provider withheld it
+    stop_reason: Literal["tool", "stop", "length", "content_filter"] | None = None
 
 
 class ToolCallMessage(
@@ -298,6 +299,8 @@ class RunConfigData(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     stop: list[str] | str | None = None
+    api_base: str | None = None
+    api_key_env: str | None = None  # the variable holding the key, read where the call is made
     mcp: str | list[str] | None = None
     tools: str | list[str] | None = None
     enable_cache: bool | None = None

@@ -85,6 +85,9 @@ class Robot:
         presence_penalty: float | None = None,
         frequency_penalty: float | None = None,
         stop: str | list[str] | None = None,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str | None = None,
         max_tool_rounds: int | None = None,
         token_budget: int | None = None,
         cost_budget: float | None = None,
@@ -132,6 +135,7 @@ class Robot:
         explicit = dict(
             model=model, temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens,
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, stop=stop,
+            api_base=api_base, api_key=api_key, api_key_env=api_key_env,
             max_tool_rounds=max_tool_rounds, token_budget=token_budget, cost_budget=cost_budget,
             doom_loop_threshold=doom_loop_threshold, on_tool_call=on_tool_call, on_tool_result=on_tool_result,
             on_content=on_content, tools=None if is_none_value(tools) else tools,

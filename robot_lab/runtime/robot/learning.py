@@ -75,8 +75,6 @@ class Learning:
         if self._memory is None and not self.learnings:
             import sys
 
-            from robot_lab.settings import get_settings
-
             # lazy: start-up time -- robot_lab.connection imports redis-py; not imported yet
             # means no embedded store exists yet either
             connection = sys.modules.get("robot_lab.connection")

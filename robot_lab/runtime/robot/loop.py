@@ -35,6 +35,12 @@ if TYPE_CHECKING:
     from robot_lab.runtime.robot.parts import RobotParts
 
 ContentCallback = Callable[[Chunk], Any]
+# Provider finish reasons a reply keeps (a cut reply must not look complete); others are "stop".
+_KEPT_FINISH_REASONS = ("length", "content_filter")
+
+
+def stop_reason(response: LLMResponse) -> str:
+    return response.finish_reason if response.finish_reason in _KEPT_FINISH_REASONS else "stop"
 
 
 def add_usage(robot: RobotParts, response: LLMResponse) -> None:
@@ -163,7 +169,7 @@ async def _rounds(robot: Any, plan: RunPlan, offer: Callable[[], list[Tool]], on
         robot.messages.append(response.assistant_message())
         if not response.tool_calls:
             text = response.content or response.reasoning or ""
-            output.append(TextMessage(content=text, stop_reason="stop"))
+            output.append(TextMessage(content=text, stop_reason=stop_reason(response)))  # type: ignore[arg-type]
             break
         output.append(
             ToolCallMessage(
@@ -186,8 +192,11 @@ async def _rounds(robot: Any, plan: RunPlan, offer: Callable[[], list[Tool]], on
                 warning = detector.observe(call.name)
                 return with_warning(text, warning) if warning else text
 
-            # a step: replayed from the journal (no call, no events), or approved and run live
-            text = await steps.tool(by_name.get(call.name), call.name, call.arguments, live, io)
+            if call.argument_error:  # never run a tool on arguments it was not given (nor ask to approve them)
+                text = f"Error: {call.argument_error}; {call.name} was not called, send valid JSON arguments"
+            else:
+                # a step: replayed from the journal (no call, no events), or approved and run live
+                text = await steps.tool(by_name.get(call.name), call.name, call.arguments, live, io)
             robot.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": text})
             is_error = text.startswith(("Error (", "Error:"))
             result_msg = ToolResultMessage(tool=record, content={"error": text} if is_error else {"data": text})
@@ -199,7 +208,7 @@ async def _rounds(robot: Any, plan: RunPlan, offer: Callable[[], list[Tool]], on
         robot_name=robot.name,
         output=output,
         tool_calls=results,
-        stop_reason="stop",
+        stop_reason=output[-1].stop_reason or "stop",
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         cost=cost,
