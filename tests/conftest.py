@@ -115,10 +115,10 @@ def _isolated_logging() -> Iterator[None]:
 
     from robot_lab import logging as robot_logging
 
-    config, configured = structlog.get_config(), robot_logging._configured
+    config, configured, applied = structlog.get_config(), robot_logging._configured, robot_logging._applied
     yield
     structlog.configure(**config)
-    robot_logging._configured = configured
+    robot_logging._configured, robot_logging._applied = configured, applied
 
 
 @pytest.fixture
