@@ -11,7 +11,7 @@ kind of network on worker processes.
 """
 
 import robot_lab
-from robot_lab.runtime.llm.scripted import register_script
+from robot_lab.llm.scripted import register_script
 from robot_lab.logging import configure_logging
 from robot_lab.settings import get_settings
 

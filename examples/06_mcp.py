@@ -12,7 +12,7 @@ from pathlib import Path
 os.environ.setdefault("ROBOT_LAB_LOG_LEVEL", "WARNING")  # a story, not a service: warnings only (-> INFO to see more)
 
 import robot_lab  # noqa: E402
-from robot_lab.runtime.llm.scripted import register_script
+from robot_lab.llm.scripted import register_script
 from robot_lab.settings import get_settings
 
 OFFLINE = get_settings().default_model().startswith("scripted/")

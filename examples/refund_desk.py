@@ -9,7 +9,7 @@ a payment API would take that key to refuse a second refund of the same step.
 from robot_lab import AskUser, build, current_step, tool
 from robot_lab.connection import get_redis
 from robot_lab.keys import default_keys
-from robot_lab.runtime.llm.scripted import register_script
+from robot_lab.llm.scripted import register_script
 
 register_script("refund-desk", {"turns": [
     {"tool_calls": [{"name": "ask_user", "arguments": {

@@ -17,8 +17,8 @@ from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.dsl import create_network
 from robot_lab.network.embedded import EmbeddedWorkers
 from robot_lab.runtime.durable import AskUser, Answer, current_step
-from robot_lab.runtime.llm.recording import clear_recorded_calls, recorded_calls
-from robot_lab.runtime.llm.scripted import register_script
+from robot_lab.llm.recording import clear_recorded_calls, recorded_calls
+from robot_lab.llm.scripted import register_script
 from robot_lab.runtime.robot import build
 from robot_lab.runtime.tools import tool
 from tests.fixtures import durable_tools

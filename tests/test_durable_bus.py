@@ -12,8 +12,8 @@ import pytest
 from robot_lab.bus import Bus, BusPoller
 from robot_lab.bus.keyring import Keyring
 from robot_lab.network import human_input as waiting
-from robot_lab.runtime.llm.recording import clear_recorded_calls, recorded_calls
-from robot_lab.runtime.llm.scripted import register_script
+from robot_lab.llm.recording import clear_recorded_calls, recorded_calls
+from robot_lab.llm.scripted import register_script
 from robot_lab.runtime.robot import build
 from robot_lab.schemas import decode_message
 

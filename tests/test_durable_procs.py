@@ -18,7 +18,7 @@ from robot_lab.app import publish_specs
 from robot_lab.keys import Keys
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.dsl import create_network
-from robot_lab.runtime.llm.recording import recorded_calls
+from robot_lab.llm.recording import recorded_calls
 from robot_lab.runtime.robot import build
 from tests.redis_server import REPO_ROOT, wait_for
 from tests.test_connection_redis_restart import aof_redis  # noqa: F401 - a private redis-server with AOF

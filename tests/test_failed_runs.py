@@ -111,7 +111,7 @@ def test_run_with_a_real_worker_exits_3(real_client, real_redis_url, key_prefix,
 
 def test_a_failed_task_runs_again_and_the_run_finishes_anew(redis_client, key_prefix):
     from robot_lab.network.dsl import create_network
-    from robot_lab.runtime.llm.scripted import register_script
+    from robot_lab.llm.scripted import register_script
     from robot_lab.runtime.robot import build
 
     script = f"flaky-{uid()}"

@@ -6,9 +6,11 @@ Layers, lowest first (a module may import its own layer and those below it):
     foundation  errors, redis_url, settings, connection, keys, logging, tracing, text, outage,
                 observability
     schemas     wire types (and the package facade ``robot_lab``, which imports schemas)
+    llm         the model gateway (litellm calls, one retry policy, streaming) and the offline
+                scripted model: what a robot calls, not the robot
     bus         Redis Streams inboxes, replies, dead letters
     memory      shared Memory
-    runtime     the in-process Robot: tools, LLM, MCP, rails; ``skills`` beside it
+    runtime     the in-process Robot: tools, MCP, rails, durable steps; ``skills`` beside it
     network     the DAG engine: Network DSL, run state, coordinator, the task job, its lease
     app         App (robots + networks by name), the demo app
     a2a         ``robot-lab a2a``: robots and networks as Agent2Agent agents (bus, network)
@@ -37,6 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     "robot_lab.outage", "robot_lab.observability", "robot_lab.rq_connection",
                     "robot_lab.threads", "robot_lab.inputs")),
     ("schemas", ("robot_lab.schemas",)),
+    ("llm", ("robot_lab.llm",)),
     ("bus", ("robot_lab.bus",)),
     ("memory", ("robot_lab.memory",)),
     ("runtime", ("robot_lab.runtime", "robot_lab.skills")),

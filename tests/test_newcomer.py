@@ -182,7 +182,7 @@ def test_unknown_scripted_behaviour_fails_fast() -> None:
 
 def test_gateway_does_not_retry_permanent_provider_errors() -> None:
     from robot_lab.errors import ConfigurationError
-    from robot_lab.runtime.llm.gateway import LLMGateway
+    from robot_lab.llm.gateway import LLMGateway
 
     sleeps: list[float] = []
     gateway = LLMGateway(max_retries=3, sleep=sleeps.append)
@@ -298,7 +298,7 @@ def test_demo_delay_travels_with_the_run() -> None:
     """``demo --delay-ms`` in distributed mode: the delay is in the robots' model names, which
     every worker that imported the demo app resolves to the same script."""
     from robot_lab import demo
-    from robot_lab.runtime.llm import scripted
+    from robot_lab.llm import scripted
 
     app = demo.build_app(250)
     assert app.robot_spec("billing").model == "scripted/demo-billing@250"

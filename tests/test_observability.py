@@ -254,7 +254,7 @@ def test_otel_exporter_otlp_endpoint_sends_spans_over_otlp_http(tmp_path) -> Non
 
 
 def test_a_worker_warm_up_sends_no_trace(spans) -> None:
-    from robot_lab.runtime.llm.gateway import LLMGateway
+    from robot_lab.llm.gateway import LLMGateway
     from robot_lab.workers.process import warm_up
 
     warm_up(["scripted/echo"])
@@ -297,7 +297,7 @@ def test_a_parked_run_is_listed_and_answered_from_the_dashboard_with_the_token()
     from robot_lab.network.coordinator import Coordinator
     from robot_lab.network.dsl import create_network
     from robot_lab.network.embedded import EmbeddedWorkers
-    from robot_lab.runtime.llm.scripted import register_script
+    from robot_lab.llm.scripted import register_script
     from robot_lab.runtime.robot import build
 
     connection = fakeredis.FakeRedis()

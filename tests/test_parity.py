@@ -25,7 +25,7 @@ import redis as redis_lib
 
 from robot_lab import connection
 from robot_lab.memory.store import Memory
-from robot_lab.runtime.llm import recording
+from robot_lab.llm import recording
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.dsl import Network, create_network
 from robot_lab.skills.catalog import reset_default_catalog

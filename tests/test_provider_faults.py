@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from robot_lab.errors import ConfigurationError, InferenceError, RemoteError, retryable
 from robot_lab.outage import caused_by_outage
-from robot_lab.runtime.llm.gateway import LLMGateway
+from robot_lab.llm.gateway import LLMGateway
 from robot_lab.runtime.robot import build
 from robot_lab.runtime.tools import tool
 from tests.fault_server import REPLY, FaultServer
@@ -320,7 +320,7 @@ def test_settings_endpoints_name_a_models_server(faults: FaultServer, monkeypatc
 
 def test_an_environment_key_is_sent_to_a_base_url(faults: FaultServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """A LiteLLM proxy wants the key in OPENAI_API_KEY: no placeholder replaces it."""
-    from robot_lab.runtime.llm.gateway import litellm_module
+    from robot_lab.llm.gateway import litellm_module
 
     litellm = litellm_module()
     sent: list[str | None] = []

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from robot_lab.runtime.llm.scripted import prompt_tokens
+from robot_lab.llm.scripted import prompt_tokens
 
 from robot_lab.errors import BudgetExceeded
 from robot_lab.keys import Keys
@@ -187,7 +187,7 @@ def test_a_call_within_its_reservation_keeps_its_answer_when_another_overran(mak
     reserved and found the budget over), and the next call is refused before it starts."""
     from types import SimpleNamespace
 
-    from robot_lab.runtime.llm.gateway import LLMResponse
+    from robot_lab.llm.gateway import LLMResponse
     from robot_lab.runtime.robot.loop import _settle
 
     robot = SimpleNamespace(total_input_tokens=0, total_output_tokens=0, config=SimpleNamespace(token_budget=None))

@@ -30,7 +30,7 @@ def test_two_tool_multi_step_loop() -> None:
 
 
 def test_scripted_tool_calls_with_chosen_arguments() -> None:
-    from robot_lab.runtime.llm.scripted import register_script, unregister_script
+    from robot_lab.llm.scripted import register_script, unregister_script
 
     register_script(
         "adder",
@@ -193,7 +193,7 @@ def test_unimportable_tool_path_is_a_clear_error() -> None:
 
 def test_run_safely_turns_failures_into_error_results() -> None:
     robot = robot_lab.build(name="broken", model="scripted/fail:provider down")
-    robot._gateway = robot_lab.runtime.llm.gateway.LLMGateway(max_retries=0)  # type: ignore[attr-defined]
+    robot._gateway = robot_lab.llm.gateway.LLMGateway(max_retries=0)  # type: ignore[attr-defined]
     result = robot.run_safely("hi")
     assert isinstance(result, RobotResult) and result.failed
     assert result.reply.startswith("Error: InferenceError: scripted/fail:provider down")

@@ -17,7 +17,7 @@ import pytest
 from robot_lab.bus import Bus, BusPoller
 from robot_lab.errors import AwaitTimeout, InferenceError
 from robot_lab.memory import Memory
-from robot_lab.runtime.llm.gateway import LLMGateway
+from robot_lab.llm.gateway import LLMGateway
 from robot_lab.runtime.rails.hooks import Hook
 from robot_lab.runtime.robot import Robot
 
@@ -360,7 +360,7 @@ class HangingGateway:
     """Streams one chunk, then never finishes."""
 
     async def acomplete(self, model: str, messages: Any, *, on_chunk: Any = None, **kwargs: Any) -> Any:
-        from robot_lab.runtime.llm.gateway import Chunk
+        from robot_lab.llm.gateway import Chunk
 
         on_chunk(Chunk(content="first "))
         await asyncio.Event().wait()
@@ -418,7 +418,7 @@ async def ask_myself(question: str) -> str:
 
 
 def test_a_nested_arun_of_the_same_robot_does_not_wait_for_itself() -> None:
-    from robot_lab.runtime.llm.scripted import register_script
+    from robot_lab.llm.scripted import register_script
 
     register_script("nested-async-test", {"rules": [{"when": {"contains": "inner"}, "reply": "inner done"}],
                                           "default": {"call_tools": "all", "reply": "outer: {tool_results}"}})

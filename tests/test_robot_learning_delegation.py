@@ -144,7 +144,7 @@ def test_serving_robot_keeps_conversation_history_across_pollers(redis_client) -
 
 def test_a_failing_remote_delegatee_fails_the_future_fast(redis_client) -> None:
     from robot_lab.bus import BusPoller
-    from robot_lab.runtime.llm.gateway import LLMGateway
+    from robot_lab.llm.gateway import LLMGateway
 
     broken = robot_lab.build(name="fragile-remote", model="scripted/fail:model down")
     broken._gateway = LLMGateway(max_retries=0)

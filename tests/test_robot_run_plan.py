@@ -15,7 +15,7 @@ import pytest
 
 import robot_lab
 from robot_lab.errors import ConfigurationError, ToolLoopError
-from robot_lab.runtime.llm import recording
+from robot_lab.llm import recording
 from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import Robot, build
 from robot_lab.runtime.run_config import RunConfig
@@ -164,7 +164,7 @@ def test_enable_cache_true_and_a_non_bus_are_rejected() -> None:
 
 
 def test_provider_reaches_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
-    from robot_lab.runtime.llm import gateway
+    from robot_lab.llm import gateway
     from robot_lab.settings import reload_settings
 
     build("prov", model="scripted/echo", provider="anthropic").run("hi")

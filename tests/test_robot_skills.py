@@ -59,7 +59,7 @@ def test_matched_skill_is_injected_for_one_run_only(skills_root: Path) -> None:
 
 def test_prompt_restored_when_the_run_fails(skills_root: Path) -> None:
     robot = robot_lab.build(name="fragile", system_prompt="BASE", skills=["greeter"], model="scripted/fail:down")
-    robot._gateway = robot_lab.runtime.llm.gateway.LLMGateway(max_retries=0)  # type: ignore[attr-defined]
+    robot._gateway = robot_lab.llm.gateway.LLMGateway(max_retries=0)  # type: ignore[attr-defined]
     with pytest.raises(robot_lab.InferenceError):
         robot.run("greet people warmly by name")
     assert robot.instructions == "BASE"
@@ -87,7 +87,7 @@ def test_bad_skill_mode_is_rejected() -> None:
 
 
 def test_skill_tool_mode_activation_sticks_to_the_conversation(skills_root: Path) -> None:
-    from robot_lab.runtime.llm.scripted import register_script, unregister_script
+    from robot_lab.llm.scripted import register_script, unregister_script
 
     register_script("activate-then-use", {"rules": [
         {"when": {"contains": "first"}, "tool_calls": [{"name": "Skill", "arguments": {"skill": "greeter"}}],

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from robot_lab.runtime.llm import gateway, recording
-from robot_lab.runtime.llm.gateway import LLMGateway
+from robot_lab.llm import gateway, recording
+from robot_lab.llm.gateway import LLMGateway
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "find a thing", "parameters": {
     "type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}}}}]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from robot_lab.errors import ConfigurationError, InferenceError
-from robot_lab.runtime.llm import scripted
-from robot_lab.runtime.llm.gateway import LLMGateway
+from robot_lab.llm import scripted
+from robot_lab.llm.gateway import LLMGateway
 
 ROUTER_TOOL = {
     "type": "function",
@@ -120,10 +120,10 @@ def test_offline_guard_fails_fast_for_real_providers(monkeypatch: pytest.MonkeyP
 
 
 def test_streaming_logging_is_quiet_unless_a_litellm_callback_listens() -> None:
-    from robot_lab.runtime.llm.gateway import litellm_module
+    from robot_lab.llm.gateway import litellm_module
     from tests.redis_server import wait_for
 
-    from robot_lab.runtime.llm import gateway as gateway_module
+    from robot_lab.llm import gateway as gateway_module
 
     litellm = litellm_module()
     litellm.disable_streaming_logging = False  # as litellm starts (other tests may have changed it)

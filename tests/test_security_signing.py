@@ -22,7 +22,7 @@ from robot_lab.keys import Keys
 from robot_lab.bus.keyring import Keyring, read_keys_dir
 from robot_lab.cli import main
 from robot_lab.errors import ConfigurationError, RemoteError
-from robot_lab.runtime.llm.recording import clear_recorded_calls, recorded_calls
+from robot_lab.llm.recording import clear_recorded_calls, recorded_calls
 from robot_lab.runtime.robot import build
 from robot_lab.schemas import decode_message, encode_message
 from robot_lab.settings import get_settings

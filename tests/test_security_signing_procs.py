@@ -14,7 +14,7 @@ import pytest
 from robot_lab.bus import Bus
 from robot_lab.bus.keyring import Keyring
 from robot_lab.keys import Keys
-from robot_lab.runtime.llm.recording import recorded_calls
+from robot_lab.llm.recording import recorded_calls
 from robot_lab.schemas.signing import envelope_signature
 from tests.fixtures.secure import APP
 from tests.redis_server import wait_for

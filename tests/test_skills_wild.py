@@ -22,7 +22,7 @@ import pytest
 
 import robot_lab
 from robot_lab.errors import ConfigurationError
-from robot_lab.runtime.llm.scripted import register_script, unregister_script
+from robot_lab.llm.scripted import register_script, unregister_script
 from robot_lab.schemas.codec import decode_message, encode_message
 from robot_lab.schemas.messages import RobotMessage
 from robot_lab.settings import SandboxSettings, Settings

@@ -17,8 +17,8 @@ import pytest
 
 import robot_lab
 from robot_lab.errors import BusError
-from robot_lab.runtime.llm.recording import clear_recorded_calls, recorded_calls
-from robot_lab.runtime.llm.scripted import register_script, unregister_script
+from robot_lab.llm.recording import clear_recorded_calls, recorded_calls
+from robot_lab.llm.scripted import register_script, unregister_script
 from robot_lab.settings import SandboxSettings, Settings, reload_settings
 from robot_lab.skills import AgentSkill, FakeEmbedder, SkillMatcher, reset_default_catalog, reset_default_matcher
 from robot_lab.skills.matching import cap_selected, filter_tools

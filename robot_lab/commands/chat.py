@@ -131,7 +131,7 @@ def _quiet_retries(streamed: list[str]) -> None:
     root = click.get_current_context().find_root()
     if root.params.get("verbose") or root.params.get("debug"):
         return
-    from robot_lab.runtime.llm.retry import retry_notice
+    from robot_lab.llm.retry import retry_notice
 
     def announce(text: str) -> None:
         sys.stdout.flush()

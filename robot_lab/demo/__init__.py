@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from robot_lab.app import App
-from robot_lab.runtime.llm.scripted import register_script, register_script_family
+from robot_lab.llm.scripted import register_script, register_script_family
 
 # The default delay of every scripted call; `robot-lab demo --delay-ms N` picks another per
 # run instead (its robots use ``scripted/demo-<robot>@N``, built by :func:`_family`).

@@ -85,7 +85,7 @@ def warm_up(models: Iterable[str] | None = None, *, background: bool = False) ->
     ``models`` needs it (None: not known, so yes) -- with ``background``, on a thread of its
     own, so the worker serves its inbox and queues (and beats its health) while it loads; a
     provider call before it is loaded waits for it. See docs/operations.md, "Memory"."""
-    from robot_lab.runtime.llm import gateway as llm  # lazy: start-up time
+    from robot_lab.llm import gateway as llm  # lazy: start-up time
 
     if models is None or not all(llm.is_scripted(model) for model in models):
         if background:
@@ -106,7 +106,7 @@ def warm_up(models: Iterable[str] | None = None, *, background: bool = False) ->
 def _load_litellm() -> None:
     import time
 
-    from robot_lab.runtime.llm import gateway as llm
+    from robot_lab.llm import gateway as llm
 
     started = time.monotonic()
     try:

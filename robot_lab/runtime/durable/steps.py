@@ -23,7 +23,7 @@ from robot_lab.logging import get_logger
 from robot_lab.runtime.durable import human
 from robot_lab.runtime.durable.journal import request_hash
 from robot_lab.runtime.durable.scopes import Asks, DurableScope, StepInfo, _runner, _step, take_scope
-from robot_lab.runtime.llm.gateway import LLMResponse, ToolCallRequest
+from robot_lab.llm.gateway import LLMResponse, ToolCallRequest
 
 log = get_logger("robot_lab.durable")
 

@@ -67,7 +67,7 @@ def context_window(model: str) -> int | None:
     if model.startswith("scripted"):
         return None
     try:
-        from robot_lab.runtime.llm.gateway import litellm_module
+        from robot_lab.llm.gateway import litellm_module
 
         info = litellm_module().get_model_info(model)
         return int(info.get("max_input_tokens") or info.get("max_tokens") or 0) or None

@@ -28,7 +28,7 @@ from robot_lab.observability import instrument as observe
 from robot_lab.runtime.a2a.tool import agent_tools
 from robot_lab.runtime.delegation import delegate
 from robot_lab.runtime.durable.scopes import DurableScope
-from robot_lab.runtime.llm.gateway import LLMGateway, default_gateway
+from robot_lab.llm.gateway import LLMGateway, default_gateway
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.hooks import HookRegistry
 from robot_lab.runtime.robot import compaction

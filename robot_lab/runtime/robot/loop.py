@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ToolLoopError
 from robot_lab.runtime.durable.steps import StepRunner
-from robot_lab.runtime.llm.gateway import Chunk, LLMResponse
+from robot_lab.llm.gateway import Chunk, LLMResponse
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.doom_loop import DEFAULT_THRESHOLD as DOOM_LOOP_THRESHOLD
 from robot_lab.runtime.rails.doom_loop import DoomLoopDetector, with_warning

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from robot_lab.runtime.llm.gateway import LLMGateway
+    from robot_lab.llm.gateway import LLMGateway
     from robot_lab.runtime.rails.budget.ledger import Ledger
     from robot_lab.runtime.rails.hooks import HookRegistry
     from robot_lab.runtime.run_config import RunConfig

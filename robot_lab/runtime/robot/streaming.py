@@ -2,7 +2,7 @@
 
 The sync API streams through the ``on_content`` callback; the async one turns that same
 callback into an iterator: the run is a task on the caller's event loop whose ``on_content``
-puts each :class:`~robot_lab.runtime.llm.gateway.Chunk` on a queue that ``async for``
+puts each :class:`~robot_lab.llm.gateway.Chunk` on a queue that ``async for``
 drains. Chunks come from the model stream on the loop itself, so the queue needs no lock.
 """
 
@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from robot_lab.runtime.llm.gateway import Chunk
+from robot_lab.llm.gateway import Chunk
 from robot_lab.schemas.messages import RobotResult
 
 if TYPE_CHECKING:

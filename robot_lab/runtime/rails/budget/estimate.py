@@ -56,7 +56,7 @@ def _fallback_count(messages: Sequence[Any], tools: Sequence[Any] | None) -> int
 
 
 def _litellm() -> Any:
-    from robot_lab.runtime.llm.gateway import litellm_module  # lazy: start-up time
+    from robot_lab.llm.gateway import litellm_module  # lazy: start-up time
 
     litellm = litellm_module()
     # For llama, cohere, deepseek and some anthropic models litellm would fetch a tokenizer
@@ -76,7 +76,7 @@ def count_input_tokens(model: str, messages: Sequence[Any], tools: Sequence[Any]
     serving only scripted robots never imports litellm (which would cost seconds under a task's
     lease the first time a budget applies)."""
     if _scripted(model):
-        from robot_lab.runtime.llm.scripted import prompt_tokens  # lazy: start-up time
+        from robot_lab.llm.scripted import prompt_tokens  # lazy: start-up time
 
         try:
             return prompt_tokens(list(messages), list(tools or []))

@@ -20,10 +20,10 @@ from typing import Any
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.observability import instrument as observe
-from robot_lab.runtime.llm import scripted
-from robot_lab.runtime.llm.response import Assembly, Chunk, LLMResponse, ToolCallRequest, to_response
-from robot_lab.runtime.llm.retry import CallBudget, short_error
-from robot_lab.runtime.llm.scripted_provider import ascripted_direct, scripted_direct, scripted_handler_class
+from robot_lab.llm import scripted
+from robot_lab.llm.response import Assembly, Chunk, LLMResponse, ToolCallRequest, to_response
+from robot_lab.llm.retry import CallBudget, short_error
+from robot_lab.llm.scripted_provider import ascripted_direct, scripted_direct, scripted_handler_class
 
 __all__ = ["Chunk", "LLMGateway", "LLMResponse", "ToolCallRequest", "default_gateway", "is_scripted",
            "litellm_module", "short_error"]
@@ -285,7 +285,7 @@ class LLMGateway:
             )
         if not is_scripted(model) and not _names_endpoint(model, params):
             # a missing key of a common provider: now, before litellm's import (seconds)
-            from robot_lab.runtime.llm.credentials import check_known_provider_key  # lazy: start-up time
+            from robot_lab.llm.credentials import check_known_provider_key  # lazy: start-up time
 
             check_known_provider_key(model, provider, params)
         direct = is_scripted(model) and not _litellm_listening()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from robot_lab.errors import ConfigurationError, InferenceError
 from robot_lab.logging import get_logger
-from robot_lab.runtime.llm import scripted
+from robot_lab.llm import scripted
 
 log = get_logger("robot_lab.llm")
 

@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from robot_lab.runtime.llm import recording, scripted
-from robot_lab.runtime.llm.response import Chunk, LLMResponse, tool_call
+from robot_lab.llm import recording, scripted
+from robot_lab.llm.response import Chunk, LLMResponse, tool_call
 
 
 def _scripted_response(model: str, d: scripted.Decision) -> Any:

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from robot_lab.runtime.llm.scripted import PROVIDER, _text_of, _tool_name, last_user_message
+from robot_lab.llm.scripted import PROVIDER, _text_of, _tool_name, last_user_message
 
 RECORD_ENV = "ROBOT_LAB_SCRIPTED_RECORD"
 _calls: list[dict[str, Any]] = []
