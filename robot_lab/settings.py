@@ -140,18 +140,11 @@ class SkillsSettings(BaseModel):
     roots: list[str] = Field(default_factory=list)
     embedding_model: str = "BAAI/bge-small-en-v1.5"
     embedding_model_path: str | None = None
-    # the Ruby gem's 0.70 suits bge-small; all-MiniLM-L6-v2 separates matches near 0.40.
-    thresholds: dict[str, float] = Field(
-        default_factory=lambda: {
-            "BAAI/bge-small-en-v1.5": 0.70,
-            "sentence-transformers/all-MiniLM-L6-v2": 0.40,
-            "tfidf": 0.15,
-        }
-    )
-    default_threshold: float = 0.70
+    # The floor of an embedding model that has no match rule (the Ruby gem's 0.70, which suits
+    # bge-small); the shipped models' floors are in DEFAULT_MATCH_RULES.
+    default_floor: float = 0.70
     max_instructions_chars: int = 50_000
     max_scripts: int = 10
-    script_timeout: float = 60.0
     # "fastembed" (falls back to "tfidf" with a warning when the model cannot load) or "tfidf".
     embedder: Literal["fastembed", "tfidf"] = "fastembed"
     # fastembed may fetch a model from the network only when this is on; offline by default.
@@ -185,13 +178,14 @@ class SkillsSettings(BaseModel):
     grants: dict[str, SkillGrant] = Field(default_factory=dict)
 
     def threshold_for(self, model: str) -> float:
-        return self.thresholds.get(model, self.default_threshold)
+        """The floor of ``model``'s match rule."""
+        return self.rule_for(model).floor
 
     def rule_for(self, model: str, threshold: float | None = None) -> MatchRule:
-        """The match rule of ``model`` (configured, else shipped, else its threshold as the
-        floor); an explicit ``threshold`` becomes the floor."""
+        """The match rule of ``model`` (configured, else shipped, else ``default_floor``); an
+        explicit ``threshold`` becomes the floor."""
         rule = self.match_rules.get(model) or DEFAULT_MATCH_RULES.get(model) or MatchRule(
-            floor=self.threshold_for(model))
+            floor=self.default_floor)
         return rule if threshold is None else rule.model_copy(update={"floor": float(threshold)})
 
 

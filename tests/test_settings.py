@@ -63,7 +63,7 @@ def test_unknown_variables_are_named_with_the_closest_setting() -> None:
         "ROBOT_LAB_MODLE": "x",  # misspelt top-level setting
         "ROBOT_LAB_ZZZ": "1",  # nothing close
         "ROBOT_LAB_BUS__MAX_DELIVERIES": "3",  # real ones pass
-        "ROBOT_LAB_SKILLS__THRESHOLDS__billing": "0.5",  # any key of a dict setting
+        "ROBOT_LAB_SKILLS__MATCH_RULES__billing": "{}",  # any key of a dict setting
         "ROBOT_LAB_TASK_LEASE_MS": "100",  # read outside Settings
         "ROBOT_LAB_TEST_REDIS_URL": "redis://x",  # test knob
         "REDIS_URL": "redis://x",  # not ours
@@ -88,3 +88,22 @@ def test_cli_warns_about_a_misspelt_variable_on_stderr(monkeypatch: pytest.Monke
     assert "settings.unknown_variable" in result.stderr
     assert "did you mean ROBOT_LAB_BUS__VISIBILITY_TIMEOUT" in result.stderr
     assert "settings.unknown_variable" not in result.stdout
+
+
+def test_the_model_request_kill_switch_wins_over_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ROBOT_LAB_ALLOW_MODEL_REQUESTS=0`` stops provider calls even when code configures
+    ``allow_model_requests=True``; unset, the setting decides."""
+    from robot_lab import settings as settings_mod
+    from robot_lab.errors import ConfigurationError
+    from robot_lab.llm.gateway import LLMGateway
+
+    monkeypatch.setattr(settings_mod, "_settings", None)
+    monkeypatch.setenv("ROBOT_LAB_ALLOW_MODEL_REQUESTS", "0")
+    settings_mod.configure(allow_model_requests=True)
+    with pytest.raises(ConfigurationError, match="model requests are disabled"):
+        LLMGateway(max_retries=0).complete("openai/gpt-4o-mini", [{"role": "user", "content": "hi"}])
+    monkeypatch.delenv("ROBOT_LAB_ALLOW_MODEL_REQUESTS")
+    settings_mod.configure(allow_model_requests=False)
+    with pytest.raises(ConfigurationError, match="model requests are disabled"):
+        LLMGateway(max_retries=0).complete("openai/gpt-4o-mini", [{"role": "user", "content": "hi"}])
+    monkeypatch.setattr(settings_mod, "_settings", None)

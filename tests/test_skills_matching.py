@@ -103,8 +103,9 @@ def test_rule_per_model_from_settings() -> None:
     assert SkillMatcher(FakeEmbedder(name="unknown"), settings=settings).threshold == 0.70
     explicit = SkillMatcher(FakeEmbedder(), 0.25, settings=settings)
     assert explicit.threshold == 0.25 and explicit.rule.margin >= 1  # every skill at or above it
-    custom = Settings(skills={"thresholds": {"fake": 0.5}})
+    custom = Settings(skills={"match_rules": {"fake": {"floor": 0.5}}})
     assert SkillMatcher(FakeEmbedder(), settings=custom).threshold == 0.5
+    assert SkillMatcher(FakeEmbedder(name="unknown"), settings=Settings(skills={"default_floor": 0.6})).threshold == 0.6
     ruled = Settings(skills={"match_rules": {"fake": {"floor": 0.3, "margin": 0.1}}})
     assert SkillMatcher(FakeEmbedder(), settings=ruled).rule.margin == 0.1
 

@@ -113,8 +113,7 @@ def test_run_command_sees_the_bundle_read_only_and_nothing_of_the_host(tools: di
 def test_run_command_has_the_ceilings_timeout(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    settings = Settings(skills={"script_timeout": 1})
-    (run,) = workspace_tools(ws, names=["run_command"], sandbox=SandboxSettings(), settings=settings)
+    (run,) = workspace_tools(ws, names=["run_command"], sandbox=SandboxSettings(timeout=1), settings=Settings())
     assert run.call({"command": "sleep 30"}) == "Error (timed out):\n[killed: exceeded 1s]"
 
 

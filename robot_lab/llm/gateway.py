@@ -76,6 +76,10 @@ def is_scripted(model: str) -> bool:
 
 
 def _model_requests_allowed() -> bool:
+    """``ROBOT_LAB_ALLOW_MODEL_REQUESTS`` is a kill switch, read before the settings: set, it
+    wins over every other source, ``configure(allow_model_requests=...)`` included, so a test
+    run or an operator can stop all paid calls of a process whatever its code configures.
+    Unset, the setting ``allow_model_requests`` (default true) decides."""
     value = os.environ.get("ROBOT_LAB_ALLOW_MODEL_REQUESTS")
     if value is not None:
         return value.strip().lower() not in {"0", "false", "no", "off"}

@@ -187,7 +187,7 @@ class Capabilities:
         )
 
     def with_timeout_cap(self, cap: float | None) -> Capabilities:
-        """The same grant with its timeout bounded by ``cap`` (``settings.skills.script_timeout``)."""
+        """The same grant with its timeout bounded by ``cap`` (None or 0: unbounded)."""
         if cap is None or cap <= 0:
             return self
         return replace(self, timeout=min(self.timeout, float(cap)))

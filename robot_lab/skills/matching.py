@@ -156,9 +156,10 @@ class SkillInjection:
 class SkillMatcher:
     """Scores skills against a message; thread-safe, one per process is enough.
 
-    ``threshold`` defaults to ``settings.skills.thresholds[embedder.name]`` (0.70 for
-    bge-small, 0.40 for all-MiniLM-L6-v2, 0.15 for tfidf), then the embedder's own
-    ``default_threshold`` attribute, then ``settings.skills.default_threshold``.
+    Without an explicit ``threshold`` the embedder's match rule applies
+    (``settings.skills.match_rules``, else the shipped ``DEFAULT_MATCH_RULES``), else a rule
+    whose floor is the embedder's own ``default_threshold`` attribute, else
+    ``settings.skills.default_floor``.
     """
 
     def __init__(
@@ -204,9 +205,9 @@ class SkillMatcher:
             return MatchRule(floor=float(self._threshold), margin=1e9, switch_margin=0.0)
         skills = self.settings.skills
         name = self.embedder.name
-        if name in skills.match_rules or name in DEFAULT_MATCH_RULES or name in skills.thresholds:
+        if name in skills.match_rules or name in DEFAULT_MATCH_RULES:
             return skills.rule_for(name)
-        return MatchRule(floor=float(getattr(self.embedder, "default_threshold", skills.default_threshold)))
+        return MatchRule(floor=float(getattr(self.embedder, "default_threshold", skills.default_floor)))
 
     # --- vectors -------------------------------------------------------------------------------
     def passage_matrix(self, skills: Sequence[AgentSkill]) -> np.ndarray:

@@ -453,7 +453,7 @@ def run_script(
     """
     if sandbox is None:
         sandbox = get_settings().sandbox
-    max_output = int(getattr(sandbox, "max_output_bytes", 64 * 1024))
+    max_output = int(sandbox.max_output_bytes)
     skill_dir = os.path.realpath(skill_dir)
     if workspace is not None and not getattr(sandbox, "workspace", True):
         workspace = None

@@ -340,7 +340,7 @@ class ScriptTool(ToolShape):
 
         ``capabilities`` (the skill's request) is intersected with ``ceiling`` (default: the
         ceiling of ``skill_name`` from the settings, see :meth:`Capabilities.ceiling`) and
-        bounded by ``timeout_cap`` (``settings.skills.script_timeout``).
+        bounded by ``timeout_cap`` (None: the ceiling's ``sandbox.timeout`` alone).
         """
         path = Path(path)
         plan = plan or plan_script(path, python)

@@ -319,7 +319,6 @@ class AgentSkill:
                 skill_dir=self.path,
                 ceiling=ceiling,
                 sandbox=sandbox,
-                timeout_cap=float(self._skills_settings.script_timeout),
                 skill_name=self.name,
                 python=python,
                 plan=plan,

@@ -66,13 +66,13 @@ def review(skill: str, asked: Capabilities, *, sandbox: Any = None, skills: Any 
 
     ``sandbox``/``skills``: SandboxSettings/SkillsSettings (default: the process settings,
     read now, so a worker applies its own operator's ceiling). ``timeout_cap``: default
-    ``skills.script_timeout``.
+    none: the ceiling's ``sandbox.timeout`` bounds every call.
     """
     if sandbox is None or skills is None:
         sandbox = get_settings().sandbox if sandbox is None else sandbox
         skills = get_settings().skills if skills is None else skills
     ceiling = Capabilities.ceiling(sandbox, skill=skill, skills=skills)
-    cap = float(getattr(skills, "script_timeout", 0) or 0) if timeout_cap is None else timeout_cap
+    cap = timeout_cap
     grant = asked.intersect(ceiling).with_timeout_cap(cap)
     grants = f"skills.grants.{skill}"
     decisions: list[Decision] = []
@@ -103,5 +103,5 @@ def review(skill: str, asked: Capabilities, *, sandbox: Any = None, skills: Any 
             f"not in sandbox.secrets or {grants}.secrets")))
     if grant.timeout < asked.timeout:  # shortened, not refused: never an error in validate --strict
         decisions.append(Decision("timeout", asked.timeout, True, (
-            f"capped at {grant.timeout:g}s by sandbox.timeout / skills.script_timeout")))
+            f"capped at {grant.timeout:g}s by sandbox.timeout")))
     return TrustReview(skill, asked, ceiling, grant, tuple(decisions))

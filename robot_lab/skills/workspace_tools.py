@@ -185,12 +185,11 @@ class WorkspaceTool(ToolShape):
     def _grant(self) -> Capabilities:
         """The workspace and the bundles only (no fs grants, never core trust, no skill's
         own grants: a workspace tool acts for no single skill), the network when
-        ``sandbox.network`` allows every skill, bounded by ``skills.script_timeout``."""
+        ``sandbox.network`` allows every skill, bounded by ``sandbox.timeout``."""
         sandbox = self._sandbox()
-        cap = getattr(self._skills_settings(), "script_timeout", None)
         ceiling = Capabilities.ceiling(sandbox)
         asked = Capabilities(network=ceiling.network, timeout=ceiling.timeout)
-        return asked.intersect(ceiling).with_timeout_cap(cap)
+        return asked.intersect(ceiling)
 
     def python(self) -> str:
         return python_executable(getattr(self._skills_settings(), "python", None))
@@ -243,7 +242,7 @@ class WorkspaceTool(ToolShape):
         path = _required(args, "path")
         offset = _int(args.get("offset", 0), "offset")
         limit = int(getattr(self._skills_settings(), "max_file_read_bytes", 64 * 1024))
-        output_cap = int(getattr(self._sandbox(), "max_output_bytes", 64 * 1024))
+        output_cap = int(self._sandbox().max_output_bytes)
         limit = max(4, min(limit, output_cap - 512))
         mode = "base64" if str(args.get("encoding", "")).lower() == "base64" else "auto"
         outcome = self._run([self.python(), "-c", _READER, path, str(offset), str(limit), mode])
