@@ -18,7 +18,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from a2a.server.routes.agent_card_routes import create_agent_card_routes
 from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
@@ -38,6 +38,9 @@ from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.settings import A2ASettings, get_settings
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.a2a")
 
@@ -77,7 +80,7 @@ def _robot_for_card(app: Any, name: str) -> Any:
 
 
 def build_a2a_app(app: Any, *, base_url: str, robots: list[str] | None = None, networks: list[str] | None = None,
-                  connection: Any = None, keys: Keys | None = None, settings: A2ASettings | None = None,
+                  connection: RedisClient | None = None, keys: Keys | None = None, settings: A2ASettings | None = None,
                   server_name: str | None = None) -> Starlette:
     """The ASGI app serving ``app``'s robots and networks (all of them unless named)."""
     settings = settings or get_settings().a2a

@@ -10,9 +10,12 @@ again as soon as the key is fixed.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from robot_lab.keys import Keys
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 
 def is_wrong_type(exc: BaseException) -> bool:
@@ -28,7 +31,7 @@ def expected_types(keys: Keys, robot: str) -> dict[str, str]:
             keys.conversation_heads(robot): "hash"}
 
 
-def wrong_typed_keys(connection: Any, keys: Keys, robot: str) -> list[str]:
+def wrong_typed_keys(connection: RedisClient, keys: Keys, robot: str) -> list[str]:
     """``"<key> is a <type>, not a <expected>"`` for each of ``robot``'s bus keys of the wrong
     type (a missing key is fine: the scripts create it)."""
     expected = expected_types(keys, robot)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ConfigurationError, InputRequired
 from robot_lab.keys import Keys
@@ -30,6 +30,9 @@ from robot_lab.network.run_state import RUN_TTL, TERMINAL, RunStore
 from robot_lab.runtime.durable.journal import Journal
 from robot_lab.inputs import Answer, InputRequest, InputStore
 from robot_lab.runtime.durable.scopes import DurableScope
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.network.human_input")
 
@@ -79,7 +82,7 @@ def park(store: RunStore, task: str, job_id: str, exc: InputRequired) -> dict[st
     return {"task": task, "status": "waiting" if parked else "stale", "request": request.get("id")}
 
 
-def resume(connection: Any, keys: Keys, run_id: str, task: str, data: dict[str, Any]) -> str:
+def resume(connection: RedisClient, keys: Keys, run_id: str, task: str, data: dict[str, Any]) -> str:
     """Move a waiting task back to the queue (a new attempt); ``ok``, ``not-waiting`` or ``cancelled``."""
     from robot_lab.network.graphs import graph_for
 
@@ -94,7 +97,7 @@ def resume(connection: Any, keys: Keys, run_id: str, task: str, data: dict[str, 
 
 
 def answer(request_id: str, text: str | None = None, *, approve: bool | None = None, by: str = "unknown",
-           connection: Any = None, keys: Keys | None = None, timed_out: bool = False) -> InputRequest:
+           connection: RedisClient | None = None, keys: Keys | None = None, timed_out: bool = False) -> InputRequest:
     """Answer a request once, and resume what waits for it. ``approve=True/False`` answers
     an approval (``text``: the reason of a denial). Raises ConfigurationError for an unknown
     request, one already answered, or one whose run is no longer running."""
@@ -128,7 +131,7 @@ def answer(request_id: str, text: str | None = None, *, approve: bool | None = N
     return found
 
 
-def _resume_owner(connection: Any, keys: Keys, found: InputRequest) -> None:
+def _resume_owner(connection: RedisClient, keys: Keys, found: InputRequest) -> None:
     owner = found.owner
     if owner.get("kind") == "message":
         _wake_served(connection, keys, found)
@@ -144,7 +147,7 @@ def _resume_owner(connection: Any, keys: Keys, found: InputRequest) -> None:
     log.info("input.answered", request=found.id, run_id=owner["run_id"], task=owner["task"], resumed=status)
 
 
-def _wake_served(connection: Any, keys: Keys, found: InputRequest) -> None:
+def _wake_served(connection: RedisClient, keys: Keys, found: InputRequest) -> None:
     """A served message waits for this (now answered) request: put an ``answer`` envelope in
     its robot's inbox, in its conversation, so a worker runs it again and replies to its
     sender (bus/parking.py; the recorded answer stands, the envelope only wakes it)."""
@@ -166,7 +169,7 @@ def owner_robot(found: InputRequest) -> Any:
     return found.owner.get("robot") or found.request.get("robot")
 
 
-def pending(connection: Any = None, keys: Keys | None = None, limit: int = 1000) -> list[InputRequest]:
+def pending(connection: RedisClient | None = None, keys: Keys | None = None, limit: int = 1000) -> list[InputRequest]:
     """Requests waiting for an answer, oldest first (those whose run is gone are dropped)."""
     from robot_lab.connection import get_redis
     from robot_lab.keys import default_keys
@@ -191,7 +194,7 @@ def pending(connection: Any = None, keys: Keys | None = None, limit: int = 1000)
     return out
 
 
-def _task_gone(connection: Any, keys: Keys, owner: dict[str, Any]) -> bool:
+def _task_gone(connection: RedisClient, keys: Keys, owner: dict[str, Any]) -> bool:
     """Will the task of a request never wait for it again (its run ended, the task finished)?
     A task still ``running`` may be about to park: its request is recorded just before the
     PARK transition, and an answer given meanwhile is resumed by the sweep (:func:`repair`)."""
@@ -199,12 +202,12 @@ def _task_gone(connection: Any, keys: Keys, owner: dict[str, Any]) -> bool:
     return store.status() != "running" or store.states().get(owner["task"]) in TERMINAL
 
 
-def for_run(run_id: str, connection: Any, keys: Keys) -> list[InputRequest]:
+def for_run(run_id: str, connection: RedisClient, keys: Keys) -> list[InputRequest]:
     """The pending requests of one run (``RunHandle.answer`` without a request id)."""
     return [r for r in pending(connection, keys) if r.owner.get("run_id") == run_id]
 
 
-def sweep(connection: Any, keys: Keys, now: float | None = None) -> int:
+def sweep(connection: RedisClient, keys: Keys, now: float | None = None) -> int:
     """Time out due requests (answer with the default, or as timed out), and resume waiting
     tasks whose request was answered but not resumed (a crash in between). Returns how many
     requests it settled."""

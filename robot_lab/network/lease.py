@@ -8,11 +8,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.logging import get_logger
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.network.run_state import DEFAULT_LEASE_MS, RunStore
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.workers")
 
@@ -33,7 +36,7 @@ class LeaseHeartbeat:
     def __init__(self, store: RunStore, task: str, worker: str, lease_ms: int, outage: OutageTracker) -> None:
         self._setup(store.r, store.lease_key(task), worker, task, lease_ms, outage)
 
-    def _setup(self, connection: Any, key: str, value: str, task: str, lease_ms: int, outage: OutageTracker) -> None:
+    def _setup(self, connection: RedisClient, key: str, value: str, task: str, lease_ms: int, outage: OutageTracker) -> None:
         self.connection, self.key, self.value = connection, key, value
         self.task, self.lease_ms = task, lease_ms
         self.outage = outage
@@ -88,7 +91,7 @@ class JobHold(LeaseHeartbeat):
     hands of a live worker, not stranded by a crash (RunStore.repair_queued). A worker that
     dies lets it expire within ``lease_ms``."""
 
-    def __init__(self, connection: Any, key: str, job_id: str, lease_ms: int) -> None:
+    def __init__(self, connection: RedisClient, key: str, job_id: str, lease_ms: int) -> None:
         self._setup(connection, key, job_id, key, lease_ms, _HOLDS_OUTAGE)
 
     def on_lost(self) -> None:  # expired (a stall past lease_ms): the sweeper may re-enqueue it, harmlessly
@@ -176,7 +179,7 @@ def _encoded(data: dict[str, Any] | None) -> str:
     return json.dumps(data) if data else ""
 
 
-def hold_jobs(connection: Any, holds: list[tuple[str, str]], lease_ms: int) -> list[JobHold]:
+def hold_jobs(connection: RedisClient, holds: list[tuple[str, str]], lease_ms: int) -> list[JobHold]:
     """Write and start beating the holds ``(key, job id)`` of jobs just taken (one round trip)."""
     if not holds:
         return []

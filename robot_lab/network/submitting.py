@@ -15,11 +15,14 @@ a failed submit never leaves a half-written run that some worker starts later.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
 from robot_lab.network.transitions import RUN_KEY_SUFFIXES
+
+if TYPE_CHECKING:
+    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.network.submit")
 
@@ -27,7 +30,7 @@ SUBMITTING = "submitting"  # run-record field while a submit is in progress
 GRACE = 60.0  # seconds after which a run still submitting is a failed submit's leftover
 
 
-def discard(connection: Any, keys: Keys, run_id: str, job_ids: list[str]) -> None:
+def discard(connection: RedisClient, keys: Keys, run_id: str, job_ids: list[str]) -> None:
     """Remove every trace of a run whose submit failed: its keys, its index entries and the
     rq jobs already enqueued for it (each removed from its queue)."""
     run = keys.run(run_id)
@@ -51,7 +54,7 @@ def discard(connection: Any, keys: Keys, run_id: str, job_ids: list[str]) -> Non
     log.warning("run.submit_discarded", run_id=run_id, jobs=len(job_ids))
 
 
-def sweep_leftover(connection: Any, keys: Keys, run_id: str, status: str | None, submitting: str | None) -> bool:
+def sweep_leftover(connection: RedisClient, keys: Keys, run_id: str, status: str | None, submitting: str | None) -> bool:
     """Remove ``run_id`` when a failed submit left it (True): a record (``status``) still
     ``submitting`` (the time its submit began) after :data:`GRACE`, or index entries older
     than that with no record."""

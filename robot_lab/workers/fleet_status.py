@@ -48,12 +48,12 @@ def live_workers(connection: RedisClient, keys: Keys) -> list[dict[str, Any]]:
     return _live(connection, keys.workers(), keys.worker)
 
 
-def live_a2a_servers(connection: Any, keys: Keys) -> list[dict[str, Any]]:
+def live_a2a_servers(connection: RedisClient, keys: Keys) -> list[dict[str, Any]]:
     """The ``robot-lab a2a`` processes beating (name, host, pid, url, agents)."""
     return _live(connection, keys.a2a_servers(), keys.a2a_server)
 
 
-def _live(connection: Any, index: str, key_of: Any) -> list[dict[str, Any]]:
+def _live(connection: RedisClient, index: str, key_of: Any) -> list[dict[str, Any]]:
     names = [_s(n) for n in connection.zrange(index, 0, -1)]
     if not names:
         return []
@@ -359,7 +359,7 @@ def stalled_conversation_problems(connection: RedisClient, keys: Keys, robots: l
     return found
 
 
-def wrong_type_problems(connection: Any, keys: Keys, robots: list[str]) -> list[str]:
+def wrong_type_problems(connection: RedisClient, keys: Keys, robots: list[str]) -> list[str]:
     """One line per bus key of the wrong type (each stops its robot's poller)."""
     from robot_lab.bus.key_types import wrong_typed_keys
 

@@ -146,7 +146,7 @@ async def tool_loop(
         steps.end()
 
 
-async def _rounds(robot: Any, plan: RunPlan, offer: Callable[[], list[Tool]], on_chunk: Any, active_ledgers: list[Any],
+async def _rounds(robot: RobotParts, plan: RunPlan, offer: Callable[[], list[Tool]], on_chunk: Any, active_ledgers: list[Any],
                   detector: Any, max_rounds: int, started: float, steps: StepRunner, io: IO) -> RobotResult:
     """The loop itself: each model call and each tool call is a step of ``steps``."""
     config = plan.config

@@ -8,16 +8,19 @@ hook or learning reaches for it; then it is that very Memory.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_lab.memory.writer import writing_as
+
+if TYPE_CHECKING:
+    from robot_lab.runtime.robot.parts import RobotParts
 
 
 class OwnMemory:
     """``robot.memory``, opened when first used. ``writing_as`` needs no store: the robot's
     own memory writes as the robot anyway (``Memory.for_robot``)."""
 
-    def __init__(self, robot: Any) -> None:
+    def __init__(self, robot: RobotParts) -> None:
         self._robot = robot
         self.scope = f"robot:{robot.name}"
 
@@ -55,6 +58,6 @@ class OwnMemory:
         return f"<OwnMemory {self.scope} (opened on first use)>"
 
 
-def own_memory(robot: Any) -> Any:
+def own_memory(robot: RobotParts) -> Any:
     """The robot's memory if it is open already, else a stand-in that opens it when used."""
     return robot.memory if robot._learning.memory_opened else OwnMemory(robot)
