@@ -66,7 +66,7 @@ def unique_tools(tools: Iterable[Any]) -> list[Any]:
 
 
 @dataclass
-class RunSkills:
+class TurnSkills:
     """What one run gets: its system prompt, the tools to offer (a list, or a callable
     re-evaluated every round in tool mode) and the skills in play."""
 
@@ -169,7 +169,7 @@ class SkillSession:
         matcher: SkillMatcher | None = None,
         ceiling: Any = None,
         sandbox: Any = None,
-    ) -> RunSkills:
+    ) -> TurnSkills:
         """Match mode: the skills this message (and the conversation so far) calls for."""
         matcher = matcher or default_matcher()
         with self._lock:
@@ -177,12 +177,12 @@ class SkillSession:
             self._save_current([s.name for s in injection.skills])
         if not injection:
             if self.workspace.files():  # the user's files are listed (and reachable) all the same
-                return RunSkills(prompt=self._prompt("", base_prompt, []), scores=injection.scores,
+                return TurnSkills(prompt=self._prompt("", base_prompt, []), scores=injection.scores,
                                  tools=unique_tools([*robot_tools, *self._workspace_tools([])]))
-            return RunSkills(prompt=None, tools=list(robot_tools), scores=injection.scores)
+            return TurnSkills(prompt=None, tools=list(robot_tools), scores=injection.scores)
         robot_part = filter_tools([*robot_tools, *self._workspace_tools(injection.skills)], injection.allowed_tools)
         offered = unique_tools([*robot_part, *self._skill_tools(injection.skills, injection.tools)])
-        return RunSkills(prompt=self._prompt(injection.instructions, base_prompt, injection.skills),
+        return TurnSkills(prompt=self._prompt(injection.instructions, base_prompt, injection.skills),
                          tools=offered, skills=list(injection.skills), scores=injection.scores)
 
     def tool_mode_run(
@@ -194,7 +194,7 @@ class SkillSession:
         catalog: Any = None,
         ceiling: Any = None,
         sandbox: Any = None,
-    ) -> RunSkills:
+    ) -> TurnSkills:
         """Tool mode: the prompt lists the skills; ``Skill`` activates one (tools recomputed
         every round, the workspace and ``read_skill_file`` following the activations)."""
         skill_tool = SkillTool(list(skills) if catalog is None else catalog, [s.name for s in skills],
@@ -210,7 +210,7 @@ class SkillSession:
             robot_part = filter_tools(offered_robot, skill_tool.allowed_tools())
             return unique_tools([skill_tool, *robot_part, *extra])
 
-        return RunSkills(prompt=prompt, tools=offered, skills=list(skills))
+        return TurnSkills(prompt=prompt, tools=offered, skills=list(skills))
 
 
 _sessions: OrderedDict[tuple[str, str], SkillSession] = OrderedDict()
@@ -249,4 +249,4 @@ def reset_sessions() -> None:
         _sessions.clear()
 
 
-__all__ = ["RunSkills", "SkillSession", "reset_sessions", "session_for", "unique_tools"]
+__all__ = ["TurnSkills", "SkillSession", "reset_sessions", "session_for", "unique_tools"]

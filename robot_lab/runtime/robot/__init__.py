@@ -12,8 +12,8 @@ model call), ``drive`` (the sync and async drivers of that one loop), ``streamin
 
 from robot_lab.runtime.robot.core import Robot, build
 from robot_lab.runtime.robot.loop import ContentCallback
-from robot_lab.runtime.robot.streaming import RunStream
+from robot_lab.runtime.robot.streaming import TurnStream
 from robot_lab.runtime.robot.toolset import DEFAULT_MAX_TOOLS, NONE_VALUES, resolve_tool_setting
 
-__all__ = ["DEFAULT_MAX_TOOLS", "NONE_VALUES", "ContentCallback", "Robot", "RunStream", "build",
+__all__ = ["DEFAULT_MAX_TOOLS", "NONE_VALUES", "ContentCallback", "Robot", "TurnStream", "build",
            "resolve_tool_setting"]

@@ -1,7 +1,7 @@
 """The context of the run in progress, for tools: ``current_run()``.
 
 A tool is a plain function with JSON arguments from the model, so it cannot be handed live
-objects as parameters. Instead the robot's run publishes a :class:`RunContext` in a
+objects as parameters. Instead the robot's run publishes a :class:`TurnContext` in a
 contextvar while its tool loop runs: ``current_run().memory`` is the run's active Memory
 (a network run's shared memory, ``task(memory=...)``'s scope, ``run(memory=...)``, else
 the robot's own), already writing as the robot. It works the same in-process, on the bus
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class RunContext:
+class TurnContext:
     """What a tool may reach of the run that called it."""
 
     robot: RobotParts
@@ -37,10 +37,10 @@ class RunContext:
     network: Any = None
 
 
-_current: ContextVar[RunContext | None] = ContextVar("robot_lab_current_run", default=None)
+_current: ContextVar[TurnContext | None] = ContextVar("robot_lab_current_run", default=None)
 
 
-def current_run() -> RunContext:
+def current_run() -> TurnContext:
     """The run in progress in this thread (or task); a tool calls this to reach memory."""
     ctx = _current.get()
     if ctx is None:
@@ -54,7 +54,7 @@ def current_memory() -> Any:
 
 
 @contextmanager
-def running(ctx: RunContext) -> Iterator[RunContext]:
+def running(ctx: TurnContext) -> Iterator[TurnContext]:
     """Publish ``ctx`` for the duration of a run, and make the run's memory write as the
     robot (the Ruby gem's ``current_writer``; per thread, so parallel runs don't mix)."""
     token = _current.set(ctx)

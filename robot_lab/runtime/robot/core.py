@@ -42,7 +42,7 @@ from robot_lab.runtime.robot.plan import SKILL_MODES
 from robot_lab.runtime.robot.prompt import PromptAssembly, set_system_message, system_message
 from robot_lab.runtime.robot.serving import SERVE_DEFAULT, serve_kwargs
 from robot_lab.runtime.robot.spec import check_bus, spec_kwargs, to_spec
-from robot_lab.runtime.robot.streaming import RunStream
+from robot_lab.runtime.robot.streaming import TurnStream
 from robot_lab.runtime.robot.toolset import DEFAULT_MAX_TOOLS, is_none_value, select_tools, validate_tools_filter
 from robot_lab.runtime.run_config import RunConfig, check_enable_cache
 from robot_lab.runtime.spawn import spawn
@@ -402,7 +402,7 @@ class Robot:
 
         Extra keyword arguments are run-time template context and re-render the prompt.
         Raises on failure (use :meth:`run_safely` for the Ruby gem's network semantics).
-        The run's configuration is one :class:`~robot_lab.runtime.robot.plan.RunPlan`:
+        The run's configuration is one :class:`~robot_lab.runtime.robot.plan.TurnPlan`:
         settings < ``network_config`` < the robot < ``task_config`` < ``config`` (this call).
         ``memory`` binds the run's active memory (a Memory, a scope name, or a mapping merged
         into it); else the network's, else the robot's own. ``hooks`` are per-run handlers;
@@ -460,7 +460,7 @@ class Robot:
             attachments=attachments, on_input=on_input, durable_id=durable_id,
         ), context)
 
-    def astream(self, message: str | None = None, **kwargs: Any) -> RunStream:
+    def astream(self, message: str | None = None, **kwargs: Any) -> TurnStream:
         """:meth:`arun` as an async iterator of the reply's text chunks (the ``Chunk`` that
         ``on_content`` receives); the RobotResult is ``await stream.result()`` afterwards
         (or ``stream.result()`` awaited alone, which also drains the chunks)::
@@ -470,7 +470,7 @@ class Robot:
                 print(chunk.content, end="")
             result = await stream.result()
         """
-        return RunStream(self, message, kwargs)
+        return TurnStream(self, message, kwargs)
 
     async def _run_core(self, io: Any, message: str | None, conversation_id: str | None,
                         kwargs: dict[str, Any], context: dict[str, Any]) -> RobotResult:

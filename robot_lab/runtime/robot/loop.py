@@ -20,7 +20,7 @@ from robot_lab.runtime.rails.doom_loop import DEFAULT_THRESHOLD as DOOM_LOOP_THR
 from robot_lab.runtime.rails.doom_loop import DoomLoopDetector, with_warning
 from robot_lab.runtime.rails.hooks import ToolCallHookContext
 from robot_lab.runtime.robot.drive import IO, SYNC
-from robot_lab.runtime.robot.plan import RunPlan
+from robot_lab.runtime.robot.plan import TurnPlan
 from robot_lab.runtime.tools import Tool
 from robot_lab.schemas.messages import (
     Message,
@@ -52,7 +52,7 @@ def add_usage(robot: RobotParts, response: LLMResponse) -> None:
 
 async def call_model(
     robot: RobotParts,
-    plan: RunPlan,
+    plan: TurnPlan,
     specs: list[dict[str, Any]] | None,
     on_chunk: Callable[[Chunk], Any] | None,
     ledgers: list[Any],
@@ -119,7 +119,7 @@ async def execute_tool(robot: RobotParts, by_name: Mapping[str, Tool], name: str
 
 async def tool_loop(
     robot: RobotParts,
-    plan: RunPlan,
+    plan: TurnPlan,
     message: str | None,
     tools: list[Tool] | Callable[[], list[Tool]],
     on_content: ContentCallback | None,
@@ -146,7 +146,7 @@ async def tool_loop(
         steps.end()
 
 
-async def _rounds(robot: RobotParts, plan: RunPlan, offer: Callable[[], list[Tool]], on_chunk: Any, active_ledgers: list[Any],
+async def _rounds(robot: RobotParts, plan: TurnPlan, offer: Callable[[], list[Tool]], on_chunk: Any, active_ledgers: list[Any],
                   detector: Any, max_rounds: int, started: float, steps: StepRunner, io: IO) -> RobotResult:
     """The loop itself: each model call and each tool call is a step of ``steps``."""
     config = plan.config

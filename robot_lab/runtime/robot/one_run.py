@@ -18,10 +18,10 @@ from robot_lab.runtime.rails.hooks import (
     hook_scope,
 )
 from robot_lab.runtime.durable.scopes import DurableScope, current_scope, durable_scope, input_handler, local_scope
-from robot_lab.runtime.robot.context import RunContext, conversation_scope, running
+from robot_lab.runtime.robot.context import TurnContext, conversation_scope, running
 from robot_lab.runtime.robot.drive import IO, SYNC
 from robot_lab.runtime.robot.loop import ContentCallback, tool_loop
-from robot_lab.runtime.robot.plan import RunPlan, resolve_plan
+from robot_lab.runtime.robot.plan import TurnPlan, resolve_plan
 from robot_lab.runtime.robot.prompt import set_system_message
 from robot_lab.runtime.run_config import RunConfig
 from robot_lab.runtime.tools import Tool
@@ -63,7 +63,7 @@ async def execute(
         memory=memory, network=network, budgets=budgets, doom_loop=doom_loop,
     )
     per_run = HookRegistry([hooks] if hooks is not None and not isinstance(hooks, (list, tuple)) else hooks or [])
-    run_ctx = RunContext(robot=robot, memory=plan.memory, plan=plan, task=task, run_id=run_id, network=network)
+    run_ctx = TurnContext(robot=robot, memory=plan.memory, plan=plan, task=task, run_id=run_id, network=network)
     scope = (durable_id if isinstance(durable_id, DurableScope) else
              local_scope(durable_id) if durable_id is not None else current_scope())
     with log_context(robot=robot.name, run_id=run_id, task=task), \
@@ -102,7 +102,7 @@ async def execute(
         return await io.hooks("run", ctx, core)
 
 
-def offered_tools(robot: RobotParts, plan: RunPlan, request: str | None, extra_tools: Iterable[Tool]) -> list[Tool]:
+def offered_tools(robot: RobotParts, plan: TurnPlan, request: str | None, extra_tools: Iterable[Tool]) -> list[Tool]:
     """Local tools by the plan's ``tools`` value, then MCP tools by its ``mcp`` value (a
     name list filters MCP tools too); a local tool wins a name clash."""
     tools = plan.tools

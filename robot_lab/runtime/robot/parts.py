@@ -44,7 +44,7 @@ class SkillPrompt(Protocol):
     ) -> list[Tool] | Callable[[], list[Tool]]: ...
 
 
-class RunMCP(Protocol):
+class TurnMCP(Protocol):
     """The Robot's MCP attachment (:class:`.mcp_attach.MCPAttachment`), as a run uses it."""
 
     def tools_for_run(self, mcp: Any, message: str | None, robot_mcp: Any,
@@ -91,7 +91,7 @@ class RobotParts(RunnableRobot, Protocol):
     def _prompt(self) -> SkillPrompt: ...
 
     @property
-    def _mcp(self) -> RunMCP: ...
+    def _mcp(self) -> TurnMCP: ...
 
     @property
     def _learning(self) -> Learner: ...

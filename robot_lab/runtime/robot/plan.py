@@ -9,7 +9,7 @@ robot's constructor arguments; so the layers here are::
 
 In-process ``Robot.run``, the bus serve path, network tasks (``network/task_job.py``),
 delegation and spawn all go through :func:`resolve_plan`, so a robot behaves the same
-wherever it runs. :meth:`RunPlan.describe` is the "config in effect" of a run, with the
+wherever it runs. :meth:`TurnPlan.describe` is the "config in effect" of a run, with the
 layer each value came from.
 """
 
@@ -49,7 +49,7 @@ def settings_layer() -> RunConfig:
 
 
 @dataclass
-class RunPlan:
+class TurnPlan:
     """The resolved configuration of one run. ``config`` is the merged RunConfig (LLM
     fields, loop guards, budgets, callbacks); ``sources`` names the layer of each field."""
 
@@ -128,7 +128,7 @@ def resolve_plan(
     network: Any = None,
     budgets: Iterable[Any] = (),
     doom_loop: Any = None,
-) -> RunPlan:
+) -> TurnPlan:
     """The plan of one run of ``robot`` (the owning Robot). ``memory`` is the Ruby gem's
     binding: the run's argument (a Memory, a scope name, or a mapping merged into the
     active memory), else the network's memory, else the robot's own."""
@@ -142,7 +142,7 @@ def resolve_plan(
     provider, provider_source = robot.provider, "robot"
     if not provider:
         provider, provider_source = get_settings().provider, "settings"
-    return RunPlan(
+    return TurnPlan(
         robot=robot.name,
         config=config,
         sources=sources,

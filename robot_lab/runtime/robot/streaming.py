@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 _DONE = object()
 
 
-class RunStream:
+class TurnStream:
     """``async for chunk in robot.astream(...)``, then ``await stream.result()``.
 
     The run starts at the first ``async for`` step (or at ``result()``); its stored
@@ -86,7 +86,7 @@ class RunStream:
             except asyncio.CancelledError:
                 pass
 
-    async def __aenter__(self) -> RunStream:
+    async def __aenter__(self) -> TurnStream:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
