@@ -1,6 +1,6 @@
 """Bundles shaped like the public ones (tests/fixtures/wild_skills) work out of the box.
 
-Each shape the issue measured on a public collection is reproduced: an executable ``.py``
+Each shape measured on a public collection is reproduced: an executable ``.py``
 with no ``#!`` (the bundle's only script), ``#!/usr/bin/env python3`` scripts that need
 robot-lab's packages, a Python path with ``..`` and a symlink, no fs grants but a
 multi-step file flow, instructions that say "read FORMS.md", library modules and data files

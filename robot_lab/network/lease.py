@@ -188,6 +188,7 @@ def hold_jobs(connection: RedisClient, holds: list[tuple[str, str]], lease_ms: i
     for hold in made:
         pipe.set(hold.key, hold.value, px=lease_ms)
     pipe.execute()
+    _HOLDS_OUTAGE.back()  # the holds were written: Redis answers
     now = time.monotonic()
     for hold in made:
         hold.next_beat = now + hold.interval
@@ -195,11 +196,15 @@ def hold_jobs(connection: RedisClient, holds: list[tuple[str, str]], lease_ms: i
     return made
 
 
-def release_holds(holds: list[JobHold]) -> None:
-    """Stop beating holds (the job started or went back); the keys expire by themselves."""
+def release_holds(holds: list[JobHold], *, ran: bool = True) -> None:
+    """Stop beating holds (the job ran, or went back unstarted: ``ran=False``); the keys
+    expire by themselves. A job that ran was claimed and completed in Redis: an outage the
+    holds saw is over (its ``redis.back`` line, even when no hold beats again to say so)."""
     for hold in holds:
         hold.stopped = True
         _keeper.remove(hold)
+    if holds and ran:
+        _HOLDS_OUTAGE.back()
 
 
 class DeltaBuffer:

@@ -260,7 +260,7 @@ def in_flight_worker_class() -> type:
             queue (and out of the intermediate list), in order."""
             from robot_lab.network.lease import release_holds
 
-            release_holds([self._holds.pop(job.id) for job, _ in self._taken if job.id in self._holds])
+            release_holds([self._holds.pop(job.id) for job, _ in self._taken if job.id in self._holds], ran=False)
             while self._taken:
                 job, queue = self._taken.pop()
                 with self.connection.pipeline() as pipe:
