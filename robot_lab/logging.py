@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -103,9 +104,31 @@ def configure_logging(level: str | None = None, fmt: str | None = None, *, force
     _warn_unknown_variables()
 
 
+_structlog_lock = threading.Lock()
+_structlog: Any = None
+
+
+def structlog_module() -> Any:
+    """structlog, imported once under a lock (lazily: start-up time). Its modules import each
+    other, so two threads importing it at once -- an embedded run's worker threads logging
+    their first lines -- can meet a partially initialized module and fail with ImportError."""
+    global _structlog
+    if _structlog is None:
+        with _structlog_lock:
+            if _structlog is None:
+                import structlog  # lazy: start-up time
+                import structlog.contextvars  # noqa: F401  (the same import, whole, under the lock)
+                import structlog.dev  # noqa: F401
+                import structlog.processors  # noqa: F401
+                import structlog.testing  # noqa: F401
+
+                _structlog = structlog
+    return _structlog
+
+
 def _apply() -> None:
     global _applied
-    import structlog  # lazy: start-up time
+    structlog = structlog_module()
 
     if _capturing(structlog):
         return  # structlog.testing.capture_logs is active: its processors stay; applied after it
@@ -145,9 +168,7 @@ def _warn_unknown_variables() -> None:
 
 
 def _capturing(structlog: Any) -> bool:
-    from structlog.testing import LogCapture  # lazy: start-up time
-
-    return any(isinstance(p, LogCapture) for p in structlog.get_config().get("processors", ()))
+    return any(isinstance(p, structlog.testing.LogCapture) for p in structlog.get_config().get("processors", ()))
 
 
 class _Logger:
@@ -163,9 +184,7 @@ class _Logger:
             configure_logging()
             if not _applied:
                 _apply()
-            import structlog  # lazy: start-up time
-
-            logger = structlog.get_logger(self._name)
+            logger = structlog_module().get_logger(self._name)
             self._logger = logger.bind(**self._initial) if self._initial else logger
         return self._logger
 
@@ -180,8 +199,7 @@ def get_logger(name: str | None = None, **initial: Any) -> Any:
 @contextmanager
 def log_context(**values: Any) -> Iterator[None]:
     """Bind robot/run_id/task/message_id for the duration of a block (contextvars)."""
-    import structlog.contextvars  # lazy: start-up time
-
+    structlog = structlog_module()
     clean = {k: v for k, v in values.items() if v is not None}
     tokens = structlog.contextvars.bind_contextvars(**clean)
     try:

@@ -27,3 +27,33 @@ def test_json_lines_with_context_and_no_secrets(capsys: pytest.CaptureFixture[st
     assert record["api_key"] == "***"
     assert "abcdefghijklmnop" not in line and "hunter2" not in line
     assert record["input_tokens"] == 12
+
+
+def test_threads_logging_their_first_lines_at_once_import_structlog_once() -> None:
+    """structlog is imported lazily; threads that log their first lines at the same moment
+    (an embedded run's workers) share one import instead of meeting a half-imported module
+    (ImportError from structlog.contextvars). Run in a fresh interpreter, so structlog is not
+    imported before the threads start."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threading\n"
+        "from robot_lab.logging import get_logger, log_context\n"
+        "assert 'structlog' not in sys.modules\n"
+        "errors = []\n"
+        "gate = threading.Barrier(16)\n"
+        "def work(i):\n"
+        "    gate.wait()\n"
+        "    try:\n"
+        "        with log_context(task=str(i)):\n"
+        "            get_logger('t').debug('first', i=i)\n"
+        "    except Exception as exc:\n"
+        "        errors.append(repr(exc))\n"
+        "threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "print(errors)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

@@ -74,9 +74,9 @@ def require() -> None:
 
 
 def _robot_label() -> str:
-    import structlog  # lazy: start-up time
+    from robot_lab.logging import structlog_module  # lazy: start-up time
 
-    return str(structlog.contextvars.get_contextvars().get("robot") or "-")
+    return str(structlog_module().contextvars.get_contextvars().get("robot") or "-")
 
 
 # --- hooks ------------------------------------------------------------------------------
