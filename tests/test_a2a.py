@@ -172,8 +172,8 @@ def test_an_unreachable_agent_is_a_tool_error_after_the_retries(monkeypatch: pyt
 
 def test_a_message_on_a_task_waiting_for_input_reaches_the_input_seam(monkeypatch: pytest.MonkeyPatch) -> None:
     """Over the real HTTP app on the embedded Redis: a network task whose run reports a parked
-    status is input-required in tasks/get, and a message naming it is refused by the bridge
-    (which the human-input feature fills in)."""
+    status is input-required in tasks/get; a message naming it goes to the bridge, which finds
+    no request of that run to answer."""
     from starlette.testclient import TestClient
 
     from robot_lab.a2a.asgi import build_a2a_app
@@ -207,7 +207,49 @@ def test_a_message_on_a_task_waiting_for_input_reaches_the_input_seam(monkeypatc
         answer = client.post("/networks/support/", headers=headers, json={
             "jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": {
                 "messageId": "m-1", "role": "ROLE_USER", "taskId": "t-parked", "parts": [{"text": "order 42"}]}}}).json()
-        assert answer["error"]["code"] == -32004 and "waits for input" in answer["error"]["message"]
+        # a run that reports a parked status but holds no request: nothing to answer
+        assert answer["error"]["code"] == -32004 and "no question waiting" in answer["error"]["message"]
         assert client.get("/networks/support/.well-known/agent-card.json").status_code == 200  # public card
         assert client.post("/networks/support/", json={"jsonrpc": "2.0", "id": 3, "method": "GetTask",
                                                        "params": {"id": "t-parked"}}).status_code == 401
+
+
+def test_a_parked_network_run_is_input_required_and_the_next_message_answers_it() -> None:
+    """The human-input bridge over the real HTTP app on the embedded Redis and embedded
+    workers: a task's robot asks (ask_user), the A2A task is input-required with the question,
+    the client's next message on the task is the answer, and the run resumes to its end."""
+    from starlette.testclient import TestClient
+
+    from robot_lab.a2a.asgi import build_a2a_app
+    from robot_lab.app import App
+    from robot_lab.connection import get_redis
+    from robot_lab.llm.scripted import register_script
+    from robot_lab.network.embedded import EmbeddedWorkers
+    from robot_lab.settings import A2ASettings
+
+    register_script("a2a-ask", {"turns": [
+        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Which order?"}}]}, {"reply": "{tool_results}"}]})
+    app = App("a2a-hitl")
+    app.robot("a2a-asker", model="scripted/a2a-ask", local_tools=["robot_lab.runtime.durable.human:AskUser"])
+    app.network("ask").task("ask", "a2a-asker", tools="inherit")
+    redis = get_redis()
+    web = build_a2a_app(app, base_url="http://testserver", networks=["ask"],
+                        settings=A2ASettings(tokens={"me": "tok"}, send_timeout=30), connection=redis)
+    headers = {"Authorization": "Bearer tok", "A2A-Version": "1.0"}
+
+    def send(parts: list[dict[str, str]], task_id: str | None = None) -> dict[str, Any]:
+        message: dict[str, Any] = {"messageId": f"m-{len(parts)}-{task_id}", "role": "ROLE_USER", "parts": parts}
+        if task_id:
+            message["taskId"] = task_id
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+        return client.post("/networks/ask/", headers=headers, json=body).json()
+
+    with EmbeddedWorkers(redis, ["a2a-asker"], threads=1), TestClient(web) as client:
+        asked = send([{"text": "refund please"}])["result"]["task"]
+        assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert asked["status"]["message"]["parts"][0]["text"] == "Which order?"
+        done = send([{"text": "A1"}], asked["id"])["result"]["task"]
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED", done["status"]
+        assert done["status"]["message"]["parts"][0]["text"] == "- ask_user: A1"
+        again = send([{"text": "B2"}], asked["id"])  # a finished task takes no second answer
+        assert again["error"]["code"] == -32004

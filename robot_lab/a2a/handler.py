@@ -267,11 +267,38 @@ class AgentHandler(RequestHandler):
         raise ExtendedAgentCardNotConfiguredError
 
 
-async def answer_input(backend: Backend, record: TaskRecord, message: Message) -> None:
-    """Deliver ``message`` as the answer a parked run or conversation waits for.
+APPROVALS = frozenset({"yes", "y", "approve", "approved", "ok", "allow", "true"})
 
-    The seam of the human-input bridge: robot-lab has no parked runs yet, so no task reaches
-    ``input-required`` (:data:`robot_lab.a2a.states.INPUT_STATUSES` lists the statuses that
-    will) and this is not reached in practice."""
-    raise UnsupportedOperationError(message=f"task {record.id} waits for input, which this server cannot deliver yet")
+
+async def answer_input(backend: Backend, record: TaskRecord, message: Message) -> None:
+    """Deliver ``message`` as the answer a parked run waits for (docs/a2a.md, "Input
+    required"): its text answers the run's pending request once (``network.human_input``),
+    recorded as answered by ``a2a:<caller>``; for an approval, ``yes`` approves and any other
+    text denies with that reason. The run then resumes on any worker. A served robot's
+    ``input_required`` conversation is not bridged yet."""
+    if record.kind != "network":
+        raise UnsupportedOperationError(message=f"task {record.id} waits for input; answering a robot "
+                                                "conversation over A2A is not supported yet (robot-lab answer)")
+    content, _ = message_content(message)
+    text = content if isinstance(content, str) else json.dumps(content)
+    await asyncio.to_thread(_answer_run, backend, record, text.strip())
+
+
+def _answer_run(backend: Backend, record: TaskRecord, text: str) -> None:
+    from robot_lab.network import human_input  # lazy: start-up time
+
+    connection = backend.coordinator.connection
+    waiting = human_input.for_run(record.run_id, connection, backend.keys)
+    if not waiting:
+        raise UnsupportedOperationError(message=f"task {record.id} has no question waiting for an answer")
+    request = waiting[0]
+    approve = None
+    if request.request.get("kind") == "approval":
+        approve = text.lower() in APPROVALS
+    by = f"a2a:{record.owner}" if record.owner else "a2a"
+    try:
+        human_input.answer(request.id, None if approve is True else text, approve=approve, by=by,
+                           connection=connection, keys=backend.keys)
+    except RobotLabError as exc:  # answered meanwhile, the run ended
+        raise UnsupportedOperationError(message=f"task {record.id}: {exc}") from exc
 

@@ -11,6 +11,7 @@ nothing twice, and nothing about a task lives in the process that created it.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -53,6 +54,21 @@ def _stamp(ms: int | None = None) -> Timestamp:
     else:
         ts.FromMilliseconds(ms)
     return ts
+
+
+def question_text(request: dict[str, Any]) -> str:
+    """What a parked task asks, as the text of an ``input-required`` status: the question,
+    its choices and default; for an approval, the tool and arguments to approve."""
+    text = str(request.get("question") or "")
+    if request.get("kind") == "approval" and request.get("tool"):
+        text = text or f"approve {request['tool']}?"
+        text += f" (tool {request['tool']}, arguments {json.dumps(request.get('arguments') or {}, default=str)};"
+        text += " answer yes to approve, anything else denies it)"
+    if request.get("choices"):
+        text += f" (choices: {', '.join(str(c) for c in request['choices'])})"
+    if request.get("default") is not None:
+        text += f" (default: {request['default']})"
+    return text
 
 
 def agent_message(task: Task, text: str) -> Message:
@@ -187,6 +203,11 @@ class NetworkSource(Source):
             status = "completed" if kind == "run.completed" else "cancelled"
             reply = await self.final_reply(event.run_id) if kind == "run.completed" else event.data.get("reason")
             out.append(projection.status(task_state_for(status), reply if reply is not None else ""))
+        elif kind == "hitl.requested":  # a task parked for a person (docs/durable.md)
+            out.append(projection.status(TaskState.TASK_STATE_INPUT_REQUIRED, question_text(event.data),
+                                         metadata={"event": kind, "task": task, "request": str(event.data.get("id", ""))}))
+        elif kind == "hitl.resolved":
+            out.append(projection.status(task_state_for("running"), metadata={"event": kind, "task": task}))
         elif task_state_for(kind.split(".")[-1]) == TaskState.TASK_STATE_INPUT_REQUIRED:
             out.append(projection.status(TaskState.TASK_STATE_INPUT_REQUIRED, str(event.data.get("question", ""))))
         if kind in PROGRESS_EVENTS:
