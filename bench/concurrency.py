@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from tests.redis_server import RedisServer  # noqa: E402  (the suite's private server)
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("ROBOT_LAB_LOG_LEVEL", "WARNING")
 os.environ.setdefault("ROBOT_LAB_ALLOW_MODEL_REQUESTS", "0")
@@ -43,26 +43,6 @@ os.environ.setdefault("ROBOT_LAB_ALLOW_MODEL_REQUESTS", "0")
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-def private_redis() -> tuple[str, subprocess.Popen[bytes], str]:
-    binary = shutil.which("redis-server")
-    if not binary:
-        raise SystemExit("no --url, no REDIS_URL and no redis-server on PATH")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    folder = tempfile.mkdtemp(prefix="bench-redis-")
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                             "no", "--dir", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return f"redis://127.0.0.1:{port}/0", proc, folder
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit("redis-server did not start")
 
 
 # --- the worker's process tree ---------------------------------------------------------------
@@ -244,10 +224,10 @@ def main() -> None:
     parser.add_argument("--sequential-count", type=int, default=10)
     args = parser.parse_args()
 
-    redis_proc = folder = None
-    url = args.url
+    server = RedisServer()
+    url = args.url or server.start(private=True)
     if not url:
-        url, redis_proc, folder = private_redis()
+        raise SystemExit(f"no --url, no REDIS_URL and no private server: {server.reason}")
     prefix = f"bench-conc-{uuid.uuid4().hex[:8]}"
     os.environ["ROBOT_LAB_KEY_PREFIX"] = prefix
     os.environ["REDIS_URL"] = url
@@ -294,10 +274,7 @@ def main() -> None:
     finally:
         for key in client.scan_iter(match=f"{prefix}*", count=1000):
             client.delete(key)
-        if redis_proc is not None:
-            redis_proc.terminate()
-            redis_proc.wait(10)
-            shutil.rmtree(folder, ignore_errors=True)
+        server.stop()
         print(f"\nworker logs: {tmp}")
 
 

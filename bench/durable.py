@@ -64,7 +64,7 @@ def main() -> None:
 
     import redis
 
-    from robot_lab.app import publish_specs
+    from robot_lab.runtime.registry import publish_specs
     from robot_lab.keys import Keys
     from robot_lab.network.coordinator import Coordinator
     from robot_lab.network.dsl import create_network

@@ -101,7 +101,7 @@ def worker_rss(base_url: str, tasks: int, batch: int) -> None:
     import redis
     from rq import Queue, Worker
 
-    from robot_lab.app import publish_specs
+    from robot_lab.runtime.registry import publish_specs
     from robot_lab.network.coordinator import Coordinator
     from robot_lab.network.dsl import create_network
     from robot_lab.runtime.robot import build

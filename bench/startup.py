@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -76,23 +73,6 @@ def cpu_of(cmd: list[str], env: dict[str, str]) -> float:
     subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
     after = os.times()
     return (after.children_user - before.children_user) + (after.children_system - before.children_system)
-
-
-def private_redis() -> tuple[str, subprocess.Popen[bytes], str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    folder = tempfile.mkdtemp(prefix="bench-redis-")
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", folder],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(100):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return f"redis://127.0.0.1:{port}/0", proc, folder
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit("redis-server did not start")
 
 
 def cli_phase(url: str, repeat: int) -> None:
@@ -182,7 +162,7 @@ def ready_seconds(cmd: list[str], env: dict[str, str], queue: str, url: str) -> 
 
 def worker_phase(url: str, repeat: int) -> None:
     sys.path.insert(0, str(ROOT))
-    from robot_lab.app import publish_specs
+    from robot_lab.runtime.registry import publish_specs
     from robot_lab.connection import connect
     from robot_lab.keys import Keys
     from robot_lab.runtime.robot import build
@@ -220,22 +200,20 @@ def main() -> None:
     parser.add_argument("--peer", action="store_true", help="also pydantic-ai's first run, if it is installed")
     parser.add_argument("--skip-workers", action="store_true", help="leave out (c)")
     args = parser.parse_args()
-    redis_proc = folder = None
-    url = args.url
+    sys.path.insert(0, str(ROOT))
+    from tests.redis_server import RedisServer  # the suite's private server (a free port, no disk)
+
+    server = RedisServer()
+    url = args.url or server.start(private=True)
     if not url:
-        if not shutil.which("redis-server"):
-            raise SystemExit("no --url, no REDIS_URL and no redis-server on PATH")
-        url, redis_proc, folder = private_redis()
+        raise SystemExit(f"no --url, no REDIS_URL and no private server: {server.reason}")
     try:
         cli_phase(url, args.repeat)
         run_phase(args.repeat, args.peer)
         if not args.skip_workers:
             worker_phase(url, max(1, args.repeat // 2))
     finally:
-        if redis_proc is not None:
-            redis_proc.terminate()
-            redis_proc.wait(10)
-            shutil.rmtree(folder, ignore_errors=True)
+        server.stop()
 
 
 if __name__ == "__main__":

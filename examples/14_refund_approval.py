@@ -57,7 +57,7 @@ if is_embedded(coordinator.connection):
         handle.answer(approve=True, by="bob")
         result = handle.wait(timeout=60)
 else:
-    from robot_lab.app import publish_specs
+    from robot_lab.runtime.registry import publish_specs
 
     publish_specs([robot.to_spec()], connection=redis)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),

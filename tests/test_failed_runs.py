@@ -91,7 +91,7 @@ def test_run_embedded_exits_3_and_names_the_failed_task(_fresh_embedded, monkeyp
 @pytest.mark.slow
 def test_run_with_a_real_worker_exits_3(real_client, real_redis_url, key_prefix, processes):  # noqa: F811
     """The shipped submit Job runs `robot-lab run`: its exit status is what Kubernetes reads."""
-    from robot_lab.app import publish_specs
+    from robot_lab.runtime.registry import publish_specs
 
     suffix = f"-{uid()}"
     env = child_env(real_redis_url, key_prefix, FAILING_NETWORK_SUFFIX=suffix)

@@ -100,7 +100,7 @@ def test_past_max_size_the_least_recently_used_idle_manager_is_closed() -> None:
 @pytest.mark.slow
 def test_a_worker_runs_20_mcp_tasks_on_one_server_process_and_stops_it_on_shutdown(  # noqa: F811
         real_client, real_redis_url, key_prefix, processes) -> None:
-    from robot_lab.app import publish_specs
+    from robot_lab.runtime.registry import publish_specs
 
     keys = Keys(prefix=key_prefix)
     bot = build(f"mcp-{uid()}", model="scripted/echo", mcp_servers=[calculator()])

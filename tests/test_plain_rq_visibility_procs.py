@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from rq import Queue, Worker
 
-from robot_lab.app import publish_specs
+from robot_lab.runtime.registry import publish_specs
 from robot_lab.keys import Keys
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.dsl import create_network

@@ -384,7 +384,7 @@ def test_a_failing_task_and_message_make_one_calls_requests(faults: FaultServer,
     redelivery), a task on a hung server 2 (each timing out; not taken for a Redis outage),
     and a task whose stream was cut after text makes 1 and puts that text on the run stream
     once."""
-    from robot_lab.app import publish_specs
+    from robot_lab.runtime.registry import publish_specs
     from robot_lab.bus import Bus
     from robot_lab.network.coordinator import Coordinator
     from robot_lab.network.dsl import create_network

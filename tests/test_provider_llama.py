@@ -96,7 +96,7 @@ def test_a_network_task_and_a_bus_request_on_a_real_worker(llama: LlamaServer, r
                                                            processes: Any) -> None:  # noqa: F811
     """The same robot served by a ``robot-lab worker``: a network task streams ``text.delta``
     events onto the run stream, and a bus request gets the model's reply."""
-    from robot_lab.app import publish_specs
+    from robot_lab.runtime.registry import publish_specs
     from robot_lab.bus import Bus
     from robot_lab.network.coordinator import Coordinator
     from robot_lab.network.dsl import create_network

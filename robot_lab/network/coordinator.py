@@ -301,15 +301,14 @@ class Coordinator:
         like a new one."""
         store = RunStore(self.connection, self.keys, run_id)
         store.meta()  # a clear error for an unknown run
-        status, items = store.rerun(task)
+        status, reset, items = store.rerun(task)
         if status != "ok":
             return status
-        graph = graph_for(store)
         # the tasks that run again start afresh: their step journals hold the old attempts' steps,
         # which the new inputs would not match (docs/durable.md)
-        self.connection.delete(*[self.keys.run_steps(run_id, name) for name in _downstream(graph, task)])
+        self.connection.delete(*[self.keys.run_steps(run_id, name) for name in reset])
         self.connection.sadd(self.keys.runs_active(), run_id)  # another slot than the run: after the script
-        enqueue_jobs(self.connection, self.keys, run_id, items, graph)
+        enqueue_jobs(self.connection, self.keys, run_id, items, graph_for(store))
         log.info("run.rerun", run_id=run_id, task=task, queued=[t for t, _, _ in items])
         return status
 
@@ -391,14 +390,6 @@ def _text(value: Any) -> str | None:
 
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _downstream(graph: Graph, task: str) -> list[str]:
-    """``task`` and every task that depends on it, directly or not."""
-    found = [task]
-    for name in found:
-        found += [child for child, parents in graph.deps.items() if name in parents and child not in found]
-    return found
 
 
 def _glob_escape(text: str) -> str:

@@ -342,14 +342,16 @@ class RunStore:
     def cancel(self, reason: str = "cancelled") -> str:
         return _decode(self._eval(transitions.CANCEL, reason))
 
-    def rerun(self, task: str) -> tuple[str, list[tuple[str, str, str]]]:
+    def rerun(self, task: str) -> tuple[str, list[str], list[tuple[str, str, str]]]:
         """Run failed ``task`` again, and everything downstream of it after it (see RERUN in
-        :mod:`.transitions`). Returns (status, jobs to enqueue); status ``ok``, or why not:
-        ``unknown``, ``cancelled``, ``unknown-task``, ``not-failed``, ``busy <task>``."""
+        :mod:`.transitions`). Returns (status, the tasks reset, jobs to enqueue); status
+        ``ok``, or why not: ``unknown``, ``cancelled``, ``unknown-task``, ``not-failed``,
+        ``busy <task>``."""
         raw = [_decode(v) for v in self._eval(transitions.RERUN, task)]
         if raw[0] != "ok":
-            return " ".join(raw), []
-        return "ok", _triples(raw[1:])
+            return " ".join(raw), [], []
+        count = int(raw[1])
+        return "ok", raw[2:2 + count], _triples(raw[2 + count:])
 
     def repair_queued(self, grace: float = 2.0, view: SweepView | None = None) -> list[tuple[str, str, str]]:
         """Queued tasks whose rq job vanished (the enqueuer died between script and enqueue)."""

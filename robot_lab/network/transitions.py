@@ -377,6 +377,8 @@ redis.call('HSET', R, 'status', 'running')
 redis.call('HDEL', R, 'finished_at', 'tasks_done', 'tasks_failed', 'tasks_skipped')
 emit('task.rerun', t, graph(t).robot, '{"reset":' .. cjson.encode(names) .. '}')
 local out = advance()
+for i = #names, 1, -1 do table.insert(out, 1, names[i]) end
+table.insert(out, 1, tostring(#names))
 table.insert(out, 1, 'ok')
 return out
 """
