@@ -90,6 +90,30 @@ def test_a_durable_run_replays_finished_steps_after_a_crash(redis_client, driver
     assert result.input_tokens > 0 and len(result.tool_calls) == 4  # replayed steps count in the result
 
 
+def test_a_replay_on_another_history_does_not_diverge(redis_client):
+    """A message without a conversation id runs on the serving robot's own default
+    conversation, which differs between slots, workers and deliveries: the journal
+    fingerprints the turn, so a redelivery on a robot with another history replays it."""
+    state = {"calls": 0}
+    model = _script(REFUNDS3)
+    name = f"histories-{uid()}"
+    durable_id = uid()
+    clear_recorded_calls()
+    first = build(name, model=model, system_prompt="refund things",
+                  local_tools=[f"{TOOLS}:refund", _crash_once_tool(state)])
+    first.messages.extend([{"role": "user", "content": "an earlier message on this slot"},
+                           {"role": "assistant", "content": "noted"}])
+    with pytest.raises(Crash):
+        first.run("refund", tools="inherit", durable_id=durable_id)
+    calls = _model_calls(name)
+    fresh = build(name, model=model, system_prompt="refund things",
+                  local_tools=[f"{TOOLS}:refund", _crash_once_tool(state)])
+    result = fresh.run("refund", tools="inherit", durable_id=durable_id)
+    assert result.reply == "all done"
+    assert [r.split("|")[0] for r in durable_tools.refunds()] == ["A", "B", "C"]  # none ran twice
+    assert _model_calls(name) == calls + 1  # only the step after the crash was called
+
+
 def test_a_changed_prompt_between_attempts_is_a_divergence_error_or_runs_live(redis_client, monkeypatch):
     state = {"calls": 0}
     model = _script(REFUNDS3)

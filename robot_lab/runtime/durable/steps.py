@@ -63,12 +63,15 @@ class StepRunner:
 
     # --- steps ------------------------------------------------------------------------
     async def model(self, model: str, messages: list[dict[str, Any]], specs: list[dict[str, Any]] | None,
-                    call: Callable[[], Awaitable[LLMResponse]], io: Any) -> LLMResponse:
+                    call: Callable[[], Awaitable[LLMResponse]], io: Any, turn_start: int = 0) -> LLMResponse:
+        """``messages[turn_start:]`` is this turn (see :func:`robot_lab.runtime.robot.loop.this_turn_start`):
+        the fingerprint covers the leading system prompt and the turn, not the history between."""
         index, self.index = self.index, self.index + 1
         self.replayed = False
         if self.scope is None:
             return await call()
-        digest = request_hash({"model": model, "messages": messages, "tools": specs})
+        head = messages[:1] if turn_start and messages[0].get("role") == "system" else []
+        digest = request_hash({"model": model, "messages": head + messages[turn_start:], "tools": specs})
         record = await io.blocking(self.scope.journal.replay, index, "model", model, digest)
         if record is not None and record.get("status") == "done":
             self.replayed = True

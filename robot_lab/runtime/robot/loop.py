@@ -117,6 +117,17 @@ async def execute_tool(robot: RobotParts, by_name: Mapping[str, Tool], name: str
     return result if isinstance(result, str) else str(result)
 
 
+def this_turn_start(messages: list[dict[str, Any]]) -> int:
+    """The index of this turn's user message: the step journal fingerprints the turn (the
+    system prompt and what follows that message), not the history before it, which a
+    redelivered message may meet differently (another slot's default conversation, or its own
+    turn already saved by the attempt that crashed)."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "user":
+            return index
+    return 0
+
+
 async def tool_loop(
     robot: RobotParts,
     plan: TurnPlan,
@@ -150,6 +161,7 @@ async def _rounds(robot: RobotParts, plan: TurnPlan, offer: Callable[[], list[To
                   detector: Any, max_rounds: int, started: float, steps: StepRunner, io: IO) -> RobotResult:
     """The loop itself: each model call and each tool call is a step of ``steps``."""
     config = plan.config
+    turn_start = this_turn_start(robot.messages)
     output: list[Message] = []
     results: list[ToolResultMessage] = []
     input_tokens = output_tokens = 0
@@ -160,7 +172,8 @@ async def _rounds(robot: RobotParts, plan: TurnPlan, offer: Callable[[], list[To
         specs = [t.to_openai() for t in offered] or None
         by_name = {t.name: t for t in offered}
         response = await steps.model(plan.model, robot.messages, specs,
-                                     lambda: call_model(robot, plan, specs, on_chunk, active_ledgers, io), io)
+                                     lambda: call_model(robot, plan, specs, on_chunk, active_ledgers, io), io,
+                                     turn_start=turn_start)
         if steps.replayed:  # from the journal: counted in the totals, not paid again
             add_usage(robot, response)
         input_tokens += response.input_tokens
