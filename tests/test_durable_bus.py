@@ -86,6 +86,33 @@ def test_a_served_robot_asks_over_the_bus_and_the_answer_resumes_it(redis_client
     assert _inbox(bus, "client")[-1].content["request_id"] != request_id
 
 
+def test_a_message_without_a_conversation_parks_and_resumes_on_the_robots_own_history(redis_client) -> None:
+    """No conversation id: the robot's default conversation. The parked turn leaves it as it
+    was (no tool call without its result), and the answer replays the turn on it."""
+    bus = Bus(redis_client)
+    bus.register("client")
+    robot = _robot(f"desk-{uuid.uuid4().hex[:6]}")
+    robot.messages.extend([{"role": "user", "content": "an earlier message"}, {"role": "assistant", "content": "ok"}])
+    before = list(robot.messages)
+    poller = _serve(bus, robot)
+    clear_recorded_calls()
+    first = bus.publish(robot.name, "refund please", from_="client")
+    _drain(poller)
+    [question] = _inbox(bus, "client")
+    assert question.kind == "input_required" and question.in_reply_to == first.id
+    assert robot.messages == before  # the parked turn left nothing behind
+    answer = bus.publish(robot.name, "1", from_="client", kind="answer", in_reply_to=question.content["request_id"])
+    _drain(poller)
+    final = _inbox(bus, "client")[-1]
+    assert final.kind == "reply" and final.in_reply_to == answer.id and final.content == "refunding - ask_user: A1"
+    assert len(recorded_calls()) == 2  # the first model call was replayed, not made again
+    users = [m["content"] for m in robot.messages if m["role"] == "user"]
+    assert users == ["an earlier message", "refund please"]
+    calls = {c["id"] for m in robot.messages for c in m.get("tool_calls") or []}
+    assert calls == {m["tool_call_id"] for m in robot.messages if m["role"] == "tool"}
+    assert bus.dead_letters(robot.name) == []
+
+
 def test_an_answer_from_the_cli_wakes_the_served_message(redis_client) -> None:
     bus = Bus(redis_client)
     bus.register("client")

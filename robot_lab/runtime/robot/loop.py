@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from robot_lab.errors import ToolLoopError
+from robot_lab.errors import InputRequired, ToolLoopError
 from robot_lab.runtime.durable.steps import StepRunner
 from robot_lab.llm.gateway import Chunk, LLMResponse
 from robot_lab.runtime.rails import budget as budget_mod
@@ -144,6 +144,7 @@ async def tool_loop(
     config = plan.config
     active_ledgers = [ledger for ledger in plan.ledgers if ledger is not None]
     detector = plan.doom_loop or DoomLoopDetector(config.doom_loop_threshold or DOOM_LOOP_THRESHOLD)
+    before = len(robot.messages)
     if message is not None:
         robot.messages.append({"role": "user", "content": message})
     offer = tools if callable(tools) else (lambda: tools)
@@ -153,6 +154,12 @@ async def tool_loop(
     steps = StepRunner.begin(robot.name, config.input_timeout)
     try:
         return await _rounds(robot, plan, offer, on_chunk, active_ledgers, detector, max_rounds, started, steps, io)
+    except InputRequired:
+        # the turn parked on a question: the answer re-runs it whole (on any slot or worker),
+        # so this robot's conversation is left as it was, with no tool call lacking its result
+        # (a provider refuses such a history on the next turn) and no user message twice
+        del robot.messages[before:]
+        raise
     finally:
         steps.end()
 
