@@ -164,6 +164,56 @@ def test_under_require_only_an_allowed_signed_sender_may_answer(redis_client, mo
     assert _inbox(bus, "other")[-1].content == "refunding - ask_user: B2"
 
 
+def _asked_under_require(redis_client, conversation: str):
+    """A robot served under require that has asked ``client`` a question: (bus, name, poller, request id)."""
+    name = f"desk-{uuid.uuid4().hex[:6]}"
+    bus = Bus(redis_client, keyring=Keyring({"client": {"k1": CLIENT_KEY}, name: {"k1": ROBOT_KEY}}))
+    for who in ("client", "mallory"):
+        bus.register(who)
+    poller = _serve(bus, _robot(name), verify="require")
+    bus.publish(name, "refund please", from_="client", conversation_id=conversation)
+    _drain(poller)
+    [question] = _inbox(bus, "client")
+    return bus, name, poller, question.content["request_id"]
+
+
+def test_under_require_an_answer_from_the_cli_wakes_the_message_and_a_forged_wake_does_nothing(redis_client) -> None:
+    """The CLI (or dashboard) records the answer in Redis and wakes the parked message with
+    an unsigned envelope: accepted under require only once the answer is recorded, its content
+    ignored, the reply sent to the asker whatever the envelope's reply_to says."""
+    bus, name, poller, request_id = _asked_under_require(redis_client, "c-5")
+    unsigned = Bus(redis_client)  # an append-only publisher holding no key
+    unsigned.publish(name, {"text": "2"}, from_="client", kind="answer", in_reply_to=request_id,
+                     conversation_id="c-5", reply_to="mallory")
+    _drain(poller)
+    [letter] = bus.dead_letters(name)
+    assert letter.reason == "unauthenticated"  # nothing answered yet: an unsigned answer is refused
+    waiting.answer(request_id, "A1", by="ops", connection=redis_client)  # robot-lab answer
+    _drain(poller)
+    final = _inbox(bus, "client")[-1]
+    assert final.kind == "reply" and final.content == "refunding - ask_user: A1"
+    assert len(bus.dead_letters(name)) == 1
+    # a forged wake after the fact: the message is no longer parked, so it is refused again
+    unsigned.publish(name, {"text": "2"}, from_="client", kind="answer", in_reply_to=request_id,
+                     conversation_id="c-5", reply_to="mallory")
+    _drain(poller)
+    assert [d.reason for d in bus.dead_letters(name)] == ["unauthenticated", "unauthenticated"]
+    assert _inbox(bus, "mallory") == []
+
+
+def test_under_require_a_wake_with_a_forged_reply_to_replies_to_the_asker(redis_client) -> None:
+    bus, name, poller, request_id = _asked_under_require(redis_client, "c-6")
+    from robot_lab.inputs import Answer, InputStore
+
+    InputStore(redis_client, bus.keys).answer(request_id, Answer(text="B2", by="ops"))  # recorded, not yet woken
+    Bus(redis_client).publish(name, {"text": "A1"}, from_="mallory", kind="answer", in_reply_to=request_id,
+                              conversation_id="c-6", reply_to="mallory")
+    _drain(poller)
+    assert _inbox(bus, "mallory") == []
+    final = _inbox(bus, "client")[-1]
+    assert final.kind == "reply" and final.content == "refunding - ask_user: B2"  # the recorded answer
+
+
 def test_a_remote_delegation_to_a_robot_that_asks_fails_naming_the_question(redis_client) -> None:
     from robot_lab.errors import InferenceError
     from robot_lab.runtime.delegation import delegate

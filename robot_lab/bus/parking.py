@@ -17,7 +17,11 @@ conversation waits in order behind the question.
 
 Under ``signing.verify=require`` only a sender allowed to answer for the robot
 (``durable.answerers``; default: M's own sender) may answer; any other answer is
-dead-lettered ``answer_refused``.
+dead-lettered ``answer_refused``. An answer given through Redis (``robot-lab answer``, the
+dashboard, ``RunHandle.answer``) is recorded there first and only *wakes* M with an unsigned
+``answer`` envelope: under require such a wake is accepted only while its request holds a
+recorded answer and M is parked (:func:`is_wake`); its content is ignored and the reply goes
+to M's own ``reply_to``, so a forged wake can neither answer nor redirect anything.
 """
 
 from __future__ import annotations
@@ -61,6 +65,14 @@ def find(poller: Any, msg: RobotMessage) -> tuple[Parked | None, str | None]:
         if waiting is not None:
             return None, waiting.decode() if isinstance(waiting, bytes) else str(waiting)
     return None, None
+
+
+def is_wake(poller: Any, msg: RobotMessage) -> bool:
+    """``msg`` only wakes a parked message whose request was answered through Redis."""
+    if msg.kind != "answer" or not msg.in_reply_to or poller.redis.get(_key(poller, msg.in_reply_to)) is None:
+        return False
+    found = InputStore(poller.redis, poller.bus.keys).get(msg.in_reply_to)
+    return found is not None and found.answer is not None
 
 
 def may_answer(poller: Any, msg: RobotMessage, parked: Parked) -> bool:

@@ -36,6 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
 import redis as _redis
 
 from robot_lab.connection import is_cluster_client
@@ -236,11 +237,18 @@ class BusPoller(Intake, Handling, Reclaim):
         msg = d.message
         assert msg is not None
         parked, waits_on = parking.find(self, msg)
-        if parked is not None:
+        wake = parked is not None and self.verify == "require" and bool(
+            self.bus.keyring.problem(d.fields.get(b"envelope", b""), msg))  # let in by intake as a wake
+        if wake:
+            assert parked is not None
+            # answered through Redis already: run M again and reply where M asked to be answered
+            msg = msgspec.structs.replace(msg, reply_to=parked.original.reply_to or parked.original.from_)
+        if parked is not None and not wake:
             if not parking.may_answer(self, msg, parked):
                 self._dead_letter(d, "answer_refused", f"{msg.from_!r} may not answer input requests of "
                                   f"{self.robot!r} (durable.answerers)")
                 return
+        if parked is not None:
             original = parked.original
             fn = lambda _answer, fn=fn: fn(original)  # noqa: E731 - the answer re-runs the parked message
         elif msg.kind == "answer":  # to nothing waiting: already answered, expired or unknown
@@ -268,7 +276,7 @@ class BusPoller(Intake, Handling, Reclaim):
                 log.info("bus.reply_resent", entry=d.entry_id, deliveries=d.deliveries)
             return
         try:
-            if parked is not None:
+            if parked is not None and not wake:
                 parking.record_answer(self, msg, parked)
             content = fn(msg)
         except InputRequired as exc:
