@@ -18,6 +18,12 @@ conversation waits in order behind the question.
 Under ``signing.verify=require`` only a sender allowed to answer for the robot
 (``durable.answerers``; default: M's own sender) may answer; any other answer is
 dead-lettered ``answer_refused``.
+
+An answer given elsewhere (``robot-lab answer``, the A2A tier) is recorded first and then
+*wakes* the parked message with such an envelope (:func:`wake`). When the conversation's
+replies go to a private reply stream (``_reply.*``), a copy of the answer envelope is
+appended there first, so whoever follows that stream (an A2A task) learns the id the final
+reply will answer -- the reply to the answer, not to M.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from typing import Any
 from robot_lab.errors import InputRequired
 from robot_lab.inputs import Answer, InputStore
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
+
+REPLY_STREAM_PREFIX = "_reply."  # private reply streams (bus.requests.REPLY_PREFIX)
 
 APPROVE_WORDS = {"y", "yes", "approve", "approved", "ok", "true"}
 
@@ -128,3 +136,22 @@ def resumed(poller: Any, parked: Parked) -> None:
         if current is not None and (current.decode() if isinstance(current, bytes) else current) == parked.request_id:
             keys.append(_conv_key(poller, parked.original.conversation_id))
     poller.redis.delete(*keys)
+
+
+def wake(bus: Any, robot: str, request_id: str, answer: Answer, *, from_: str, reply_to: str | None,
+         conversation_id: str | None) -> RobotMessage:
+    """Publish the ``answer`` envelope that runs ``robot``'s message parked on ``request_id``
+    again (the answer itself is already recorded; the envelope carries it too, for the
+    record). With a private reply stream (``_reply.*``) as ``reply_to``, a copy goes there
+    first -- only into a stream that still exists -- so its reader can follow the
+    conversation from the question to the answer's reply. Signed as ``from_`` when this
+    process holds that sender's key (``signing.verify=require`` checks the answerer)."""
+    from robot_lab.bus.core import build_message
+
+    message = bus.keyring.sign(build_message(
+        robot, {"text": answer.text, "approved": answer.approved}, from_=from_, kind="answer",
+        in_reply_to=request_id, reply_to=reply_to, conversation_id=conversation_id))
+    if reply_to and reply_to.startswith(REPLY_STREAM_PREFIX):
+        bus.redis.xadd(bus.keys.inbox(reply_to), {"envelope": encode_message(message)}, nomkstream=True)
+    bus.publish_message(message, create=True)
+    return message
