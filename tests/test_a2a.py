@@ -364,3 +364,103 @@ def test_the_robot_fold_follows_question_answer_reply_and_ignores_stale_links() 
     chunk, done = fold(RobotMessage(to="_reply.a2a.t3", kind="reply", in_reply_to=answer.id, content="done"))
     assert done.status.state == TaskState.TASK_STATE_COMPLETED and chunk.artifact.parts[0].text == "done"
     assert [m.parts[0].text for m in projection.task.history] == ["Which?", "that one", "done"]
+
+
+class _Served:
+    """An A2A app on a real port (uvicorn in a thread): the client tool speaks HTTP."""
+
+    def __init__(self, build: Any) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        web = build(f"http://127.0.0.1:{self.port}")  # the cards name the served URL
+        self.server = uvicorn.Server(uvicorn.Config(web, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        from tests.redis_server import wait_for
+
+        self.thread.start()
+        wait_for(lambda: self.server.started, timeout=30, interval=0.05)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def test_a_remote_agent_that_asks_becomes_the_calling_robots_own_question(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client side over real HTTP, the remote robot served by a bus poller: a robot that
+    cannot ask gets a tool error naming the question; ``on_input`` answers it in-process and
+    the answer goes to the same remote task; a durable run parks with the remote task
+    recorded with its request, and a fresh robot resuming it continues that task (the
+    remote agent sees one task, one answer)."""
+    import io
+
+    from robot_lab import build
+    from robot_lab.a2a.asgi import build_a2a_app
+    from robot_lab.bus import Bus, BusPoller
+    from robot_lab.connection import get_redis
+    from robot_lab.errors import InputRequired
+    from robot_lab.keys import default_keys
+    from robot_lab.llm.scripted import register_script
+    from robot_lab.network import human_input
+    from robot_lab.settings import A2ASettings, reload_settings
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # no terminal to ask on
+    name = "a2a-remote-desk"
+    remote = _asker_app(name, "a2a-remote-ask", [
+        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Which order?"}}]},
+        {"reply": "refunding {tool_results}"}])
+    redis, keys = get_redis(), default_keys()
+
+    def web(base_url: str) -> Any:
+        return build_a2a_app(remote, base_url=base_url, robots=[name],
+                             settings=A2ASettings(tokens={"caller": "tok"}, send_timeout=30), connection=redis)
+
+    register_script("a2a-calls-desk", {"turns": [
+        {"tool_calls": [{"name": "ask_desk", "arguments": {"message": "refund please"}}]}, {"reply": "{tool_results}"}]})
+    poller = BusPoller(name, Bus(redis, keys=keys), block_ms=50, retry_delay=0).serve(remote.build_robot(name))
+    with poller, _Served(web) as base:
+        monkeypatch.setenv("ROBOT_LAB_A2A__CLIENT_TOKENS", json.dumps({base: "tok"}))
+        reload_settings()
+
+        def caller() -> Any:  # a fresh robot each time: what another worker would build
+            return build("a2a-caller", model="scripted/a2a-calls-desk",
+                         a2a_agents=[{"url": f"{base}/robots/{name}/", "name": "ask_desk"}])
+
+        cannot = caller().run("go", tools="inherit").reply
+        assert cannot.startswith("- ask_desk: Error (ask_desk): agent ") and "asks 'Which order?'" in cannot
+        assert "cannot ask its user" in cannot
+
+        asked: list[Any] = []
+        answered = caller().run("go", tools="inherit", on_input=lambda request: asked.append(request) or "A1")
+        assert [r.question for r in asked] == ["Which order?"]
+        assert answered.reply == "- ask_desk: refunding - ask_user: A1"
+
+        durable_id = f"a2a-client-{uuid4_hex()}"
+        with pytest.raises(InputRequired) as parked:
+            caller().run("go", tools="inherit", durable_id=durable_id)
+        request = parked.value.request
+        assert request["question"] == "Which order?" and request["tool"] == "ask_desk"
+        context = request["context"]
+        assert context["a2a_agent"] == f"{base}/robots/{name}/" and context["a2a_task"]
+        human_input.answer(request["id"], "B2", by="ops", connection=redis)
+        resumed = caller().run("go", tools="inherit", durable_id=durable_id)
+        assert resumed.reply == "- ask_desk: refunding - ask_user: B2"
+        record = redis.hgetall(keys.a2a_task(context["a2a_task"]))
+        assert json.loads(record[b"final"])["status"]["state"] == "TASK_STATE_COMPLETED"
+        stream = [msgspec.json.decode(f[b"envelope"])
+                  for _, f in redis.xrange(keys.inbox(record[b"reply_stream"].decode()))]
+        assert [m["kind"] for m in stream] == ["input_required", "answer", "reply"]  # one question, one answer
+
+
+def uuid4_hex() -> str:
+    import uuid
+
+    return uuid.uuid4().hex[:10]
