@@ -33,9 +33,12 @@ from typing import Any
 
 from robot_lab.errors import InputRequired
 from robot_lab.inputs import Answer, InputStore
+from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
 
 REPLY_STREAM_PREFIX = "_reply."  # private reply streams (bus.requests.REPLY_PREFIX)
+
+log = get_logger("robot_lab.bus")
 
 APPROVE_WORDS = {"y", "yes", "approve", "approved", "ok", "true"}
 
@@ -152,6 +155,11 @@ def wake(bus: Any, robot: str, request_id: str, answer: Answer, *, from_: str, r
         robot, {"text": answer.text, "approved": answer.approved}, from_=from_, kind="answer",
         in_reply_to=request_id, reply_to=reply_to, conversation_id=conversation_id))
     if reply_to and reply_to.startswith(REPLY_STREAM_PREFIX):
-        bus.redis.xadd(bus.keys.inbox(reply_to), {"envelope": encode_message(message)}, nomkstream=True)
+        try:
+            bus.redis.xadd(bus.keys.inbox(reply_to), {"envelope": encode_message(message)}, nomkstream=True)
+        except Exception as exc:  # an ACL user that may not write there (robot-lab acl): the answer still goes
+            if "NOPERM" not in str(exc):
+                raise
+            log.warning("bus.answer_copy_refused", reply_to=reply_to, request=request_id, error=str(exc))
     bus.publish_message(message, create=True)
     return message
