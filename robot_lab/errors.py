@@ -107,13 +107,15 @@ class InputRequired(RobotLabError):
     tool raising it). Inside a durable scope that parks (a network task, a served message)
     the run stops here and resumes once answered; elsewhere ``run()`` raises it when no
     ``on_input`` callback and no terminal can answer. ``request`` is the recorded request
-    (id, question, choices, default, kind) once the durable layer has one."""
+    (id, question, choices, default, kind) once the durable layer has one. ``context`` is
+    recorded with the request for the tool that asks (where it left off outside: a remote
+    agent's task), so a resumed step on any worker continues there."""
 
     retryable = False
 
     def __init__(self, question: str, *, choices: list[str] | None = None, default: str | None = None,
                  kind: str = "question", tool: str | None = None, arguments: dict | None = None,
-                 timeout: float | None = None, message: str | None = None) -> None:
+                 timeout: float | None = None, message: str | None = None, context: dict | None = None) -> None:
         super().__init__(message or question)
         self.question = question
         self.choices = list(choices) if choices else None
@@ -122,6 +124,7 @@ class InputRequired(RobotLabError):
         self.tool = tool
         self.arguments = arguments
         self.timeout = timeout
+        self.context = context
         self.request: dict | None = None
 
 

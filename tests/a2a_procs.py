@@ -18,10 +18,17 @@ OTHER_TOKEN = "another-callers-token"
 
 APP_MODULE = '''
 from robot_lab import App, build
+from robot_lab.llm.scripted import register_script
+
+register_script("a2a-asker", {{"turns": [
+    {{"tool_calls": [{{"name": "ask_user", "arguments": {{"question": "Which order?", "choices": ["A1", "B2"]}}}}]}},
+    {{"reply": "refunding {{tool_results}}"}}]}})
 
 app = App("a2atest", import_path="a2a_app:app")
 app.robot("echo", model="scripted/echo", description="Echoes what it is told.")
 app.robot("slow", model="scripted/sleep:{slow_ms}", description="Echoes, slowly.")
+app.robot("asker", model="scripted/a2a-asker", description="Asks which order, then refunds it.",
+          local_tools=["robot_lab.runtime.durable.human:AskUser"])
 pipeline = app.network("pipeline", description="Three echo steps in a row.")
 pipeline.task("first", "slow")
 pipeline.task("second", "slow", depends_on="first")
@@ -35,6 +42,21 @@ app = App("callers", import_path="a2a_caller:app")
 app.robot("caller", model="scripted/echo", a2a_agents=[{remote!r}], serve_tools="inherit")
 desk = app.network("desk")
 desk.task("ask", "caller", tools="inherit")
+'''
+
+# a robot in a network that calls a remote agent (the asker, behind another process) which asks
+ASKING_CALLER_MODULE = '''
+from robot_lab import App
+from robot_lab.llm.scripted import register_script
+
+register_script("a2a-ask-remote", {{"turns": [
+    {{"tool_calls": [{{"name": "a2a_asker", "arguments": {{"message": "refund please"}}}}]}},
+    {{"reply": "{{tool_results}}"}}]}})
+
+app = App("asking", import_path="a2a_asking_caller:app")
+app.robot("asking-caller", model="scripted/a2a-ask-remote", a2a_agents=[{remote!r}], serve_tools="inherit")
+desk = app.network("asking-desk")
+desk.task("ask", "asking-caller", tools="inherit")
 '''
 
 
@@ -107,4 +129,4 @@ def user_message(text: str, **kw: Any) -> Any:
 
 
 __all__ = ["OTHER_TOKEN", "TOKEN", "a2a_env", "free_port", "sdk_client", "start_server", "start_worker", "user_message",
-           "wait_for_bus_worker", "write_app", "CALLER_MODULE", "sys"]
+           "wait_for_bus_worker", "write_app", "ASKING_CALLER_MODULE", "CALLER_MODULE", "sys"]

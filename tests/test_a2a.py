@@ -253,3 +253,214 @@ def test_a_parked_network_run_is_input_required_and_the_next_message_answers_it(
         assert done["status"]["message"]["parts"][0]["text"] == "- ask_user: A1"
         again = send([{"text": "B2"}], asked["id"])  # a finished task takes no second answer
         assert again["error"]["code"] == -32004
+
+
+def _asker_app(name: str, script: str, turns: list[dict[str, Any]]) -> Any:
+    from robot_lab.app import App
+    from robot_lab.llm.scripted import register_script
+
+    register_script(script, {"turns": turns})
+    app = App(f"app-{name}")
+    app.robot(name, model=f"scripted/{script}", local_tools=["robot_lab.runtime.durable.human:AskUser"])
+    return app
+
+
+def test_a_served_robot_that_asks_is_input_required_and_the_next_message_answers_it() -> None:
+    """Over the real HTTP app, with the robot served by a bus poller: its ``input_required``
+    reply is the task's input-required status with the question; the next message on the
+    task is an ``answer`` envelope from the tier's sender, recorded as ``a2a:<caller>``; the
+    task follows that envelope's id to the robot's final reply. The stream of the answer
+    goes on from there; a second answer and an answer to a finished task are -32004."""
+    from starlette.testclient import TestClient
+
+    from robot_lab.a2a.asgi import build_a2a_app
+    from robot_lab.bus import Bus, BusPoller
+    from robot_lab.connection import get_redis
+    from robot_lab.inputs import InputStore
+    from robot_lab.keys import default_keys
+    from robot_lab.settings import A2ASettings
+
+    name = "a2a-desk"
+    app = _asker_app(name, "a2a-desk-ask", [
+        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Which order?", "choices": ["A1", "B2"]}}]},
+        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Why?"}}]},
+        {"reply": "refunding {tool_results}"}])
+    redis, keys = get_redis(), default_keys()
+    web = build_a2a_app(app, base_url="http://testserver", robots=[name],
+                        settings=A2ASettings(tokens={"me": "tok", "you": "other"}, send_timeout=30), connection=redis)
+    headers = {"Authorization": "Bearer tok", "A2A-Version": "1.0"}
+
+    def rpc(method: str, params: dict[str, Any], token: str = "tok") -> dict[str, Any]:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        return client.post(f"/robots/{name}/", headers={**headers, "Authorization": f"Bearer {token}"},
+                           json=body).json()
+
+    def send(text: str, task_id: str | None = None, token: str = "tok") -> dict[str, Any]:
+        message: dict[str, Any] = {"messageId": f"m-{text}", "role": "ROLE_USER", "parts": [{"text": text}]}
+        if task_id:
+            message["taskId"] = task_id
+        return rpc("SendMessage", {"message": message}, token)
+
+    poller = BusPoller(name, Bus(redis, keys=keys), block_ms=50, retry_delay=0).serve(app.build_robot(name))
+    with poller, TestClient(web) as client:
+        asked = send("refund please")["result"]["task"]
+        assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert asked["status"]["message"]["parts"][0]["text"] == "Which order? (choices: A1, B2)"
+        # only the caller who started the task may answer it; a finished one takes nothing
+        assert send("A1", asked["id"], token="other")["error"]["code"] == -32001
+        got = rpc("GetTask", {"id": asked["id"]})["result"]
+        assert got["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"  # a blocking send ends at the question
+        # the answer streams on from the answer: working, the next question (and nothing before it)
+        stream = client.post(f"/robots/{name}/", headers=headers, json={
+            "jsonrpc": "2.0", "id": 2, "method": "SendStreamingMessage", "params": {"message": {
+                "messageId": "m-answer-1", "role": "ROLE_USER", "taskId": asked["id"], "parts": [{"text": "2"}]}}})
+        events = [json.loads(line[len("data:"):]) for line in stream.text.splitlines() if line.startswith("data:")]
+        states = [e["result"].get("task", e["result"].get("statusUpdate", {})).get("status", {}).get("state")
+                  for e in events]
+        assert states[0] == "TASK_STATE_WORKING" and states[-1] == "TASK_STATE_INPUT_REQUIRED", states
+        assert events[-1]["result"]["statusUpdate"]["status"]["message"]["parts"][0]["text"] == "Why?"
+        assert "TASK_STATE_INPUT_REQUIRED" not in states[:-1]
+        done = send("it arrived broken", asked["id"])["result"]["task"]
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED", done["status"]
+        reply = "refunding - ask_user: B2\n- ask_user: it arrived broken"  # "2" picked the second choice
+        assert done["status"]["message"]["parts"][0]["text"] == reply
+        assert done["artifacts"][0]["parts"][0]["text"] == reply
+        texts = [(m["role"], m["parts"][0]["text"]) for m in done["history"]]
+        assert texts == [("ROLE_USER", "refund please"), ("ROLE_AGENT", "Which order? (choices: A1, B2)"),
+                         ("ROLE_USER", "2"), ("ROLE_AGENT", "Why?"), ("ROLE_USER", "it arrived broken"),
+                         ("ROLE_AGENT", reply)]
+        assert send("more", asked["id"])["error"]["code"] == -32004  # over: no more answers
+    # the answers were recorded as the caller's, and sent as the tier's own sender
+    replies = [msgspec.json.decode(f[b"envelope"]) for _, f in redis.xrange(keys.inbox(f"_reply.a2a.{asked['id']}"))]
+    answers = [r for r in replies if r["kind"] == "answer"]
+    assert [a["from"] for a in answers] == ["a2a", "a2a"] and [a["content"]["text"] for a in answers] == ["2", "it arrived broken"]
+    final = [r for r in replies if r["kind"] == "reply"]
+    assert [f["in_reply_to"] for f in final] == [answers[-1]["id"]]  # the final reply answers the last answer
+    by = {InputStore(redis, keys).get(a["in_reply_to"]).answer.by for a in answers}
+    assert by == {"a2a:me"}
+
+
+def test_the_robot_fold_follows_question_answer_reply_and_ignores_stale_links() -> None:
+    """The reply stream of a robot task, folded: the question is input-required; a resent
+    question, an answer to another request and a reply to the first message after the
+    answer change nothing; the answer's copy is working; the reply to it completes."""
+    robot = TaskRecord(id="t3", agent="robot/x", kind="robot", target="x", context_id="c", message_id="m1",
+                       reply_stream="_reply.a2a.t3")
+    projection, source = Projection(robot), RobotSource(None, robot, Keys())
+
+    def fold(message: RobotMessage) -> list[Any]:
+        return asyncio.run(source.apply(projection, message))
+
+    question = RobotMessage(to="_reply.a2a.t3", kind="input_required", in_reply_to="m1",
+                            content={"request_id": "q1", "question": "Which?", "kind": "question"})
+    [asked] = fold(question)
+    assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED and asked.metadata["request"] == "q1"
+    assert fold(question) == []  # resent on a redelivery
+    assert fold(RobotMessage(to="x", kind="answer", in_reply_to="q-other", content={"text": "no"})) == []
+    answer = RobotMessage(to="x", kind="answer", in_reply_to="q1", content={"text": "that one"})
+    [resumed] = fold(answer)
+    assert resumed.status.state == TaskState.TASK_STATE_WORKING and source.expected == answer.id
+    assert fold(RobotMessage(to="_reply.a2a.t3", kind="reply", in_reply_to="m1", content="stale")) == []
+    chunk, done = fold(RobotMessage(to="_reply.a2a.t3", kind="reply", in_reply_to=answer.id, content="done"))
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED and chunk.artifact.parts[0].text == "done"
+    assert [m.parts[0].text for m in projection.task.history] == ["Which?", "that one", "done"]
+
+
+class _Served:
+    """An A2A app on a real port (uvicorn in a thread): the client tool speaks HTTP."""
+
+    def __init__(self, build: Any) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        web = build(f"http://127.0.0.1:{self.port}")  # the cards name the served URL
+        self.server = uvicorn.Server(uvicorn.Config(web, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        from tests.redis_server import wait_for
+
+        self.thread.start()
+        wait_for(lambda: self.server.started, timeout=30, interval=0.05)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def test_a_remote_agent_that_asks_becomes_the_calling_robots_own_question(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client side over real HTTP, the remote robot served by a bus poller: a robot that
+    cannot ask gets a tool error naming the question; ``on_input`` answers it in-process and
+    the answer goes to the same remote task; a durable run parks with the remote task
+    recorded with its request, and a fresh robot resuming it continues that task (the
+    remote agent sees one task, one answer)."""
+    import io
+
+    from robot_lab import build
+    from robot_lab.a2a.asgi import build_a2a_app
+    from robot_lab.bus import Bus, BusPoller
+    from robot_lab.connection import get_redis
+    from robot_lab.errors import InputRequired
+    from robot_lab.keys import default_keys
+    from robot_lab.llm.scripted import register_script
+    from robot_lab.network import human_input
+    from robot_lab.settings import A2ASettings, reload_settings
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # no terminal to ask on
+    name = "a2a-remote-desk"
+    remote = _asker_app(name, "a2a-remote-ask", [
+        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Which order?"}}]},
+        {"reply": "refunding {tool_results}"}])
+    redis, keys = get_redis(), default_keys()
+
+    def web(base_url: str) -> Any:
+        return build_a2a_app(remote, base_url=base_url, robots=[name],
+                             settings=A2ASettings(tokens={"caller": "tok"}, send_timeout=30), connection=redis)
+
+    register_script("a2a-calls-desk", {"turns": [
+        {"tool_calls": [{"name": "ask_desk", "arguments": {"message": "refund please"}}]}, {"reply": "{tool_results}"}]})
+    poller = BusPoller(name, Bus(redis, keys=keys), block_ms=50, retry_delay=0).serve(remote.build_robot(name))
+    with poller, _Served(web) as base:
+        monkeypatch.setenv("ROBOT_LAB_A2A__CLIENT_TOKENS", json.dumps({base: "tok"}))
+        reload_settings()
+
+        def caller() -> Any:  # a fresh robot each time: what another worker would build
+            return build("a2a-caller", model="scripted/a2a-calls-desk",
+                         a2a_agents=[{"url": f"{base}/robots/{name}/", "name": "ask_desk"}])
+
+        cannot = caller().run("go", tools="inherit").reply
+        assert cannot.startswith("- ask_desk: Error (ask_desk): agent ") and "asks 'Which order?'" in cannot
+        assert "cannot ask its user" in cannot
+
+        asked: list[Any] = []
+        answered = caller().run("go", tools="inherit", on_input=lambda request: asked.append(request) or "A1")
+        assert [r.question for r in asked] == ["Which order?"]
+        assert answered.reply == "- ask_desk: refunding - ask_user: A1"
+
+        durable_id = f"a2a-client-{uuid4_hex()}"
+        with pytest.raises(InputRequired) as parked:
+            caller().run("go", tools="inherit", durable_id=durable_id)
+        request = parked.value.request
+        assert request["question"] == "Which order?" and request["tool"] == "ask_desk"
+        context = request["context"]
+        assert context["a2a_agent"] == f"{base}/robots/{name}/" and context["a2a_task"]
+        human_input.answer(request["id"], "B2", by="ops", connection=redis)
+        resumed = caller().run("go", tools="inherit", durable_id=durable_id)
+        assert resumed.reply == "- ask_desk: refunding - ask_user: B2"
+        record = redis.hgetall(keys.a2a_task(context["a2a_task"]))
+        assert json.loads(record[b"final"])["status"]["state"] == "TASK_STATE_COMPLETED"
+        stream = [msgspec.json.decode(f[b"envelope"])
+                  for _, f in redis.xrange(keys.inbox(record[b"reply_stream"].decode()))]
+        assert [m["kind"] for m in stream] == ["input_required", "answer", "reply"]  # one question, one answer
+
+
+def uuid4_hex() -> str:
+    import uuid
+
+    return uuid.uuid4().hex[:10]

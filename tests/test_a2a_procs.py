@@ -14,6 +14,8 @@ import httpx
 import pytest
 import redis as redis_lib
 
+from robot_lab.schemas import decode_message
+
 from tests.a2a_procs import (
     OTHER_TOKEN,
     TOKEN,
@@ -55,11 +57,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     env = a2a_env(_server.url, prefix, directory, **SIGNING_ENV)
     procs = Processes(directory)
     try:
-        start_worker(procs, env, "a2a_app:app", ["echo", "slow"], "worker")
+        start_worker(procs, env, "a2a_app:app", ["echo", "slow", "asker"], "worker")
         a = start_server(procs, env, "a2a_app:app", "a2a-one")
         b = start_server(procs, env, "a2a_app:app", "a2a-two")
         stack = Stack(_server.url, prefix, a, b, procs)
         wait_for_bus_worker(stack.redis, prefix, "echo")
+        wait_for_bus_worker(stack.redis, prefix, "asker")
         wait_for_workers(stack.redis, ["robot:slow"])
         yield stack
     finally:
@@ -86,7 +89,7 @@ def test_cards_are_served_at_the_well_known_path_without_a_token(stack: Stack) -
     assert [s["name"] for s in net["skills"]] == ["first", "second", "third"]
     index = httpx.get(f"{stack.a}/").json()
     assert {(a["kind"], a["name"]) for a in index["agents"]} == {("robot", "echo"), ("robot", "slow"),
-                                                                  ("network", "pipeline")}
+                                                                  ("robot", "asker"), ("network", "pipeline")}
 
 
 def test_message_send_to_a_robot_completes_with_its_reply_and_any_server_gets_it(stack: Stack) -> None:
@@ -371,4 +374,93 @@ def test_a_robot_in_a_network_calls_a_remote_a2a_agent_as_a_tool(stack: Stack, t
         reply = task.status.message.parts[0].text
         assert "- a2a_echo: echo: a" in reply  # echo's answer to the message the model sent it
     finally:
+        procs.kill_all()
+
+
+INPUT_REQUIRED = 6  # TaskState.TASK_STATE_INPUT_REQUIRED
+WORKING = 2
+
+
+def test_a_served_robot_asks_and_the_answer_given_on_the_other_server_finishes_it(stack: Stack) -> None:
+    """The asker robot (a `robot-lab worker`, signing required) asks; the SDK client's stream
+    on server A ends input-required with the question; the answer, sent on server B, is
+    the tier's signed `answer` envelope: B's stream goes on from the answer to the reply."""
+    from a2a.types.a2a_pb2 import GetTaskRequest
+
+    async def go() -> tuple[list[Any], Any, list[Any]]:
+        client = await sdk_client(f"{stack.a}/robots/asker")
+        asked = await collect(client.send_message(user_message("refund please")))
+        task_id, context_id = asked[0].task.id, asked[0].task.context_id
+        other = await sdk_client(f"{stack.b}/robots/asker")
+        seen = await other.get_task(GetTaskRequest(id=task_id))
+        rest = await collect(other.send_message(user_message("B2", task_id=task_id, context_id=context_id)))
+        return asked, seen, rest
+
+    asked, seen, rest = run(go())
+    last = asked[-1].status_update.status
+    assert last.state == INPUT_REQUIRED and last.message.parts[0].text == "Which order? (choices: A1, B2)"
+    assert seen.status.state == INPUT_REQUIRED and seen.id == asked[0].task.id
+    assert rest[0].task.status.state == WORKING  # the answer's stream starts at the answer, not the question
+    assert not [e for e in rest[1:] if e.HasField("status_update") and e.status_update.status.state == INPUT_REQUIRED]
+    final = rest[-1].status_update.status
+    assert final.state == COMPLETED and final.message.parts[0].text == "refunding - ask_user: B2"
+    replies = [decode_message(f[b"envelope"]) for _, f in stack.redis.xrange(
+        f"{stack.prefix}:bus:_reply.a2a.{asked[0].task.id}")]
+    [answer] = [m for m in replies if m.kind == "answer"]
+    assert answer.from_ == "a2a" and answer.signature is not None  # signed as the tier's own sender
+    assert [m.kind for m in replies] == ["input_required", "answer", "reply"]
+    assert replies[-1].in_reply_to == answer.id
+
+
+def test_a_network_run_parks_on_a_remote_agents_question_and_resumes_on_another_worker(
+        stack: Stack, tmp_path: Path) -> None:
+    """asking-caller, a robot in a network, calls the asker agent of server A as a tool; the
+    asker asks, so the network task parks with the remote task recorded with its request.
+    Its worker is stopped, `robot-lab answer` answers, and a fresh worker resumes the step:
+    it sends the answer on to the same remote task and the run ends with its reply."""
+    import importlib
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from robot_lab.keys import Keys
+    from robot_lab.network import human_input
+    from robot_lab.network.coordinator import Coordinator, RunHandle
+    from tests.a2a_procs import ASKING_CALLER_MODULE
+    from tests.redis_server import wait_for
+    from tests.worker_procs import VENV_BIN, Processes, child_env
+
+    (tmp_path / "a2a_asking_caller.py").write_text(ASKING_CALLER_MODULE.format(
+        remote=f"{stack.a}/robots/asker/.well-known/agent-card.json"))
+    env = a2a_env(stack.url, stack.prefix, tmp_path, ROBOT_LAB_A2A__CLIENT_TOKENS=f'{{"{stack.a}": "{TOKEN}"}}')
+    keys = Keys(stack.prefix)
+    procs = Processes(tmp_path)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        first = start_worker(procs, env, "a2a_asking_caller:app", ["asking-caller"], "asking-worker-1")
+        wait_for_workers(stack.redis, ["robot:asking-caller"])
+        network = importlib.import_module("a2a_asking_caller").app.get_network("asking-desk")
+        coordinator = Coordinator(stack.redis, keys)
+        run_id = coordinator.submit(network, "go").run_id
+        pending = wait_for(lambda: human_input.for_run(run_id, stack.redis, keys), timeout=90, interval=0.2)
+        [request] = pending
+        assert request.question == "Which order? (choices: A1, B2)" and request.request["tool"] == "a2a_asker"
+        remote_task = request.request["context"]["a2a_task"]
+        assert stack.redis.hget(f"{stack.prefix}:a2a:task:{remote_task}", "agent") == b"robot/asker"
+        os.killpg(first.pid, signal.SIGTERM)  # the parked task holds nothing on its worker: another resumes it
+        first.wait(60)
+        start_worker(procs, env, "a2a_asking_caller:app", ["asking-caller"], "asking-worker-2")
+        answered = subprocess.run([str(VENV_BIN / "robot-lab"), "answer", run_id, "A1"],
+                                  env=child_env(stack.url, stack.prefix), capture_output=True, text=True, timeout=60)
+        assert answered.returncode == 0, answered.stderr
+        result = RunHandle(coordinator, run_id).wait(timeout=120)
+        assert result.status == "completed", procs.logs()
+        assert result.reply == "- a2a_asker: refunding - ask_user: A1"
+        replies = [decode_message(f[b"envelope"]) for _, f in stack.redis.xrange(
+            f"{stack.prefix}:bus:_reply.a2a.{remote_task}")]
+        assert [m.kind for m in replies] == ["input_required", "answer", "reply"]  # one remote task, one answer
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("a2a_asking_caller", None)
         procs.kill_all()

@@ -128,5 +128,5 @@ class AuthMiddleware:
                            "error": {"code": UNAUTHORIZED_CODE, "message": f"Unauthorized: {why}"}}).encode()
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-            (b"www-authenticate", f'Bearer realm="robot-lab", error="invalid_token"'.encode())]})
+            (b"www-authenticate", 'Bearer realm="robot-lab", error="invalid_token"'.encode())]})
         await send({"type": "http.response.body", "body": body})

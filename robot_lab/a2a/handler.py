@@ -182,8 +182,11 @@ class AgentHandler(RequestHandler):
         await view.catch_up()
         state = view.snapshot().status.state
         if is_interrupted(state):
-            await answer_input(self.backend, record, message)
-            return self.backend.view(record)
+            request_id = await answer_input(self.backend, record, message, view)
+            answered = self.backend.view(record)
+            # a stream of the answer goes on from the answer (working), not from the start
+            await answered.catch_up(resumed=request_id)
+            return answered
         raise UnsupportedOperationError(
             message=f"task {record.id} is {TaskState.Name(state)} and takes no message; send a new message "
                     f"with contextId {record.context_id} (and no taskId) to go on in the same conversation")
@@ -270,21 +273,56 @@ class AgentHandler(RequestHandler):
 APPROVALS = frozenset({"yes", "y", "approve", "approved", "ok", "allow", "true"})
 
 
-async def answer_input(backend: Backend, record: TaskRecord, message: Message) -> None:
-    """Deliver ``message`` as the answer a parked run waits for (docs/a2a.md, "Input
-    required"): its text answers the run's pending request once (``network.human_input``),
-    recorded as answered by ``a2a:<caller>``; for an approval, ``yes`` approves and any other
-    text denies with that reason. The run then resumes on any worker. A served robot's
-    ``input_required`` conversation is not bridged yet."""
-    if record.kind != "network":
-        raise UnsupportedOperationError(message=f"task {record.id} waits for input; answering a robot "
-                                                "conversation over A2A is not supported yet (robot-lab answer)")
+async def answer_input(backend: Backend, record: TaskRecord, message: Message, view: TaskView | None = None) -> str:
+    """Deliver ``message`` as the answer the task waits for (docs/a2a.md, "Input
+    required"): its text answers the pending request once, recorded as answered by
+    ``a2a:<caller>``; for an approval, ``yes`` approves and any other text denies with that
+    reason. A network run then resumes on any worker (``network.human_input``); a served
+    robot's parked message is woken by an ``answer`` envelope the tier sends as its own
+    sender, whose reply (the robot's final answer, or its next question) the task follows
+    (``view``: the task as it stands, caught up). Returns the id of the request answered."""
     content, _ = message_content(message)
     text = content if isinstance(content, str) else json.dumps(content)
-    await asyncio.to_thread(_answer_run, backend, record, text.strip())
+    if record.kind == "network":
+        return await asyncio.to_thread(_answer_run, backend, record, text.strip())
+    if view is None:
+        view = backend.view(record)
+        await view.catch_up()
+    request_id = getattr(view.source, "pending", None)
+    if not request_id:
+        raise UnsupportedOperationError(message=f"task {record.id} has no question waiting for an answer")
+    await asyncio.to_thread(_answer_robot, backend, record, request_id, text.strip())
+    return str(request_id)
 
 
-def _answer_run(backend: Backend, record: TaskRecord, text: str) -> None:
+def _answerer(record: TaskRecord) -> str:
+    return f"a2a:{record.owner}" if record.owner else "a2a"
+
+
+def _answer_robot(backend: Backend, record: TaskRecord, request_id: str, text: str) -> None:
+    """Record the answer once, then wake the robot's parked message with an ``answer``
+    envelope from the tier's sender, replying into this task's stream (a copy of the
+    envelope lands there first: ``bus.parking.wake``)."""
+    from robot_lab.bus.parking import wake
+    from robot_lab.inputs import Answer, InputStore
+
+    inputs = InputStore(backend.bus.redis, backend.keys)
+    found = inputs.get(request_id)
+    if found is None:
+        raise UnsupportedOperationError(message=f"task {record.id}: its question {request_id} is gone "
+                                                "(expired, or the robot's records were cleared)")
+    approved = text.lower() in APPROVALS if found.request.get("kind") == "approval" else None
+    answer = Answer(text="" if approved else text, approved=approved, by=_answerer(record))
+    if not inputs.answer(request_id, answer):
+        again = inputs.get(request_id)
+        who = again.answer.by if again is not None and again.answer is not None else "someone"
+        raise UnsupportedOperationError(message=f"task {record.id}: its question was already answered by {who}")
+    wake(backend.bus, record.target, request_id, answer, from_=backend.settings.sender,
+         reply_to=record.reply_stream, conversation_id=record.context_id)
+    log.info("a2a.answered", task=record.id, request=request_id, robot=record.target, by=answer.by)
+
+
+def _answer_run(backend: Backend, record: TaskRecord, text: str) -> str:
     from robot_lab.network import human_input  # lazy: start-up time
 
     connection = backend.coordinator.connection
@@ -295,10 +333,10 @@ def _answer_run(backend: Backend, record: TaskRecord, text: str) -> None:
     approve = None
     if request.request.get("kind") == "approval":
         approve = text.lower() in APPROVALS
-    by = f"a2a:{record.owner}" if record.owner else "a2a"
     try:
-        human_input.answer(request.id, None if approve is True else text, approve=approve, by=by,
+        human_input.answer(request.id, None if approve is True else text, approve=approve, by=_answerer(record),
                            connection=connection, keys=backend.keys)
     except RobotLabError as exc:  # answered meanwhile, the run ended
         raise UnsupportedOperationError(message=f"task {record.id}: {exc}") from exc
+    return request.id
 

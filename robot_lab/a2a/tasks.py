@@ -99,6 +99,11 @@ class Projection:
         self.task.status.CopyFrom(status)
         if text is not None and is_terminal(state):
             self.task.history.append(status.message)
+        elif text is not None and is_interrupted(state):  # the question, before the answer in the history
+            asked = Message()
+            asked.CopyFrom(status.message)
+            asked.message_id = f"{self.task.id}-ask-{len(self.task.history)}"
+            self.task.history.append(asked)
         event = TaskStatusUpdateEvent(task_id=self.task.id, context_id=self.task.context_id, status=status)
         if metadata:
             event.metadata.update(metadata)
@@ -147,11 +152,20 @@ class Source:
 
 
 class RobotSource(Source):
-    """A bus message's private reply stream: one reply (or error envelope) ends the task."""
+    """A bus message's private reply stream: one reply (or error envelope) ends the task.
+
+    A served robot that asks a person replies ``input_required`` (bus/parking.py): the task
+    is then input-required with the question. The answer envelope that resumes it is
+    copied into this stream before it is published (``parking.wake``), and the final reply
+    answers *that* envelope's id; so the fold follows the chain message -> question ->
+    answer -> (question -> answer ...) -> reply in stream order, the same in every process,
+    and ignores what answers an earlier link (a resent question after the answer)."""
 
     def __init__(self, aredis: Any, record: TaskRecord, keys: Keys) -> None:
         super().__init__(aredis, record)
         self.stream_key = keys.inbox(record.reply_stream)
+        self.expected = record.message_id  # the envelope whose reply the task waits for
+        self.pending: str | None = None  # the input request it waits on, while input-required
 
     def decode(self, fields: dict[bytes, bytes]) -> Any:
         raw = fields.get(b"envelope")
@@ -162,8 +176,28 @@ class RobotSource(Source):
 
     async def apply(self, projection: Projection, payload: Any) -> list[Event]:
         message = payload
-        if message is None or message.in_reply_to != self.record.message_id or is_terminal(projection.state):
+        if message is None or is_terminal(projection.state):
             return []
+        if message.kind == "answer":  # the copy of the answer that resumes the parked message
+            if self.pending is None or message.in_reply_to != self.pending:
+                return []
+            request, self.pending, self.expected = self.pending, None, message.id
+            content = message.content if isinstance(message.content, dict) else {"text": str(message.content)}
+            projection.task.history.append(Message(message_id=message.id, context_id=projection.task.context_id,
+                                                   task_id=projection.task.id, role=Role.ROLE_USER,
+                                                   parts=[Part(text=str(content.get("text") or ""))]))
+            return [projection.status(task_state_for("running"), metadata={"event": "input.answered",
+                                                                            "request": request})]
+        if message.in_reply_to != self.expected:
+            return []
+        if message.kind == "input_required":
+            question = message.content if isinstance(message.content, dict) else {"question": str(message.content)}
+            request = str(question.get("request_id") or "")
+            if request and request == self.pending:  # the same question again (a redelivery)
+                return []
+            self.pending = request or None
+            return [projection.status(TaskState.TASK_STATE_INPUT_REQUIRED, question_text(question),
+                                      metadata={"event": "input.requested", "request": request})]
         text = message.content if isinstance(message.content, str) else msgspec.json.encode(message.content).decode()
         if message.kind == "error":
             return [projection.status(task_state_for("failed"), text, {"reason": message.headers.get("error", "")})]
@@ -207,7 +241,8 @@ class NetworkSource(Source):
             out.append(projection.status(TaskState.TASK_STATE_INPUT_REQUIRED, question_text(event.data),
                                          metadata={"event": kind, "task": task, "request": str(event.data.get("id", ""))}))
         elif kind == "hitl.resolved":
-            out.append(projection.status(task_state_for("running"), metadata={"event": kind, "task": task}))
+            out.append(projection.status(task_state_for("running"), metadata={
+                "event": kind, "task": task, "request": str(event.data.get("request_id", ""))}))
         elif task_state_for(kind.split(".")[-1]) == TaskState.TASK_STATE_INPUT_REQUIRED:
             out.append(projection.status(TaskState.TASK_STATE_INPUT_REQUIRED, str(event.data.get("question", ""))))
         if kind in PROGRESS_EVENTS:
@@ -238,14 +273,21 @@ class TaskView:
         task.CopyFrom(self.ended if self.ended is not None else self.projection.task)
         return task
 
-    async def _apply(self, entries: list[tuple[str, Any]]) -> list[Event]:
+    async def _apply(self, entries: list[tuple[str, Any]], resumed: str | None = None) -> list[Event]:
+        """Fold ``entries`` in order; with ``resumed`` (an input request id), stop right
+        after the entry that resumes the task from that request."""
         out: list[Event] = []
         for cursor, payload in entries:
             self.cursor = cursor
             self.projection.at = int(cursor.split("-", 1)[0])
-            out += await self.source.apply(self.projection, payload)
+            events = await self.source.apply(self.projection, payload)
+            out += events
             if is_terminal(self.projection.state):
                 return out + await self._end()
+            if resumed is not None and any(isinstance(e, TaskStatusUpdateEvent) and not is_interrupted(e.status.state)
+                                           and e.metadata["request"] == resumed for e in events
+                                           if "request" in e.metadata):
+                return out
         return out
 
     async def _end(self) -> list[Event]:
@@ -257,10 +299,12 @@ class TaskView:
             return [TaskStatusUpdateEvent(task_id=stood.id, context_id=stood.context_id, status=stood.status)]
         return []
 
-    async def catch_up(self) -> list[Event]:
+    async def catch_up(self, *, resumed: str | None = None) -> list[Event]:
+        """Fold what is there; with ``resumed``, only up to the entry that resumed the task
+        from that input request (a stream of the answer goes on from there)."""
         if self.ended is not None:
             return []
-        return await self._apply(await self.source.read(self.cursor, None))
+        return await self._apply(await self.source.read(self.cursor, None), resumed)
 
     async def events(self, *, deadline: float | None = None) -> AsyncIterator[Event]:
         """The events from the current position until the task ends or waits for input

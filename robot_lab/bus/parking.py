@@ -17,11 +17,16 @@ conversation waits in order behind the question.
 
 Under ``signing.verify=require`` only a sender allowed to answer for the robot
 (``durable.answerers``; default: M's own sender) may answer; any other answer is
-dead-lettered ``answer_refused``. An answer given through Redis (``robot-lab answer``, the
-dashboard, ``RunHandle.answer``) is recorded there first and only *wakes* M with an unsigned
-``answer`` envelope: under require such a wake is accepted only while its request holds a
-recorded answer and M is parked (:func:`is_wake`); its content is ignored and the reply goes
-to M's own ``reply_to``, so a forged wake can neither answer nor redirect anything.
+dead-lettered ``answer_refused``.
+
+An answer given elsewhere (``robot-lab answer``, the dashboard, ``RunHandle.answer``, the A2A
+tier) is recorded first and then *wakes* the parked message with such an envelope
+(:func:`wake`). When the conversation's replies go to a private reply stream (``_reply.*``),
+a copy of the answer envelope is appended there first, so whoever follows that stream (an
+A2A task) learns the id the final reply will answer -- the reply to the answer, not to M.
+Under require an unsigned wake is accepted only while its request holds a recorded answer and
+M is parked (:func:`is_wake`); its content is ignored and the reply goes to M's own
+``reply_to``, so a forged wake can neither answer nor redirect anything.
 """
 
 from __future__ import annotations
@@ -31,7 +36,12 @@ from typing import Any
 
 from robot_lab.errors import InputRequired
 from robot_lab.inputs import Answer, InputStore
+from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
+
+REPLY_STREAM_PREFIX = "_reply."  # private reply streams (bus.requests.REPLY_PREFIX)
+
+log = get_logger("robot_lab.bus")
 
 APPROVE_WORDS = {"y", "yes", "approve", "approved", "ok", "true"}
 
@@ -140,3 +150,27 @@ def resumed(poller: Any, parked: Parked) -> None:
         if current is not None and (current.decode() if isinstance(current, bytes) else current) == parked.request_id:
             keys.append(_conv_key(poller, parked.original.conversation_id))
     poller.redis.delete(*keys)
+
+
+def wake(bus: Any, robot: str, request_id: str, answer: Answer, *, from_: str, reply_to: str | None,
+         conversation_id: str | None) -> RobotMessage:
+    """Publish the ``answer`` envelope that runs ``robot``'s message parked on ``request_id``
+    again (the answer itself is already recorded; the envelope carries it too, for the
+    record). With a private reply stream (``_reply.*``) as ``reply_to``, a copy goes there
+    first -- only into a stream that still exists -- so its reader can follow the
+    conversation from the question to the answer's reply. Signed as ``from_`` when this
+    process holds that sender's key (``signing.verify=require`` checks the answerer)."""
+    from robot_lab.bus.core import build_message
+
+    message = bus.keyring.sign(build_message(
+        robot, {"text": answer.text, "approved": answer.approved}, from_=from_, kind="answer",
+        in_reply_to=request_id, reply_to=reply_to, conversation_id=conversation_id))
+    if reply_to and reply_to.startswith(REPLY_STREAM_PREFIX):
+        try:
+            bus.redis.xadd(bus.keys.inbox(reply_to), {"envelope": encode_message(message)}, nomkstream=True)
+        except Exception as exc:  # an ACL user that may not write there (robot-lab acl): the answer still goes
+            if "NOPERM" not in str(exc):
+                raise
+            log.warning("bus.answer_copy_refused", reply_to=reply_to, request=request_id, error=str(exc))
+    bus.publish_message(message, create=True)
+    return message

@@ -152,17 +152,16 @@ def _wake_served(connection: RedisClient, keys: Keys, found: InputRequest) -> No
     its robot's inbox, in its conversation, so a worker runs it again and replies to its
     sender (bus/parking.py; the recorded answer stands, the envelope only wakes it)."""
     from robot_lab.bus import Bus
+    from robot_lab.bus.parking import wake
     from robot_lab.schemas import decode_message
 
     robot = str(owner_robot(found))
     raw = connection.get(keys.parked_message(robot, found.id))
-    if raw is None:
+    if raw is None or found.answer is None:
         return
     original = decode_message(raw)
-    Bus(connection, keys=keys).publish(
-        robot, {"text": found.answer.text if found.answer else "", "approved": found.answer.approved if found.answer else None},
-        from_=original.from_, kind="answer", in_reply_to=found.id, reply_to=original.reply_to,
-        conversation_id=original.conversation_id, create=True)
+    wake(Bus(connection, keys=keys), robot, found.id, found.answer, from_=original.from_,
+         reply_to=original.reply_to, conversation_id=original.conversation_id)
 
 
 def owner_robot(found: InputRequest) -> Any:

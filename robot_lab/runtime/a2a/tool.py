@@ -6,8 +6,12 @@ sends the model's ``message`` to it and returns the agent's answer. Nothing conn
 until the model calls the tool: the card is fetched then (and kept a while), each call has a
 timeout, and a failed connection or a 5xx is retried. The agent's answer is its task's
 artifacts (or its final status message); a task that fails, is cancelled or rejected is a
-tool error the model reads. An agent that asks a question back (``input-required``) is a
-tool error too until the robot can ask its own user (:func:`input_required`).
+tool error the model reads. An agent that asks a question back (``input-required``) asks it
+as the robot's own question (``runtime.durable.human.request_input``): in a network task or a
+served message the step parks, with the remote task's id recorded with the request, and
+resumes on any worker with the answer, which is sent on to the same remote task; in-process
+``on_input`` or a terminal answers; a robot that cannot ask gets a tool error naming the
+question.
 
 Entries are data (they travel in the RobotSpec), so secrets never sit in them: a token
 comes from ``a2a.client_tokens`` (URL prefix -> secret) or the environment variable named
@@ -56,14 +60,16 @@ def default_name(url: str) -> str:
     return "a2a_" + (re.sub(r"[^A-Za-z0-9_-]", "_", last)[:60] or "agent")
 
 
-def input_required(task: Any, agent: str) -> str:
-    """What the robot does with a remote agent's question (``input-required``).
+def question_of(task: Any) -> str:
+    """The question of a remote task that is ``input-required`` (its status message)."""
+    return (_text_of(task.status.message) if task.status.HasField("message") else "") or "(no question given)"
 
-    The seam of the human-input bridge: a robot that cannot ask its own user (all of them,
-    until runs can park for input) gets the question as a tool error, so the model can
-    answer with what it has or tell its caller what is missing."""
-    question = _text_of(task.status.message) if task.status.HasField("message") else ""
-    raise ToolError(f"agent {agent} needs more input before it can answer: {question or '(no question given)'}")
+
+def _asked_at(task: Any) -> str:
+    """What tells one question of a remote task from the next: its status time and text
+    (a resumed step compares it with what it recorded)."""
+    stamp = task.status.timestamp.ToJsonString() if task.status.HasField("timestamp") else ""
+    return f"{stamp}|{question_of(task)}"
 
 
 def _text_of(message: Any) -> str:
@@ -108,17 +114,88 @@ class A2AAgentTool(Tool):
     async def execute(self, message: str) -> str:  # type: ignore[override]
         import httpx
 
+        from a2a.client import ClientConfig, ClientFactory
+        from a2a.types.a2a_pb2 import TaskState
+
         settings = self._settings()
         timeout = float(self.entry.get("timeout") or settings.client_timeout)
         token = self._token()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:
             card = await self._retrying(lambda: self._resolve(http), settings.client_retries, "fetch the agent card")
-            try:
-                task = await asyncio.wait_for(self._send(http, card, message), timeout)
-            except asyncio.TimeoutError:
-                raise ToolError(f"agent {self.url} did not answer within {timeout:g} s", retryable=True) from None
+            client = ClientFactory(ClientConfig(streaming=False, httpx_client=http)).create(card)
+            task = await self._resumed(client, timeout)
+            if task is None:
+                task = await self._timed(self._send(client, message), timeout)
+            while getattr(getattr(task, "status", None), "state", None) == TaskState.TASK_STATE_INPUT_REQUIRED:
+                answer = await asyncio.to_thread(self._ask, task)  # may park the step (raises InputRequired)
+                task = await self._timed(self._send(client, answer, task_id=task.id, context_id=task.context_id),
+                                         timeout)
         return self._answer(task)
+
+    async def _timed(self, call: Any, timeout: float) -> Any:
+        try:
+            return await asyncio.wait_for(call, timeout)
+        except asyncio.TimeoutError:
+            raise ToolError(f"agent {self.url} did not answer within {timeout:g} s", retryable=True) from None
+
+    def _ask(self, task: Any) -> str:
+        """The remote agent's question, asked as this robot's own; the remote task is recorded
+        with the request, so a resumed step (on any worker) goes on with that task."""
+        from robot_lab.errors import InputRequired
+        from robot_lab.runtime.durable import human
+
+        question = question_of(task)
+        context = {"a2a_agent": self.url, "a2a_task": task.id, "a2a_context": task.context_id,
+                   "a2a_asked": _asked_at(task)}
+        try:
+            return human.request_input(question, tool=self.name, context=context).text
+        except InputRequired as exc:
+            if human.can_park():
+                raise  # the step parks; it resumes here (in _resumed) with the answer
+            raise ToolError(f"agent {self.url} asks {question!r} and this robot cannot ask its user: {exc}") from None
+
+    async def _resumed(self, client: Any, timeout: float) -> Any:
+        """On a resumed attempt of the step: the remote task it asked about before it parked
+        (None on a first attempt). The questions settled on earlier attempts are passed over;
+        the last one is asked again -- answered now -- unless the remote task has moved on
+        (the answer was sent before a crash), in which case what it does now stands."""
+        from a2a.types.a2a_pb2 import GetTaskRequest, TaskState
+
+        from robot_lab.runtime.durable import human
+
+        recorded = human.recorded_requests()
+        ours = [r for r in recorded if (r.get("context") or {}).get("a2a_agent") == self.url]
+        if not ours:
+            return None
+        human.skip_recorded(len(recorded) - 1)
+        context = ours[-1]["context"]
+        try:
+            task = await self._timed(client.get_task(GetTaskRequest(id=context["a2a_task"])), timeout)
+        except ToolError:
+            raise
+        except Exception as exc:
+            raise ToolError(f"agent {self.url}: its task {context['a2a_task']} (asked about before this run "
+                            f"waited) cannot be read: {exc}") from None
+        task = await self._timed(self._settled(client, task), timeout)
+        if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED or _asked_at(task) != context.get("a2a_asked"):
+            human.skip_recorded(1)  # the recorded question is behind it: a new one is a new request
+        log.info("a2a.client_resumed", agent=self.url, task=task.id, state=TaskState.Name(task.status.state))
+        return task
+
+    async def _send(self, client: Any, text: str, *, task_id: str = "", context_id: str = "") -> Any:
+        from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
+
+        from robot_lab.schemas import new_id
+
+        request = SendMessageRequest(message=Message(message_id=new_id(), role=Role.ROLE_USER, parts=[Part(text=text)],
+                                                     task_id=task_id, context_id=context_id))
+        response = None
+        async for response in client.send_message(request):
+            pass
+        if response is None or not response.HasField("task"):
+            return response.message if response is not None else None
+        return await self._settled(client, response.task)
 
     async def _resolve(self, http: Any) -> Any:
         cached = _cards.get(self.url)
@@ -131,21 +208,12 @@ class A2AAgentTool(Tool):
         _cards[self.url] = (time.monotonic(), card)
         return card
 
-    async def _send(self, http: Any, card: Any, text: str) -> Any:
-        from a2a.client import ClientConfig, ClientFactory
-        from a2a.types.a2a_pb2 import GetTaskRequest, Message, Part, Role, SendMessageRequest
+    @staticmethod
+    async def _settled(client: Any, task: Any) -> Any:
+        """Poll a task the server stopped waiting on (SUBMITTED / WORKING) until it moves."""
+        from a2a.types.a2a_pb2 import GetTaskRequest
 
-        from robot_lab.schemas import new_id
-
-        client = ClientFactory(ClientConfig(streaming=False, httpx_client=http)).create(card)
-        request = SendMessageRequest(message=Message(message_id=new_id(), role=Role.ROLE_USER, parts=[Part(text=text)]))
-        response = None
-        async for response in client.send_message(request):
-            pass
-        if response is None or not response.HasField("task"):
-            return response.message if response is not None else None
-        task = response.task
-        while task.status.state in (1, 2):  # SUBMITTED / WORKING: the server stopped waiting, poll
+        while task.status.state in (1, 2):
             await asyncio.sleep(0.5)
             task = await client.get_task(GetTaskRequest(id=task.id))
         return task
@@ -178,8 +246,8 @@ class A2AAgentTool(Tool):
             if not texts and result.status.HasField("message"):
                 texts = [_text_of(result.status.message)]
             return "\n".join(texts)
-        if state in (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED):
-            return input_required(result, self.url)
+        if state == TaskState.TASK_STATE_AUTH_REQUIRED:
+            raise ToolError(f"agent {self.url} needs other credentials before it can answer: {question_of(result)}")
         why = _text_of(result.status.message) if result.status.HasField("message") else ""
         raise ToolError(f"agent {self.url}: task {TaskState.Name(state)}{': ' + why if why else ''}")
 

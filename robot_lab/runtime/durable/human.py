@@ -25,8 +25,10 @@ from robot_lab.runtime.tools import Tool
 
 def request_input(question: str, *, choices: list[str] | None = None, default: str | None = None,
                   kind: str = "question", tool: str | None = None, arguments: dict[str, Any] | None = None,
-                  timeout: float | None = None) -> Answer:
-    """A person's answer to ``question`` (see the module docstring for where it comes from)."""
+                  timeout: float | None = None, context: dict[str, Any] | None = None) -> Answer:
+    """A person's answer to ``question`` (see the module docstring for where it comes from).
+    ``context`` is recorded with the request (:func:`recorded_requests` reads it back on a
+    resumed attempt of the step)."""
     runner = current_runner()
     step = _step.get()
     recorded_id = step.asks.next_recorded() if step is not None else None
@@ -36,7 +38,7 @@ def request_input(question: str, *, choices: list[str] | None = None, default: s
             step.asks.used += 1  # type: ignore[union-attr]
             return _normalized(recorded, choices, default, kind)
     request = InputRequired(question, choices=choices, default=default, kind=kind, tool=tool, arguments=arguments,
-                            timeout=timeout)
+                            timeout=timeout, context=context)
     handler = on_input_handler()
     if handler is not None:
         return _normalized(_as_answer(handler(request), kind), choices, default, kind)
@@ -48,6 +50,37 @@ def request_input(question: str, *, choices: list[str] | None = None, default: s
                         "pass on_input= to run(), run it on a terminal, or give it a durable_id (or run it as a "
                         "network task or served robot) so it parks until `robot-lab answer`",)
     raise request
+
+
+def can_park() -> bool:
+    """Whether an unanswered question here parks the run (a network task, a served message,
+    ``run(durable_id=...)``) rather than failing it."""
+    runner = current_runner()
+    scope = runner.effective_scope() if runner is not None else None
+    return scope is not None and scope.inputs is not None
+
+
+def recorded_requests() -> list[dict[str, Any]]:
+    """The requests the running tool step made on earlier attempts and this attempt has not
+    used yet, oldest first, as recorded (with their ``context``). A tool that asks on behalf
+    of something outside -- a remote agent's task -- finds there where it left off when the
+    step resumes, on whichever worker that is."""
+    runner, step = current_runner(), _step.get()
+    if runner is None or step is None:
+        return []
+    out = []
+    for rid in step.asks.ids[step.asks.used:]:
+        found = runner.request_for(rid)
+        out.append({**(found.request if found is not None else {}), "id": rid})
+    return out
+
+
+def skip_recorded(count: int) -> None:
+    """Pass over ``count`` of :func:`recorded_requests` (asked and settled on an earlier
+    attempt): the step's next question is then the one after them, or a new request."""
+    step = _step.get()
+    if step is not None and count > 0:
+        step.asks.used = min(len(step.asks.ids), step.asks.used + count)
 
 
 def _as_answer(value: Any, kind: str) -> Answer:

@@ -184,6 +184,8 @@ class StepRunner:
                    "default": exc.default, "kind": exc.kind, "tool": exc.tool or step.name,
                    "arguments": exc.arguments, "robot": self.robot, "step": step.index, "scope": scope.id,
                    "created_at": now, "deadline": now + timeout if timeout else None}
+        if exc.context:
+            request["context"] = exc.context
         if waiting is None:
             scope.inputs.create(request, scope.owner, scope.ttl)
             step.asks.ids.append(request["id"])
@@ -196,6 +198,12 @@ class StepRunner:
         if self.scope is not None or self.parent is None:
             return self.scope
         return self.parent.effective_scope()
+
+    def request_for(self, request_id: str) -> Any:
+        """The recorded request ``request_id`` (an InputRequest, None when gone)."""
+        if self.scope is None or self.scope.inputs is None:
+            return self.parent.request_for(request_id) if self.parent is not None else None
+        return self.scope.inputs.get(request_id)
 
     def answer_for(self, request_id: str) -> Any:
         """The recorded answer of ``request_id`` (None while it waits); a timed-out request
