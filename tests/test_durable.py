@@ -236,6 +236,36 @@ def test_a_parked_task_answered_and_approved_resumes_without_repeating_model_cal
     assert all("duration" in s.data for s in steps) and steps[0].data["input_tokens"] > 0
 
 
+def test_a_network_task_delegating_to_a_robot_that_asks_parks_and_its_answer_goes_on(redis_client):
+    """The delegatee's question is the delegating task's own: the task parks, and the answer
+    (from any answerer) resumes it on a worker, which sends it on to the delegatee."""
+    from robot_lab.bus import Bus, BusPoller
+
+    desk = build(f"desk-{uid()}", model=_script([
+        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Which order?", "choices": ["A1", "B2"]}}]},
+        {"reply": "refunding {tool_results}"}]), local_tools=[AskUser])
+    poller = BusPoller(desk.name, Bus(redis_client), block_ms=50, retry_delay=0).serve(desk).start()
+    boss = build(f"boss-{uid()}", model=_script([
+        {"tool_calls": [{"name": "ask_desk", "arguments": {"desk": desk.name, "request": "refund please"}}]},
+        {"reply": "desk says {tool_results}"}]), local_tools=[f"{TOOLS}:ask_desk"])
+    net = create_network("delegating")
+    net.task("boss", boss, tools="inherit")
+    workers = EmbeddedWorkers(redis_client, [boss.name], threads=2).start()
+    clear_recorded_calls()
+    try:
+        handle = Coordinator(connection=redis_client).submit(net, "go")
+        question = _parked(handle)
+        assert question.question == "Which order?" and question.request["context"]["delegatee"] == desk.name
+        assert handle.states() == {"boss": "waiting"}
+        handle.answer("2", by="ops")
+        result = handle.wait(timeout=30)
+    finally:
+        workers.stop()
+        poller.stop()
+    assert result.reply == "desk says - ask_desk: refunding - ask_user: B2"
+    assert _model_calls(desk.name) == 2 and _model_calls(boss.name) == 2  # no model call made twice
+
+
 def test_a_denied_approval_is_a_refusal_the_model_sees(redis_client):
     bot, handle, workers = _submit(redis_client, ASK_THEN_APPROVE)
     try:

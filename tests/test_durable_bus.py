@@ -214,7 +214,25 @@ def test_under_require_a_wake_with_a_forged_reply_to_replies_to_the_asker(redis_
     assert final.kind == "reply" and final.content == "refunding - ask_user: B2"  # the recorded answer
 
 
-def test_a_remote_delegation_to_a_robot_that_asks_fails_naming_the_question(redis_client) -> None:
+def _delegating_boss(desk: str, bus: Bus, name: str | None = None):
+    """A robot whose one tool delegates to the served robot ``desk`` by name (``name``: the
+    same robot again, as another worker builds it)."""
+    from robot_lab.runtime.tools import tool
+
+    @tool
+    def ask_desk(request: str) -> str:
+        """Pass the request to the desk."""
+        from robot_lab.runtime.delegation import delegate
+
+        return delegate(desk, request, delegated_by="boss", timeout=30, bus=bus).reply
+
+    name = name or f"boss-{uuid.uuid4().hex[:6]}"
+    register_script(name, {"turns": [{"tool_calls": [{"name": "ask_desk", "arguments": {"request": "refund please"}}]},
+                                     {"reply": "desk says {tool_results}"}]})
+    return build(name, model=f"scripted/{name}", local_tools=[ask_desk])
+
+
+def test_a_delegation_by_name_that_meets_a_question_fails_naming_it_when_the_robot_cannot_ask(redis_client) -> None:
     from robot_lab.errors import InferenceError
     from robot_lab.runtime.delegation import delegate
 
@@ -223,7 +241,50 @@ def test_a_remote_delegation_to_a_robot_that_asks_fails_naming_the_question(redi
     poller = _serve(bus, robot)
     poller.start()
     try:
-        with pytest.raises(InferenceError, match=r"waits for a person's answer to 'Which order\?' \(request [0-9a-f]+\)"):
+        with pytest.raises(InferenceError, match=r"waits for a person's answer to 'Which order\?' \(request [0-9a-f]+\) "
+                                                 r"and 'boss' cannot ask its user"):
             delegate(robot.name, "refund please", delegated_by="boss", timeout=30, bus=bus)
     finally:
         poller.stop()
+
+
+def test_a_delegatees_question_is_the_delegating_robots_own_answered_by_its_on_input(redis_client) -> None:
+    bus = Bus(redis_client)
+    desk = _robot(f"desk-{uuid.uuid4().hex[:6]}")
+    poller = _serve(bus, desk)
+    poller.start()
+    asked = []
+    try:
+        result = _delegating_boss(desk.name, bus).run(
+            "go", tools="inherit", on_input=lambda request: asked.append(request.question) or "2")
+    finally:
+        poller.stop()
+    assert asked == ["Which order?"]
+    assert result.reply == "desk says - ask_desk: refunding - ask_user: B2"
+
+
+def test_a_delegatees_question_parks_the_delegating_run_and_the_answer_goes_on_to_the_delegatee(redis_client) -> None:
+    from robot_lab.errors import InputRequired
+
+    bus = Bus(redis_client)
+    desk = _robot(f"desk-{uuid.uuid4().hex[:6]}")
+    poller = _serve(bus, desk)
+    poller.start()
+    durable_id = uuid.uuid4().hex
+    clear_recorded_calls()
+    try:
+        boss = _delegating_boss(desk.name, bus)
+        with pytest.raises(InputRequired) as parked:
+            boss.run("go", tools="inherit", durable_id=durable_id)
+        request = parked.value.request
+        assert request["question"] == "Which order?" and request["context"]["delegatee"] == desk.name
+        assert request["choices"] == ["A1", "B2"]
+        waiting.answer(request["id"], "1", connection=redis_client)
+        # a fresh robot object (another worker, say) resumes the run: the desk's run goes on
+        result = _delegating_boss(desk.name, bus, boss.name).run("go", tools="inherit", durable_id=durable_id)
+    finally:
+        poller.stop()
+    assert result.reply == "desk says - ask_desk: refunding - ask_user: A1"
+    desk_calls = [c for c in recorded_calls() if c["robot"] == desk.name]
+    assert len(desk_calls) == 2  # the desk asked once: its first model call was replayed, not made again
+    assert bus.dead_letters(desk.name) == []

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from robot_lab.errors import AwaitTimeout, DelegationTimeout, InferenceError, RemoteError
+from robot_lab.errors import AwaitTimeout, DelegationTimeout, InferenceError, InputRequired, RemoteError
 from robot_lab.schemas.messages import RobotResult, TextMessage
 
 
@@ -61,21 +61,22 @@ class DelegationFuture:
 
 
 def _remote(to: str, task: str, *, delegated_by: str, timeout: float, bus: Any = None) -> RobotResult:
+    """``task`` to the robot ``to`` over the bus. A question the delegatee asks back
+    (``input_required``) is asked as the delegating robot's own (``request_input``): answered
+    by its ``on_input`` or terminal, or it parks the delegating step with the delegatee's
+    request recorded beside its own, and the resumed step (on any worker) sends the answer on
+    and waits for the delegatee's reply."""
     from robot_lab.bus import Bus  # lazy: start-up time
 
     bus = bus or Bus()
     started = time.monotonic()
-    try:
-        reply = bus.request(to, task, timeout=timeout, from_=delegated_by)
-    except AwaitTimeout as exc:
-        raise DelegationTimeout(f"Delegation to '{to}' timed out after {timeout:g}s") from exc
-    except RemoteError as exc:  # the delegatee's worker gave up on the task: re-raise here
-        raise InferenceError(f"Delegation to '{to}' failed: {exc}") from exc
-    if reply.kind == "input_required":  # the delegatee parked on a question (docs/durable.md)
+    reply = _resumed(bus, to, delegated_by, timeout)
+    if reply is None:
+        reply = _request(bus, to, task, delegated_by=delegated_by, timeout=timeout)
+    while reply.kind == "input_required":  # the delegatee parked on a question (docs/durable.md)
         asked = reply.content if isinstance(reply.content, dict) else {}
-        raise InferenceError(f"Delegation to '{to}' waits for a person's answer to {asked.get('question')!r} "
-                             f"(request {asked.get('request_id')}): answer it with an `answer` envelope; a "
-                             "delegation does not wait for people")
+        answer = _ask(to, asked, reply.conversation_id, delegated_by)
+        reply = _send_answer(bus, to, asked.get("request_id"), answer, reply.conversation_id, delegated_by, timeout)
     content = reply.content if isinstance(reply.content, str) else str(reply.content)
     return RobotResult(
         robot_name=to,
@@ -84,6 +85,60 @@ def _remote(to: str, task: str, *, delegated_by: str, timeout: float, bus: Any =
         duration=time.monotonic() - started,
         delegated_by=delegated_by,
     )
+
+
+def _request(bus: Any, to: str, content: Any, *, delegated_by: str, timeout: float, **kwargs: Any) -> Any:
+    try:
+        return bus.request(to, content, timeout=timeout, from_=delegated_by, **kwargs)
+    except AwaitTimeout as exc:
+        raise DelegationTimeout(f"Delegation to '{to}' timed out after {timeout:g}s") from exc
+    except RemoteError as exc:  # the delegatee's worker gave up on the task: re-raise here
+        raise InferenceError(f"Delegation to '{to}' failed: {exc}") from exc
+
+
+def _ask(to: str, asked: dict[str, Any], conversation: str | None, delegated_by: str) -> Any:
+    """The delegatee's question as this robot's own: its answer, or InputRequired parking the
+    step (with the delegatee's request as the request's context)."""
+    from robot_lab.runtime.durable import human
+
+    question = str(asked.get("question") or "(no question given)")
+    context = {"delegatee": to, "delegatee_request": asked.get("request_id"), "conversation_id": conversation}
+    try:
+        return human.request_input(question, choices=asked.get("choices"), default=asked.get("default"),
+                                   kind=str(asked.get("kind") or "question"), context=context)
+    except InputRequired as exc:
+        if human.can_park():
+            raise  # the step parks; the resumed step answers the delegatee (_resumed)
+        raise InferenceError(f"Delegation to '{to}' waits for a person's answer to {question!r} "
+                             f"(request {asked.get('request_id')}) and {delegated_by!r} cannot ask its user: "
+                             f"{exc}") from None
+
+
+def _send_answer(bus: Any, to: str, request_id: Any, answer: Any, conversation: str | None, delegated_by: str,
+                 timeout: float) -> Any:
+    return _request(bus, to, {"text": answer.text, "approved": answer.approved}, delegated_by=delegated_by,
+                    timeout=timeout, kind="answer", in_reply_to=request_id, conversation_id=conversation)
+
+
+def _resumed(bus: Any, to: str, delegated_by: str, timeout: float) -> Any:
+    """On a resumed attempt of the step that delegated: the delegatee's reply to the answer of
+    the question it asked before the step parked (None on a first attempt)."""
+    from robot_lab.runtime.durable import human
+
+    recorded = human.recorded_requests()
+    ours = [r for r in recorded if (r.get("context") or {}).get("delegatee") == to]
+    if not ours:
+        return None
+    human.skip_recorded(len(recorded) - 1)  # the questions settled before are passed over
+    last = ours[-1]
+    context = last["context"]
+    if not bus.redis.exists(bus.keys.parked_message(to, context.get("delegatee_request"))):
+        raise InferenceError(f"Delegation to '{to}': its question {last.get('question')!r} was answered before this "
+                             "run was interrupted and no longer waits; its reply went to the interrupted attempt")
+    asked = {**last, "request_id": context.get("delegatee_request")}
+    answer = _ask(to, asked, context.get("conversation_id"), delegated_by)  # the recorded answer, now
+    return _send_answer(bus, to, context.get("delegatee_request"), answer, context.get("conversation_id"),
+                        delegated_by, timeout)
 
 
 def delegate(
