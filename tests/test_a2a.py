@@ -340,6 +340,51 @@ def test_a_served_robot_that_asks_is_input_required_and_the_next_message_answers
     assert by == {"a2a:me"}
 
 
+def test_cancelling_a_robot_task_waiting_for_input_withdraws_the_question() -> None:
+    """tasks/cancel of a robot task that is input-required closes its question (no later
+    answer runs it: robot-lab answer says so) and frees its conversation: the next message in
+    the same context runs at once instead of getting the old question again."""
+    from starlette.testclient import TestClient
+
+    from robot_lab.a2a.asgi import build_a2a_app
+    from robot_lab.bus import Bus, BusPoller
+    from robot_lab.connection import get_redis
+    from robot_lab.errors import ConfigurationError
+    from robot_lab.keys import default_keys
+    from robot_lab.network import human_input
+    from robot_lab.settings import A2ASettings
+
+    name = "a2a-cancel-desk"
+    app = _asker_app(name, "a2a-cancel-ask", [
+        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Which order?"}}]},
+        {"reply": "refunding {tool_results}"}])
+    redis, keys = get_redis(), default_keys()
+    web = build_a2a_app(app, base_url="http://testserver", robots=[name],
+                        settings=A2ASettings(tokens={"me": "tok"}, send_timeout=30), connection=redis)
+    headers = {"Authorization": "Bearer tok", "A2A-Version": "1.0"}
+
+    def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return client.post(f"/robots/{name}/", headers=headers,
+                           json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).json()
+
+    poller = BusPoller(name, Bus(redis, keys=keys), block_ms=50, retry_delay=0).serve(app.build_robot(name))
+    with poller, TestClient(web) as client:
+        asked = rpc("SendMessage", {"message": {"messageId": "m-1", "role": "ROLE_USER", "contextId": "ctx-cancel",
+                                                "parts": [{"text": "refund please"}]}})["result"]["task"]
+        assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        [request] = [r for r in human_input.pending(redis, keys) if r.request.get("robot") == name]
+        cancelled = rpc("CancelTask", {"id": asked["id"]})["result"]
+        assert cancelled["status"]["state"] == "TASK_STATE_CANCELED"
+        with pytest.raises(ConfigurationError, match=r"already answered by a2a:me \(cancelled\)"):
+            human_input.answer(request.id, "A1", connection=redis, keys=keys)
+        assert not redis.exists(keys.parked_message(name, request.id))
+        again = rpc("SendMessage", {"message": {"messageId": "m-2", "role": "ROLE_USER", "contextId": "ctx-cancel",
+                                                "parts": [{"text": "refund please"}]}})["result"]["task"]
+        assert again["id"] != asked["id"] and again["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        [fresh] = [r for r in human_input.pending(redis, keys) if r.request.get("robot") == name]
+        assert fresh.id != request.id  # a new run of the message asks anew, not the withdrawn question
+
+
 def test_the_robot_fold_follows_question_answer_reply_and_ignores_stale_links() -> None:
     """The reply stream of a robot task, folded: the question is input-required; a resent
     question, an answer to another request and a reply to the first message after the

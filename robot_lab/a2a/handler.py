@@ -148,6 +148,11 @@ class AgentHandler(RequestHandler):
             except RobotLabError as exc:
                 log.warning("a2a.cancel_failed", task=record.id, run_id=record.run_id, error=str(exc))
             await view.catch_up()
+        elif getattr(view.source, "pending", None):  # a robot parked on a question: withdraw it
+            from robot_lab.bus.parking import withdraw
+
+            await asyncio.to_thread(withdraw, self.backend.bus, record.target, view.source.pending,
+                                    by=_answerer(record))
         if view.ended is None:
             cancelled = view.snapshot()
             cancelled.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_CANCELED, timestamp=cancelled.status.timestamp))

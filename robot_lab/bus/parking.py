@@ -144,12 +144,33 @@ def pending_question(poller: Any, request_id: str, msg: RobotMessage) -> RobotMe
 
 def resumed(poller: Any, parked: Parked) -> None:
     """The parked message ran to its end: forget it."""
-    keys = [_key(poller, parked.request_id)]
-    if parked.original.conversation_id:
-        current = poller.redis.get(_conv_key(poller, parked.original.conversation_id))
-        if current is not None and (current.decode() if isinstance(current, bytes) else current) == parked.request_id:
-            keys.append(_conv_key(poller, parked.original.conversation_id))
-    poller.redis.delete(*keys)
+    _forget(poller.bus, poller.robot, parked.request_id, parked.original.conversation_id)
+
+
+def _forget(bus: Any, robot: str, request_id: str, conversation_id: str | None) -> None:
+    """Delete the parked message and its conversation's wait (if it is still this request's)."""
+    keys = [bus.keys.parked_message(robot, request_id)]
+    if conversation_id:
+        conv = bus.keys.parked_conversation(robot, conversation_id)
+        current = bus.redis.get(conv)
+        if current is not None and (current.decode() if isinstance(current, bytes) else current) == request_id:
+            keys.append(conv)
+    bus.redis.delete(*keys)
+
+
+def withdraw(bus: Any, robot: str, request_id: str, *, by: str) -> bool:
+    """Cancel ``robot``'s message parked on ``request_id``: the request is closed (recorded as
+    answered ``<by> (cancelled)``, so no later answer runs it) and the message and its
+    conversation's wait are forgotten, so the conversation's next message runs. True when a
+    parked message was withdrawn."""
+    redis = bus.redis
+    raw = redis.get(bus.keys.parked_message(robot, request_id))
+    InputStore(redis, bus.keys).answer(request_id, Answer(text="", approved=False, by=f"{by} (cancelled)"))
+    if raw is None:
+        return False
+    _forget(bus, robot, request_id, decode_message(raw).conversation_id)
+    log.info("bus.parked_withdrawn", robot=robot, request=request_id, by=by)
+    return True
 
 
 def wake(bus: Any, robot: str, request_id: str, answer: Answer, *, from_: str, reply_to: str | None,
