@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -255,13 +256,13 @@ def test_a_parked_network_run_is_input_required_and_the_next_message_answers_it(
         assert again["error"]["code"] == -32004
 
 
-def _asker_app(name: str, script: str, turns: list[dict[str, Any]]) -> Any:
+def _asker_app(name: str, script: str, turns: list[dict[str, Any]], tools: list[str] | None = None) -> Any:
     from robot_lab.app import App
     from robot_lab.llm.scripted import register_script
 
     register_script(script, {"turns": turns})
     app = App(f"app-{name}")
-    app.robot(name, model=f"scripted/{script}", local_tools=["robot_lab.runtime.durable.human:AskUser"])
+    app.robot(name, model=f"scripted/{script}", local_tools=["robot_lab.runtime.durable.human:AskUser", *(tools or [])])
     return app
 
 
@@ -340,49 +341,90 @@ def test_a_served_robot_that_asks_is_input_required_and_the_next_message_answers
     assert by == {"a2a:me"}
 
 
+class _RobotTier:
+    """A robot served by a bus poller behind the real A2A HTTP app (Starlette's TestClient):
+    ``rpc(method, params)`` and ``send(text, task_id=, context_id=)`` as the caller ``me``."""
+
+    def __init__(self, name: str, turns: list[dict[str, Any]], tools: list[str] | None = None) -> None:
+        from robot_lab.a2a.asgi import build_a2a_app
+        from robot_lab.connection import get_redis
+        from robot_lab.keys import default_keys
+        from robot_lab.settings import A2ASettings
+
+        self.name = name
+        self.app = _asker_app(name, f"{name}-script", turns, tools)
+        self.redis, self.keys = get_redis(), default_keys()
+        self.web = build_a2a_app(self.app, base_url="http://testserver", robots=[name],
+                                 settings=A2ASettings(tokens={"me": "tok"}, send_timeout=30), connection=self.redis)
+
+    def __enter__(self) -> "_RobotTier":
+        from starlette.testclient import TestClient
+
+        from robot_lab.bus import Bus, BusPoller
+
+        self.poller = BusPoller(self.name, Bus(self.redis, keys=self.keys), block_ms=50,
+                                retry_delay=0).serve(self.app.build_robot(self.name))
+        self.poller.__enter__()
+        self.client = TestClient(self.web).__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.client.__exit__(*exc)
+        self.poller.__exit__(*exc)
+
+    def rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return self.client.post(f"/robots/{self.name}/", headers={"Authorization": "Bearer tok", "A2A-Version": "1.0"},
+                                json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).json()
+
+    def send(self, text: str, task_id: str = "", context_id: str = "") -> dict[str, Any]:
+        message: dict[str, Any] = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+        if task_id:
+            message["taskId"] = task_id
+        if context_id:
+            message["contextId"] = context_id
+        return self.rpc("SendMessage", {"message": message})
+
+
 def test_cancelling_a_robot_task_waiting_for_input_withdraws_the_question() -> None:
     """tasks/cancel of a robot task that is input-required closes its question (no later
     answer runs it: robot-lab answer says so) and frees its conversation: the next message in
     the same context runs at once instead of getting the old question again."""
-    from starlette.testclient import TestClient
-
-    from robot_lab.a2a.asgi import build_a2a_app
-    from robot_lab.bus import Bus, BusPoller
-    from robot_lab.connection import get_redis
     from robot_lab.errors import ConfigurationError
-    from robot_lab.keys import default_keys
     from robot_lab.network import human_input
-    from robot_lab.settings import A2ASettings
 
-    name = "a2a-cancel-desk"
-    app = _asker_app(name, "a2a-cancel-ask", [
-        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Which order?"}}]},
-        {"reply": "refunding {tool_results}"}])
-    redis, keys = get_redis(), default_keys()
-    web = build_a2a_app(app, base_url="http://testserver", robots=[name],
-                        settings=A2ASettings(tokens={"me": "tok"}, send_timeout=30), connection=redis)
-    headers = {"Authorization": "Bearer tok", "A2A-Version": "1.0"}
-
-    def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
-        return client.post(f"/robots/{name}/", headers=headers,
-                           json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).json()
-
-    poller = BusPoller(name, Bus(redis, keys=keys), block_ms=50, retry_delay=0).serve(app.build_robot(name))
-    with poller, TestClient(web) as client:
-        asked = rpc("SendMessage", {"message": {"messageId": "m-1", "role": "ROLE_USER", "contextId": "ctx-cancel",
-                                                "parts": [{"text": "refund please"}]}})["result"]["task"]
+    with _RobotTier("a2a-cancel-desk", [
+            {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Which order?"}}]},
+            {"reply": "refunding {tool_results}"}]) as tier:
+        redis, keys, name = tier.redis, tier.keys, tier.name
+        asked = tier.send("refund please", context_id="ctx-cancel")["result"]["task"]
         assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
         [request] = [r for r in human_input.pending(redis, keys) if r.request.get("robot") == name]
-        cancelled = rpc("CancelTask", {"id": asked["id"]})["result"]
+        cancelled = tier.rpc("CancelTask", {"id": asked["id"]})["result"]
         assert cancelled["status"]["state"] == "TASK_STATE_CANCELED"
         with pytest.raises(ConfigurationError, match=r"already answered by a2a:me \(cancelled\)"):
             human_input.answer(request.id, "A1", connection=redis, keys=keys)
         assert not redis.exists(keys.parked_message(name, request.id))
-        again = rpc("SendMessage", {"message": {"messageId": "m-2", "role": "ROLE_USER", "contextId": "ctx-cancel",
-                                                "parts": [{"text": "refund please"}]}})["result"]["task"]
+        again = tier.send("refund please", context_id="ctx-cancel")["result"]["task"]
         assert again["id"] != asked["id"] and again["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
         [fresh] = [r for r in human_input.pending(redis, keys) if r.request.get("robot") == name]
         assert fresh.id != request.id  # a new run of the message asks anew, not the withdrawn question
+
+
+def test_a_served_robots_approval_over_a2a_yes_approves_and_other_text_denies() -> None:
+    from tests.fixtures import durable_tools
+
+    turns = [{"tool_calls": [{"name": "big_refund", "arguments": {"order": "A1"}}]}, {"reply": "{tool_results}"}]
+    with _RobotTier("a2a-approve-desk", turns, tools=["tests.fixtures.durable_tools:big_refund"]) as tier:
+        asked = tier.send("refund A1")["result"]["task"]
+        assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert "big_refund" in asked["status"]["message"]["parts"][0]["text"]
+        done = tier.send("yes", task_id=asked["id"])["result"]["task"]
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert "refunded A1 (approved)" in done["status"]["message"]["parts"][0]["text"]
+        second = tier.send("refund A1 again")["result"]["task"]
+        denied = tier.send("not without a receipt", task_id=second["id"])["result"]["task"]
+        assert "the user denied this call: not without a receipt" in denied["status"]["message"]["parts"][0]["text"]
+    assert [r.split("|")[0] for r in durable_tools.refunds()] == ["big:A1"]  # the denied call never ran
 
 
 def test_the_robot_fold_follows_question_answer_reply_and_ignores_stale_links() -> None:
