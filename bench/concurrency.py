@@ -284,10 +284,10 @@ def main() -> None:
                                   lambda: bus_phase(client, bus, bot.name, args.count), seq_msg))
             for title, phase, per_item in phases:
                 reset_peak(proc.pid)
-                cpu, server, mine = cpu_seconds(proc.pid), redis_cpu(client), time.process_time()
+                cpu, redis_was, mine = cpu_seconds(proc.pid), redis_cpu(client), time.process_time()
                 figures = phase()
                 after = redis_cpu(client)
-                others = (f"Redis {after - server:.2f} s, " if server is not None and after is not None else "") + \
+                others = (f"Redis {after - redis_was:.2f} s, " if redis_was is not None and after is not None else "") + \
                     f"this process (submit, follow, sweeps) {time.process_time() - mine:.2f} s"
                 report(title.format(n=args.count), figures, args.count, sleep, per_item, peak_rss(proc.pid),
                        threads(proc.pid), cpu_seconds(proc.pid) - cpu, others)
