@@ -9,7 +9,8 @@ synchronous code, and Dramatiq makes the same choice (8 threads per process by d
 
 **Network tasks** -- :class:`InFlightWorker` (built by :func:`in_flight_worker_class`): one rq
 ``SimpleWorker`` whose work loop takes jobs only when one of its N slots is free and runs
-each on a pool thread (started on demand, :mod:`robot_lab.threads`). rq 3 models a worker
+each on a pool thread (started on demand, :mod:`robot_lab.threads`; one pool per process, shared
+with the bus pollers, so a burst's threads serve the next one's work). rq 3 models a worker
 with several executions (``Execution`` objects in the worker's executions set); network task
 jobs run on the lean lifecycle of :mod:`.task_lifecycle` (rq's records in one pipeline to
 start and one to finish, rq's own failure handling), any other job through rq's
