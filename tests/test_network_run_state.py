@@ -344,3 +344,26 @@ def test_max_concurrent_queues_ready_tasks_in_the_runs_order(redis_client) -> No
         queue += [(t, j) for t, j, _ in items]
     assert went == ["t2", "t3", "t4", "t5"]
     assert store.status() == "completed"
+
+
+def test_a_task_after_routed_tasks_runs_when_the_activated_one_ran(redis_client) -> None:  # type: ignore[no-untyped-def]
+    """A task depending on a router's optional tasks runs once they all ended, because the
+    one activated ran (the skipped ones count as ended, not as run), and is skipped only
+    when every one of them was."""
+    bot = build(f"rt-{uid()}", model="scripted/echo")
+    net = create_network("routed")
+    net.task("classify", bot, routes=["billing", "technical", "general"])
+    for name in ("billing", "technical", "general"):
+        net.task(name, bot, depends_on="optional")
+    net.task("sentiment", bot, depends_on=["billing", "technical", "general"])
+    handle, store, jobs = submit(redis_client, net)
+    store.start_task("classify", jobs["classify"], "w", 5000, [])
+    _, _, items = store.complete("classify", jobs["classify"], result("technical"), activate=["technical"])
+    [(task, job, _)] = items
+    assert task == "technical" and store.states()["billing"] == "skipped" == store.states()["general"]
+    store.start_task(task, job, "w", 5000, [])
+    _, _, items = store.complete(task, job, result("fixed"))
+    assert [t for t, _, _ in items] == ["sentiment"]
+    store.start_task("sentiment", items[0][1], "w", 5000, [])
+    store.complete("sentiment", items[0][1], result("calm"))
+    assert store.status() == "completed" and store.states()["sentiment"] == "done"

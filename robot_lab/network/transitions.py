@@ -94,7 +94,7 @@ local function parents(g)
 end
 local CHECK, CHECK_AT = {}, 1  -- tasks advance() must look at (FIFO: parents before children)
 local function check(t) table.insert(CHECK, t) end
-local function ran(s) return TERMINAL[s] and s ~= 'skipped' end
+local function ran(s) return TERMINAL[s] == true and s ~= 'skipped' end  -- a boolean: nil ~= false
 local function set_st(t, v)
   local old = st(t)
   redis.call('HSET', STATE, t, v)
