@@ -16,6 +16,11 @@ round trips of each side (counted on a second, shorter pass).
 (c) scaling: the same fan-out network of 64 tasks whose scripted model sleeps 200 ms per call,
 on 1, 2 and 4 worker processes (timed once they are all up), wall times and speed-up
 (target >= 3.5x at 4 workers).
+(e) a fleet: ``--fleet-tasks`` (1000) no-op tasks through ``--fleet-workers`` (4) worker
+processes -- raw rq no-op jobs on plain rq workers against a robot-lab fan-out on robot-lab's
+rq loop -- in ``--fleet-rounds`` alternating rounds, wall time from the first enqueue / the
+submit to the last result (target <= 1.3x), and whether any task ran twice (attempts > 1 or
+``task.retrying``: a lease lost under load re-runs a task so). ``--only fleet`` runs just (e).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -205,6 +211,97 @@ def bench_scaling(url: str, keys, tasks: int, sleep_ms: int, workers: int) -> fl
             p.join(10)
 
 
+def _serve_raw(url: str, queue: str) -> None:
+    """A plain rq worker process (rq's SimpleWorker, the JSON serializer)."""
+    import redis
+    from rq import Queue
+    from rq.worker import SimpleWorker
+
+    from robot_lab.network.serializer import JobSerializer
+
+    connection = redis.Redis.from_url(url)
+    SimpleWorker([Queue(queue, connection=connection, serializer=JobSerializer)], connection=connection,
+                 serializer=JobSerializer).work(logging_level="WARNING")
+
+
+def _fleet(url: str, target: Any, args_of: Any, queue: str, workers: int) -> list[Any]:
+    """``workers`` spawned worker processes on ``queue``, returned once rq lists them all."""
+    import redis
+    from rq import Queue, Worker
+
+    ctx = multiprocessing.get_context("spawn")  # never fork a process that runs litellm threads
+    procs = [ctx.Process(target=target, args=args_of(), daemon=True) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    connection = redis.Redis.from_url(url)
+    deadline = time.time() + 120
+    while len(Worker.all(queue=Queue(queue, connection=connection))) < workers:
+        if time.time() > deadline:
+            raise RuntimeError("workers did not start")
+        time.sleep(0.05)
+    return procs
+
+
+def _stop(procs: list[Any]) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.join(10)
+
+
+def fleet_raw(url: str, n: int, workers: int) -> float:
+    """Wall time of ``n`` raw rq no-op jobs through ``workers`` plain rq worker processes
+    (from the first enqueue to the last job finished)."""
+    import redis
+    from rq import Queue
+    from rq.registry import FinishedJobRegistry
+
+    from robot_lab.network.serializer import JobSerializer
+
+    name = f"bench-fleet-{uuid.uuid4().hex[:6]}"
+    procs = _fleet(url, _serve_raw, lambda: (url, name), name, workers)
+    try:
+        connection = redis.Redis.from_url(url)
+        queue = Queue(name, connection=connection, serializer=JobSerializer)
+        finished = FinishedJobRegistry(name, connection=connection)
+        started = time.perf_counter()
+        pipe = connection.pipeline()
+        for _ in range(n):
+            queue.enqueue_call(func="__main__.noop", result_ttl=60, pipeline=pipe)
+        pipe.execute()
+        while finished.count < n:
+            time.sleep(0.005)
+        elapsed = time.perf_counter() - started
+        queue.delete(delete_jobs=True)
+        return elapsed
+    finally:
+        _stop(procs)
+
+
+def fleet_lab(url: str, keys, n: int, workers: int) -> tuple[float, int, int]:  # type: ignore[no-untyped-def]
+    """Wall time of an ``n``-task fan-out (no-op scripted model) through ``workers``
+    robot-lab worker processes, and what ran more than once: tasks with more than one
+    attempt, and ``task.retrying`` events (a lost lease re-runs a task so)."""
+    import redis
+
+    from robot_lab.network.coordinator import Coordinator
+
+    connection = redis.Redis.from_url(url)
+    net, robot = fan_network(n, "scripted/text:ok", uuid.uuid4().hex[:6])
+    procs = _fleet(url, _serve, lambda: (url, f"robot:{robot}", keys.prefix), f"robot:{robot}", workers)
+    try:
+        started = time.perf_counter()
+        handle = Coordinator(connection=connection, keys=keys).submit(net, "go", stream=False)
+        result = handle.wait(timeout=600)
+        elapsed = time.perf_counter() - started
+        assert result.status == "completed", result.status
+        twice = sum(1 for a in handle.store.attempts().values() if a > 1)
+        retried = sum(1 for e in handle.events() if e.event == "task.retrying")
+        return elapsed, twice, retried
+    finally:
+        _stop(procs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=200)
@@ -212,6 +309,10 @@ def main() -> None:
     parser.add_argument("--scale-tasks", type=int, default=64)
     parser.add_argument("--sleep-ms", type=int, default=200)
     parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--fleet-tasks", type=int, default=1000, help="(e): tasks through --fleet-workers processes")
+    parser.add_argument("--fleet-workers", type=int, default=4)
+    parser.add_argument("--fleet-rounds", type=int, default=3)
+    parser.add_argument("--only", choices=["all", "fleet"], default="all", help="fleet: only (e)")
     args = parser.parse_args()
 
     prefix = f"rlbench-{uuid.uuid4().hex[:8]}"
@@ -227,6 +328,9 @@ def main() -> None:
     warm_up(["scripted/text:ok"])
     try:
         print(f"redis: {url}  prefix: {prefix}  cpus: {os.cpu_count()}")
+        if args.only == "fleet":
+            fleet(url, keys, args)
+            return
         bench_raw_rq(connection, 20)  # warm both paths
         bench_robot_lab(connection, keys, 10, True)
         n = args.tasks
@@ -277,10 +381,29 @@ def main() -> None:
             rounds = 2 + -(-(args.scale_tasks - 2) // 4)
             print(f"    speed-up at 4 workers: {walls[counts[0]] / walls[4]:.2f}x (target >= 3.5x; "
                   f"this DAG's ceiling is {args.scale_tasks / rounds:.2f}x)")
+        fleet(url, keys, args)
     finally:
         found = list(connection.scan_iter(match=f"{prefix}*", count=1000))
         if found:
             connection.delete(*found)
+
+
+def fleet(url: str, keys, args) -> None:  # type: ignore[no-untyped-def]
+    """(e): the same number of no-op tasks through the same number of worker processes, raw
+    rq against robot-lab, alternating rounds; the ratio is the median of each round's."""
+    n, workers = args.fleet_tasks, args.fleet_workers
+    ratios, raws, labs, twice, retried = [], [], [], 0, 0
+    for _ in range(args.fleet_rounds):
+        raw = fleet_raw(url, n, workers)
+        lab, t, r = fleet_lab(url, keys, n, workers)
+        raws.append(raw)
+        labs.append(lab)
+        ratios.append(lab / raw)
+        twice, retried = twice + t, retried + r
+    print(f"(e) {n} tasks through {workers} worker processes, median of {args.fleet_rounds} alternating rounds: "
+          f"raw rq {median(raws):.2f} s, robot-lab {median(labs):.2f} s (ratio {median(ratios):.2f}x; "
+          f"target <= 1.3x; rounds {', '.join(f'{x:.2f}' for x in ratios)})")
+    print(f"    tasks run more than once: {twice} (attempts > 1), task.retrying events: {retried}")
 
 
 if __name__ == "__main__":

@@ -134,3 +134,82 @@ class ElasticPool:
                     time.sleep(0.001)
                 if thread.ident is not None:
                     thread.join()
+
+
+_shared_lock = threading.Lock()
+_shared: ElasticPool | None = None
+_shares = 0
+
+
+class PoolShare:
+    """``size`` slots of the process's one shared :class:`ElasticPool` (made by the first
+    share, grown by each share's size, shut down with the last). ``robot-lab worker`` runs
+    its rq jobs and every served robot's bus messages on one pool, so a thread a bus burst
+    started serves the next fan-out's tasks instead of idling beside a thread of its own:
+    a 1000-message burst and a 1000-task fan-out held 1,836 threads (146 MB) with a pool
+    each (bench/concurrency.py). Each user keeps its own limit (the in-flight loop and the
+    bus poller take only as much work as they have free slots); ``shutdown(wait=True)``
+    waits for this share's own work only."""
+
+    def __init__(self, size: int, name: str) -> None:
+        global _shared, _shares
+        self.size, self.name = max(1, size), name
+        self._cond = threading.Condition()
+        self._running = 0  # submitted by this share, not finished
+        self._closed = False
+        with _shared_lock:
+            if _shared is None:
+                _shared = ElasticPool(self.size, "pool")
+            else:
+                with _shared._lock:
+                    _shared.size += self.size
+            self._pool = _shared
+            _shares += 1
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(f"pool share {self.name} is shut down")
+            self._running += 1
+        try:
+            self._pool.submit(self._run, fn, args)
+        except BaseException:
+            self._done()
+            raise
+
+    def _run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - a pool thread never dies of a job
+            log.error("threads.job_failed", pool=self.name, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        with self._cond:
+            self._running -= 1
+            self._cond.notify_all()
+
+    def threads(self) -> int:
+        """Threads of the shared pool (every share's)."""
+        return self._pool.threads()
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Take no more work; what this share submitted still runs; with ``wait``, until it has."""
+        global _shared, _shares
+        with self._cond:
+            first, self._closed = not self._closed, True
+        if first:
+            last = False
+            with _shared_lock:
+                _shares -= 1
+                with self._pool._lock:
+                    self._pool.size = max(1, self._pool.size - self.size)
+                if _shares == 0 and _shared is self._pool:
+                    _shared, last = None, True
+            if last:
+                self._pool.shutdown(wait=False)  # queued work still runs (waited for below)
+        if wait:
+            with self._cond:
+                while self._running > 0:
+                    self._cond.wait()

@@ -223,8 +223,9 @@ def _exercise_every_script(client: Any) -> None:
     asked.request = {"id": f"audit-{uid()}", "question": "ok?"}
     assert waiting.park(store, t2, j2, asked)["status"] == "waiting"  # PARK, then RESUME
     assert store._eval(waiting.RESUME, t2, "{}")[0] in (b"ok", "ok")
+    assert store.claim(t2, store.job_id(t2), "w", lease_ms=1) == "ok"  # the resumed attempt, its lease lapses
     time.sleep(0.05)
-    store.reclaim()
+    assert [t for t, _, _ in store.reclaim()] == [t2]
     store.advance()
     store.emit("custom.event", task=t2)
     store.cancel("audit done")

@@ -227,3 +227,143 @@ def test_the_first_tasks_of_a_run_arriving_at_once_compile_its_graph_once(redis_
         thread.join(10)
     assert len(compiled) == 1 and len(graphs) == 20 and all(g is graphs[0] for g in graphs)
     assert set(graphs[0].tasks) == {f"t{i}" for i in range(20)}
+
+
+def _commands(client) -> int:  # type: ignore[no-untyped-def]
+    """Commands the server has run so far (scripts' own calls included)."""
+    return sum(int(stats["calls"]) for name, stats in client.info("commandstats").items())
+
+
+def test_a_result_costs_the_same_redis_commands_in_a_wide_run_as_in_a_narrow_one() -> None:
+    """Recording a result touches only the task's dependents (the run's counters say what
+    else changed): no transition reads every task's state, which made a wide fan-out cost
+    O(tasks) per result (O(tasks^2) per run)."""
+    import redis
+
+    from tests.redis_server import RedisServer
+
+    server = RedisServer()
+    url = server.start(private=True)  # commandstats: nothing else may run commands on it
+    if url is None:
+        import pytest
+
+        pytest.skip(server.reason)
+    try:
+        client = redis.Redis.from_url(url)
+        costs = {}
+        for width in (5, 400):
+            bot = build(f"wide-{uid()}", model="scripted/echo")
+            net = create_network(f"fan{width}")
+            net.task("start", bot)
+            with net.parallel("fan", depends_on="start"):
+                for i in range(width):
+                    net.task(f"t{i}", bot)
+            net.task("join", bot, depends_on=["fan"])
+            handle, store, jobs = submit(client, net)
+            store.start_task("start", jobs["start"], "w", 5000, [])
+            _, _, items = store.complete("start", jobs["start"], result("go on"))
+            assert len(items) == width  # the start's end queued the whole fan at once
+            jobs = {task: job for task, job, _ in items}
+            store.start_task("t1", jobs["t1"], "w", 5000, [])
+            before = _commands(client)
+            _, _, more = store.complete("t1", jobs["t1"], result("one"))
+            costs[width] = _commands(client) - before
+            assert more == []  # the join waits for the rest
+            for i in range(width):
+                if i != 1:
+                    store.start_task(f"t{i}", jobs[f"t{i}"], "w", 5000, [])
+                    _, _, more = store.complete(f"t{i}", jobs[f"t{i}"], result("x"))
+            assert [task for task, _, _ in more] == ["join"]  # queued by the last parent's result only
+            join_job = more[0][1]
+            store.start_task("join", join_job, "w", 5000, [])
+            store.complete("join", join_job, result("all"))
+            assert store.status() == "completed"
+        assert costs[400] == costs[5]
+    finally:
+        server.stop()
+
+
+def test_a_run_written_before_the_counters_is_upgraded_by_its_next_transition(redis_client) -> None:  # type: ignore[no-untyped-def]
+    """A run submitted by a version without the counters (no ``open``/``active``, no
+    ``R:counts``, graph entries without ``i``/``dependents``) gets them built from its task
+    states by the first transition that touches it, then runs on as before: skips, the
+    join, the end."""
+    import json
+
+    bot = build(f"old-{uid()}", model="scripted/echo")
+    net = create_network("old")
+    net.task("a", bot)
+    net.task("b", bot)
+    net.task("router", bot, routes=["maybe"])
+    net.task("maybe", bot, depends_on="optional")
+    net.task("join", bot, depends_on=["a", "b"])
+    handle, store, jobs = submit(redis_client, net)
+    store.start_task("a", jobs["a"], "w", 5000, [])
+    store.complete("a", jobs["a"], result("a done"))
+    r = store.r  # now strip what this version adds, as the previous one wrote runs
+    r.hdel(store.key, "open", "active")
+    r.delete(store.key + ":counts", store.key + ":ready")
+    for task, raw in r.hgetall(store.key + ":graph").items():
+        entry = json.loads(raw)
+        entry.pop("i"), entry.pop("dependents")
+        r.hset(store.key + ":graph", task, json.dumps(entry))
+    store.start_task("router", jobs["router"], "w", 5000, [])
+    _, _, items = store.complete("router", jobs["router"], result("no route"))  # the upgrade, then: skipped
+    assert items == [] and store.states()["maybe"] == "skipped"
+    counts = {k.decode(): int(v) for k, v in r.hgetall(store.key + ":counts").items()}
+    assert counts["l:join"] == 1 and counts["r:join"] == 1  # b open, a ran
+    assert r.hget(store.key, "open") == b"2"  # b and join
+    store.start_task("b", jobs["b"], "w", 5000, [])
+    _, _, items = store.complete("b", jobs["b"], result("b done"))
+    [(join, job, _)] = items
+    store.start_task(join, job, "w", 5000, [])
+    store.complete(join, job, result("joined"))
+    assert store.status() == "completed"
+    assert store.states() == {"a": "done", "b": "done", "router": "done", "maybe": "skipped", "join": "done"}
+
+
+def test_max_concurrent_queues_ready_tasks_in_the_runs_order(redis_client) -> None:  # type: ignore[no-untyped-def]
+    """Tasks held back by ``max_concurrent`` wait in the run's ready set and go in the order
+    the network defines them, one per slot freed."""
+    bot = build(f"mc-{uid()}", model="scripted/echo")
+    net = create_network("mc")
+    with net.parallel("fan"):
+        for i in range(6):
+            net.task(f"t{i}", bot)
+    handle = Coordinator(connection=redis_client).submit(net, "go", max_concurrent=2)
+    store = handle.store
+    jobs = {k.decode(): v.decode() for k, v in store.r.hgetall(store.key + ":jobs").items()}
+    assert sorted(jobs) == ["t0", "t1"]
+    went = []
+    queue = list(jobs.items())
+    while queue:
+        task, job = queue.pop(0)
+        store.start_task(task, job, "w", 5000, [])
+        _, _, items = store.complete(task, job, result(task))
+        went += [t for t, _, _ in items]
+        queue += [(t, j) for t, j, _ in items]
+    assert went == ["t2", "t3", "t4", "t5"]
+    assert store.status() == "completed"
+
+
+def test_a_task_after_routed_tasks_runs_when_the_activated_one_ran(redis_client) -> None:  # type: ignore[no-untyped-def]
+    """A task depending on a router's optional tasks runs once they all ended, because the
+    one activated ran (the skipped ones count as ended, not as run), and is skipped only
+    when every one of them was."""
+    bot = build(f"rt-{uid()}", model="scripted/echo")
+    net = create_network("routed")
+    net.task("classify", bot, routes=["billing", "technical", "general"])
+    for name in ("billing", "technical", "general"):
+        net.task(name, bot, depends_on="optional")
+    net.task("sentiment", bot, depends_on=["billing", "technical", "general"])
+    handle, store, jobs = submit(redis_client, net)
+    store.start_task("classify", jobs["classify"], "w", 5000, [])
+    _, _, items = store.complete("classify", jobs["classify"], result("technical"), activate=["technical"])
+    [(task, job, _)] = items
+    assert task == "technical" and store.states()["billing"] == "skipped" == store.states()["general"]
+    store.start_task(task, job, "w", 5000, [])
+    _, _, items = store.complete(task, job, result("fixed"))
+    assert [t for t, _, _ in items] == ["sentiment"]
+    store.start_task("sentiment", items[0][1], "w", 5000, [])
+    store.complete("sentiment", items[0][1], result("calm"))
+    assert store.status() == "completed" and store.states()["sentiment"] == "done"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from robot_lab.threads import ElasticPool
 
 
@@ -84,3 +86,38 @@ def test_a_thread_limit_leaves_a_working_pool_and_a_warning(monkeypatch) -> None
         pool.shutdown(wait=True)
     assert sorted(done) == list(range(20))
     assert "threads.pool_start_failed" in [e["event"] for e in logs]
+
+
+def test_pool_shares_use_one_pool_and_each_waits_for_its_own_work() -> None:
+    """Two users (an rq loop and a bus poller, say) share the process's threads: a thread
+    one share's burst started runs the other's work, and shutting one share down waits for
+    its own work only."""
+    from robot_lab.threads import PoolShare
+
+    rq_share, bus_share = PoolShare(8, "rq-job"), PoolShare(8, "bus-x")
+    assert rq_share._pool is bus_share._pool  # one pool for the process
+    ran: dict[str, set[str]] = {"rq": set(), "bus": set()}
+    gate = threading.Event()
+    for _ in range(8):
+        bus_share.submit(lambda: ran["bus"].add(threading.current_thread().name))
+    deadline = time.monotonic() + 10
+    while len(ran["bus"]) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    bus_share.shutdown(wait=True)  # its burst is over
+    before = {t.name for t in threading.enumerate() if t.name.startswith("pool_")}
+    blocked = threading.Event()
+    rq_share.submit(lambda: (blocked.set(), gate.wait(10)))
+    for _ in range(4):
+        rq_share.submit(lambda: ran["rq"].add(threading.current_thread().name))
+    assert blocked.wait(10)
+    waiter = threading.Thread(target=rq_share.shutdown, kwargs={"wait": True})
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # the rq share's own work is still running
+    gate.set()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    assert len(ran["bus"]) >= 1 and len(ran["rq"]) >= 1
+    assert ran["rq"] <= before  # threads the bus share's burst had running ran the rq share's work
+    with pytest.raises(RuntimeError):
+        rq_share.submit(lambda: None)

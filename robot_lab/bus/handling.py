@@ -29,7 +29,7 @@ import redis as _redis
 from robot_lab.errors import SchemaError
 from robot_lab.logging import get_logger, log_context
 from robot_lab.outage import is_outage, outage_cause
-from robot_lab.threads import ElasticPool
+from robot_lab.threads import PoolShare
 from robot_lab.observability import metrics
 from robot_lab.tracing import continue_trace
 from robot_lab.schemas import RobotMessage, utcnow
@@ -140,7 +140,7 @@ class Handling(PollerState):
     def _start(self, d: Delivery) -> None:
         """Run ``d``'s handler on a pool thread (created on first use)."""
         if self._pool is None:  # normally made when the poller starts (run_forever)
-            self._pool = ElasticPool(self.in_flight, f"bus-{self.robot}")
+            self._pool = PoolShare(self.in_flight, f"bus-{self.robot}")
         self._pool.submit(self._handle_in_thread, d)
 
     def _handle_in_thread(self, d: Delivery) -> None:

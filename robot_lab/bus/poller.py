@@ -44,7 +44,7 @@ from robot_lab.errors import BusError, InputRequired
 from robot_lab.logging import get_logger
 from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, is_outage
-from robot_lab.threads import ElasticPool
+from robot_lab.threads import PoolShare
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
 from robot_lab.bus.stalls import sweep_interval
 from robot_lab.bus.core import Bus
@@ -360,7 +360,7 @@ class BusPoller(Intake, Handling, Reclaim):
                                   name=f"bus-heartbeat-{self.robot}")
         backoff = 0.1
         if self._pool_mode and self._pool is None:  # a few threads warm now, the rest on demand
-            self._pool = ElasticPool(self.in_flight, f"bus-{self.robot}")
+            self._pool = PoolShare(self.in_flight, f"bus-{self.robot}")
         log.info("bus.poller_started", robot=self.robot, consumer=self.consumer, verify=self.verify)
         if self.verify == "require" and not self.bus.keyring:
             log.warning("bus.verify_without_keys", robot=self.robot,

@@ -39,6 +39,11 @@ if TYPE_CHECKING:
 log = get_logger("robot_lab.coordinator")
 
 SWEEP_EVERY = 0.5  # seconds between sweeps of a followed run
+# A sweep reads every queued and running task of the run (states, leases, rq job statuses), so
+# a paced sweep of a wide run waits this long per such task (at least SWEEP_EVERY): a
+# 5000-task fan-out swept twice a second spent a core's fifth on it, in the coordinator and
+# in every worker, while a lost worker is found only once its lease (5 s) expired anyway.
+SWEEP_MS_PER_TASK = 1.0
 def is_embedded(connection: RedisClient) -> bool:
     """True for the in-process fakeredis (embedded mode)."""
     return type(connection).__module__.startswith("fakeredis")
@@ -126,7 +131,7 @@ class RunHandle:
                 entries = self.store.events(last, block_ms=None if last == "0-0" else block_ms)
                 if sweep and time.monotonic() - last_sweep >= SWEEP_EVERY:
                     last_sweep = time.monotonic()
-                    self.coordinator.sweep_run(self.run_id)
+                    self.coordinator.sweep_run(self.run_id, paced=True)
                 over = not entries and self.store.status() not in ("running", "unknown")
             except Exception as exc:
                 if not is_outage(exc):
@@ -313,18 +318,28 @@ class Coordinator:
         return status
 
     # --- sweeping -------------------------------------------------------------------------
-    def sweep_run(self, run_id: str) -> int:
-        """Requeue this run's lost tasks; returns how many jobs were enqueued."""
+    def sweep_run(self, run_id: str, *, paced: bool = False) -> int:
+        """Requeue this run's lost tasks; returns how many jobs were enqueued. ``paced``: only
+        when no process swept the run within its interval (``SWEEP_EVERY``, longer for a run
+        with many tasks in hand: ``SWEEP_MS_PER_TASK``; ``R:swept``), as followers and
+        sweepers do."""
         store = RunStore(self.connection, self.keys, run_id)
-        if store.status() != "running":
+        status, active = (_text(v) for v in self.connection.hmget(store.key, "status", "active"))
+        if status != "running":
             return 0
+        if paced:
+            interval_ms = max(SWEEP_EVERY * 1000, int(active or 0) * SWEEP_MS_PER_TASK)
+            if not self.connection.set(f"{store.key}:swept", "1", nx=True, px=int(interval_ms)):
+                return 0
         view = store.sweep_view()  # one read for the three checks (reclaim only touches running tasks)
-        for task, job_id in store.lost_attempts(view):
+        lost = store.lost_attempts(view)
+        for task, job_id in lost:
             # a dead worker's budget reservations go back before its task is re-run
             released = release_holder(self.connection, store.budget_holds_key(job_id))
             if released:
                 log.warning("run.budget_released", run_id=run_id, task=task, job_id=job_id, released=released)
-        items = store.reclaim()
+        # (with none lost, an advance: cheap, and it queues what a parked task's slot let through)
+        items = store.reclaim(tasks=[task for task, _ in lost]) if lost else store.advance()
         if "waiting" in view.states.values():  # answered but not resumed (a crash in between), timed out
             waiting.repair(store)
             waiting.sweep(self.connection, self.keys)
@@ -361,7 +376,7 @@ class Coordinator:
                 store.finish_housekeeping()
                 continue
             try:
-                total += self.sweep_run(run_id)
+                total += self.sweep_run(run_id, paced=True)
             except Exception as exc:  # one broken run must not stop the sweep of the others
                 if is_outage(exc):
                     raise  # Redis is away for every run: the caller backs off

@@ -79,17 +79,39 @@ class Graph:
     activators: dict[str, list[str]]
     levels: list[list[str]] = field(default_factory=list)
 
+    def parents(self, name: str) -> list[str]:
+        """The tasks whose ends decide when ``name`` runs: its activators for an optional
+        task (it runs once one activates it, else is skipped once all ended), else its deps."""
+        return self.activators.get(name, []) if self.tasks[name].optional else self.deps[name]
+
     def lua_graph(self) -> dict[str, dict[str, Any]]:
-        """Per-task JSON the run-state scripts read (see run_state.py)."""
+        """Per-task JSON the run-state scripts read (see run_state.py): ``i`` is the task's
+        place in the order (ready tasks are queued in it), ``dependents`` the tasks whose
+        :meth:`parents` include it (a result touches only those)."""
+        dependents: dict[str, list[str]] = {name: [] for name in self.order}
+        for name in self.order:
+            for parent in self.parents(name):
+                dependents[parent].append(name)
         return {
             name: {
                 "deps": self.deps[name],
                 "optional": self.tasks[name].optional,
                 "activators": self.activators.get(name, []),
                 "robot": self.tasks[name].robot,
+                "i": i,
+                "dependents": dependents[name],
             }
-            for name in self.order
+            for i, name in enumerate(self.order, 1)
         }
+
+    def counts(self) -> dict[str, int]:
+        """The run's ``R:counts`` at submit: each task's parents not ended (``l:``) and ended
+        but not skipped (``r:``)."""
+        out: dict[str, int] = {}
+        for name in self.order:
+            out[f"l:{name}"] = len(self.parents(name))
+            out[f"r:{name}"] = 0
+        return out
 
     def final_task_candidates(self) -> list[str]:
         """Sinks (no dependents, no routes), in definition order; the run's answer is the

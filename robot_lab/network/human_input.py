@@ -36,14 +36,16 @@ if TYPE_CHECKING:
 
 log = get_logger("robot_lab.network.human_input")
 
-# ARGV: run_id, task, job_id, request_json; KEYS[11] the task's lease
+# ARGV: run_id, task, job_id, request_json; LEASE (KEYS[13]) the task's lease
 PARK = transitions._LIB + r"""
 local t, job = ARGV[2], ARGV[3]
 if st(t) ~= 'running' or redis.call('HGET', JOBS, t) ~= job then return 0 end
 set_st(t, 'waiting')
-redis.call('DEL', KEYS[11])
+redis.call('DEL', LEASE)
 emit('hitl.requested', t, graph(t).robot, ARGV[4])
-return 1
+local out = advance()  -- its max_concurrent slot is free: a ready task may go
+table.insert(out, 1, 1)
+return out
 """
 
 # ARGV: run_id, task, data_json -- a waiting task goes back to ready and is queued again
@@ -77,7 +79,14 @@ def task_scope(store: RunStore, task: str, robot: str, events: Any, preloaded: A
 def park(store: RunStore, task: str, job_id: str, exc: InputRequired) -> dict[str, Any]:
     """The task's robot asked for input: move it to ``waiting`` (the job then returns)."""
     request = {k: v for k, v in (exc.request or {"question": exc.question}).items() if v is not None}
-    parked = store._eval(PARK, task, job_id, json.dumps(request, default=str), leases=(task,), critical=True)
+    raw = store._eval(PARK, task, job_id, json.dumps(request, default=str), leases=(task,), critical=True)
+    parked = isinstance(raw, list)  # else 0: not running, or another attempt's
+    if parked and len(raw) > 1:  # the tasks its freed max_concurrent slot let through
+        from robot_lab.network.graphs import graph_for
+
+        items = [tuple(v.decode() if isinstance(v, bytes) else str(v) for v in raw[i:i + 3])
+                 for i in range(1, len(raw), 3)]
+        enqueue_jobs(store.r, store.keys, store.run_id, items, graph_for(store))  # type: ignore[arg-type]
     log.info("task.waiting", request=request.get("id"), parked=bool(parked))
     return {"task": task, "status": "waiting" if parked else "stale", "request": request.get("id")}
 

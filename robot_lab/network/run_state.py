@@ -8,7 +8,7 @@ together (events carry a per-run monotonic ``seq``).
 
 Keys (``R`` = ``Keys.run(run_id)``, all sharing the run's hash tag in cluster mode)::
 
-    R               hash   network, status, message, context, spec, app, order, seq, ...
+    R               hash   network, status, message, context, spec, app, order, seq, open, active, ...
     R:graph         hash   task -> {deps, optional, activators, robot} (JSON)
     R:state         hash   task -> pending|ready|queued|running|waiting|done|failed|skipped|cancelled
     R:jobs          hash   task -> rq job id of the current attempt
@@ -17,9 +17,12 @@ Keys (``R`` = ``Keys.run(run_id)``, all sharing the run's hash tag in cluster mo
     R:results       hash   task -> RobotResult JSON
     R:activated     set    optional tasks a router activated
     R:inputs        hash   task -> the message its robot received
+    R:ready         zset   ready tasks (held back by max_concurrent), scored by their place in the order
+    R:counts        hash   l:<task> -> its parents not ended yet, r:<task> -> ended and not skipped
     R:lease:<task>  string worker name, PX lease refreshed by the running job's heartbeat
     R:stranded:<task> string job id a sweep saw off its rq queue while queued (60 s TTL)
     R:held:<task>   string job id a live worker took off its queue and has not started (PX)
+    R:swept         string a process swept the run lately (PX: the sweep interval, longer for a wide run)
     R:budget_holds:<job>  set  budgets the attempt reserved in (released when its lease is gone)
     R:events        stream one field ``event`` = RunEvent JSON
     <prefix>:runs:active  set of run ids not finished (swept for lost workers)
@@ -125,7 +128,6 @@ class RunStore:
         self.keys = keys
         self.run_id = run_id
         self.key = keys.run(run_id)
-        self._order_cache: list[str] | None = None
 
     # --- scripts ---------------------------------------------------------------------
     def _eval(self, script: str, *argv: Any, leases: tuple[str, ...] = (), critical: bool = False) -> Any:
@@ -144,13 +146,6 @@ class RunStore:
 
     def lease_key(self, task: str) -> str:
         return self.keys.run_lease(self.run_id, task)
-
-    def _order(self) -> list[str] | None:
-        """The run's task order (fixed at submit: cached)."""
-        if self._order_cache is None:
-            raw = self.r.hget(self.key, "order")
-            self._order_cache = json.loads(raw) if raw else None
-        return self._order_cache
 
     # --- submit ----------------------------------------------------------------------
     def create(
@@ -190,12 +185,15 @@ class RunStore:
                 "robots": json.dumps(robots or {}),
                 "stream": "1" if stream else "0",
                 "seq": "0",
+                "open": str(len(graph.order)),  # tasks not ended (the transitions keep it)
+                "active": "0",  # tasks queued or running (max_concurrent)
                 "traceparent": _outgoing_traceparent(),
                 SUBMITTING: str(time.time()),  # removed once its first jobs are enqueued (submitting.py)
             },
         )
         pipe.hset(self.key + ":graph", mapping={k: json.dumps(v) for k, v in graph.lua_graph().items()})
         pipe.hset(self.key + ":state", mapping={name: "pending" for name in graph.order})
+        pipe.hset(self.key + ":counts", mapping=graph.counts())
         pipe.execute()
         data = json.dumps({"network": graph.spec.name, "tasks": graph.order})
         return _triples(self._eval(transitions.START, data))
@@ -282,16 +280,19 @@ class RunStore:
         self._eval(transitions.EMIT, event, task or "", robot or "", json.dumps(data) if data else "")
 
     # --- recovery / control ----------------------------------------------------------
-    def reclaim(self, max_attempts: int | None = None) -> list[tuple[str, str, str]]:
+    def reclaim(self, max_attempts: int | None = None, tasks: list[str] | None = None) -> list[tuple[str, str, str]]:
         """Running tasks whose lease expired go back to ready (a new attempt); after
         ``max_attempts`` lost workers (``ROBOT_LAB_TASK_MAX_ATTEMPTS``, default 5) the task is
-        recorded as failed instead, and the run goes on."""
+        recorded as failed instead, and the run goes on. ``tasks``: the ones to look at (a
+        sweep passes those :meth:`lost_attempts` found; the script checks each again), else
+        every running task."""
         if max_attempts is None:
             max_attempts = int(os.environ.get("ROBOT_LAB_TASK_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS))
-        order = self._order()
-        if order is None:
+        if tasks is None:
+            tasks = [task for task, state in self.states().items() if state == "running"]
+        if not tasks:
             return []
-        return _triples(self._eval(transitions.RECLAIM, max_attempts, leases=tuple(order)))
+        return _triples(self._eval(transitions.RECLAIM, max_attempts, *tasks, leases=tuple(tasks)))
 
     def sweep_view(self) -> SweepView:
         """What a sweep reads of the run, in one round trip: task states, current job ids,
@@ -378,8 +379,8 @@ class RunStore:
         worker holds (``R:held:<task>``: the in-flight worker takes many jobs at once, and one
         may wait seconds for a thread) is never stranded. One pipelined LRANGE per queue the
         tasks' robots use (an LPOS per task scanned the queue once per task: a thousand queued
-        tasks made each sweep a million comparisons in Redis, bench/dag.py), then one EXISTS +
-        SET NX + PTTL per task off its queue."""
+        tasks made each sweep a million comparisons in Redis, bench/dag.py), then one EXISTS per
+        task off its queue, and SET NX + PTTL for those no live worker holds."""
         if not tasks:
             return []
         from rq import Queue  # lazy: start-up time
@@ -397,16 +398,18 @@ class RunStore:
         pipe = self.r.pipeline(transaction=False)
         for task in off:
             pipe.exists(self.keys.run_held(self.run_id, task))
-            pipe.set(f"{self.key}:stranded:{task}", view.jobs[task], nx=True, px=seen_ms)
-            pipe.pttl(f"{self.key}:stranded:{task}")
-        replies = pipe.execute()
-        stranded, forget = [], []
-        for i, task in enumerate(off):
-            held, first_sighting, ttl = replies[3 * i], replies[3 * i + 1], int(replies[3 * i + 2])
-            if held:
-                forget.append(task)
-            elif not first_sighting and seen_ms - ttl >= grace * 1000:
-                stranded.append(task)
+        held = pipe.execute()
+        forget = [task for task, is_held in zip(off, held) if is_held]  # a live worker has it
+        loose = [task for task, is_held in zip(off, held) if not is_held]
+        stranded = []
+        if loose:  # (an in-flight worker holds most of a wide fan-out: no marker for those)
+            pipe = self.r.pipeline(transaction=False)
+            for task in loose:
+                pipe.set(f"{self.key}:stranded:{task}", view.jobs[task], nx=True, px=seen_ms)
+                pipe.pttl(f"{self.key}:stranded:{task}")
+            replies = pipe.execute()
+            stranded = [task for i, task in enumerate(loose)
+                        if not replies[2 * i] and seen_ms - int(replies[2 * i + 1]) >= grace * 1000]
         if stranded or forget:  # the run's keys share its hash tag: one slot, one DEL
             self.r.delete(*(f"{self.key}:stranded:{task}" for task in stranded + forget))
         return stranded
@@ -504,8 +507,7 @@ class RunStore:
         """Once a run is over: drop it from the active set and let its keys expire."""
         pipe = self.r.pipeline(transaction=False)
         pipe.srem(self.keys.runs_active(), self.run_id)
-        for suffix in ("", ":graph", ":state", ":jobs", ":attempts", ":queued_at", ":results",
-                       ":activated", ":events", ":inputs"):
+        for suffix in transitions.RUN_KEY_SUFFIXES:
             pipe.expire(self.key + suffix, RUN_TTL)
         expire_finished_run(pipe, self.keys, self.run_id, RUN_TTL)  # its memory, the runs index
         pipe.execute()

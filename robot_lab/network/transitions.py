@@ -4,15 +4,19 @@ Why Lua: two parents finishing at the same moment must not both enqueue their ch
 claimed task must not be claimed twice, and each state change must be written together with
 its event. One script per transition gives all three without WATCH/MULTI retries.
 
-Every script starts with the shared library ``_LIB`` (``st``, ``emit``, ``graph``,
+Every script starts with the shared library ``_LIB`` (``st``, ``set_st``, ``emit``, ``graph``,
 ``advance``) and takes ``ARGV[1]`` = the run id and, as ``KEYS``, every key it touches:
-the ten keys of :data:`RUN_KEY_SUFFIXES` (``KEYS[1]`` = the run hash) and then lease keys
--- the lease of ``ARGV[2]`` for CLAIM, START_TASK, COMPLETE and RELEASE, the lease of every task in the
-run's order for RECLAIM. No script builds a key name, so each is correct under Redis Cluster
-rules (all the run's keys share its hash tag, so they sit in one slot). The key layout and
-the task states are described in :mod:`.run_state`, which is the only caller.
-``advance()`` moves pending tasks to ready/skipped, queues ready ones up to
-``max_concurrent`` and returns ``task, job_id, robot`` triples the caller must enqueue.
+the twelve keys of :data:`RUN_KEY_SUFFIXES` (``KEYS[1]`` = the run hash) and then lease keys
+-- the lease of ``ARGV[2]`` for CLAIM, START_TASK, COMPLETE, RELEASE and PARK, the lease of
+each task it is given for RECLAIM. No script builds a key name, so each is correct under
+Redis Cluster rules (all the run's keys share its hash tag, so they sit in one slot). The
+key layout and the task states are described in :mod:`.run_state`, which is the only caller.
+
+No transition reads every task: ``set_st`` keeps the run's counters (tasks open and active,
+each task's parents not ended) and its ready set, so a result costs O(its dependents) in
+Redis. ``advance()`` looks only at the tasks a change may have made runnable, queues ready
+ones up to ``max_concurrent`` and returns ``task, job_id, robot`` triples the caller must
+enqueue. START and CANCEL are O(tasks) once per run; so is ``finish_run``.
 """
 
 from __future__ import annotations
@@ -27,42 +31,42 @@ if TYPE_CHECKING:
 
 _SCRIPT_SHAS: dict[str, str] = {}
 
-# KEYS[1..10] of every script, in this order (suffixes of the run key).
+# KEYS[1..12] of every script, in this order (suffixes of the run key).
 RUN_KEY_SUFFIXES = ("", ":graph", ":state", ":jobs", ":attempts", ":queued_at", ":results", ":activated", ":events",
-                    ":inputs")
+                    ":inputs", ":ready", ":counts")
 LEASE_KEYS_FROM = len(RUN_KEY_SUFFIXES) + 1  # KEYS index of the first lease key
 
 _LIB = r"""
 local R, GRAPH, STATE, JOBS, ATTEMPTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local QUEUED_AT, RESULTS, ACTIVATED, EVENTS, INPUTS = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local READY, COUNTS, LEASE = KEYS[11], KEYS[12], KEYS[13]
 local RUN_ID = ARGV[1]
 local TERMINAL = {done=true, failed=true, skipped=true, cancelled=true}
--- Task states are read through a per-call cache (S): advance() loads the whole hash with one
--- HGETALL instead of an HGET per task per pass (O(tasks) calls made a 200-task run's scripts
--- cost 1.2 ms each); every write goes through set_st so the cache stays the truth.
-local S, S_ALL = {}, false
+local ACTIVE = {queued=true, running=true}
+-- Task states are read through a per-call cache (S); every write goes through set_st, which
+-- also keeps the run's counters, so no transition reads every task:
+--   R.open / R.active   tasks not terminal / queued or running (finish, max_concurrent)
+--   READY               zset of ready tasks by their place in the order (queued first come first)
+--   COUNTS l:<t> r:<t>  parents of t not terminal yet / terminal and not skipped
+-- A parent's end decrements its dependents' l:, and a dependent whose l: reaches 0 (or that
+-- a router activated) is looked at by advance(): a result costs O(its dependents), not
+-- O(tasks) -- reading every state after each result made a 1000-task fan-out O(n^2).
+local S = {}
 local function st(t)
   local s = S[t]
   if s == nil then
-    if S_ALL then return false end
     s = redis.call('HGET', STATE, t)
     S[t] = s
   end
   return s
 end
-local function load_states()
-  if S_ALL then return end
-  local flat = redis.call('HGETALL', STATE)
-  for i = 1, #flat, 2 do S[flat[i]] = flat[i + 1] end
-  S_ALL = true
-end
-local function set_st(t, v)
-  redis.call('HSET', STATE, t, v)
-  S[t] = v
-end
-local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+local NOW = nil
+local function now()  -- one TIME per script: its writes happen at one instant anyway
+  if NOW == nil then
+    local t = redis.call('TIME')
+    NOW = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  end
+  return NOW
 end
 -- data_json: an already encoded JSON object (or nil)
 local function emit(event, task, robot, data_json)
@@ -75,14 +79,83 @@ local function emit(event, task, robot, data_json)
   table.insert(parts, '}')
   redis.call('XADD', EVENTS, '*', 'event', table.concat(parts))
 end
+local G = {}  -- decoded graph entries, per call
+local function graph(t)
+  local g = G[t]
+  if g == nil then
+    g = cjson.decode(redis.call('HGET', GRAPH, t))
+    G[t] = g
+  end
+  return g
+end
+local function parents(g)
+  if g.optional then return g.activators end
+  return g.deps
+end
+local CHECK, CHECK_AT = {}, 1  -- tasks advance() must look at (FIFO: parents before children)
+local function check(t) table.insert(CHECK, t) end
+local function ran(s) return TERMINAL[s] == true and s ~= 'skipped' end  -- a boolean: nil ~= false
+local function set_st(t, v)
+  local old = st(t)
+  redis.call('HSET', STATE, t, v)
+  S[t] = v
+  if old == v then return end
+  if ACTIVE[old] ~= ACTIVE[v] then redis.call('HINCRBY', R, 'active', ACTIVE[v] and 1 or -1) end
+  if old == 'ready' then redis.call('ZREM', READY, t) end
+  if v == 'ready' then redis.call('ZADD', READY, graph(t).i, t) end
+  local ended, ran_delta = 0, 0
+  if TERMINAL[old] ~= TERMINAL[v] then ended = TERMINAL[v] and 1 or -1 end
+  if ran(old) ~= ran(v) then ran_delta = ran(v) and 1 or -1 end
+  if ended ~= 0 then redis.call('HINCRBY', R, 'open', -ended) end
+  if ended == 0 and ran_delta == 0 then return end
+  for _, c in ipairs(graph(t).dependents) do
+    if ran_delta ~= 0 then redis.call('HINCRBY', COUNTS, 'r:' .. c, ran_delta) end
+    if ended ~= 0 and redis.call('HINCRBY', COUNTS, 'l:' .. c, -ended) == 0 then check(c) end
+  end
+end
+-- A run written before the counters existed: build them (and each graph entry's place and
+-- dependents) from its states, once; every later transition keeps them.
+local function upgrade()
+  if redis.call('HEXISTS', R, 'open') == 1 then return end
+  local raw = redis.call('HGET', R, 'order')
+  if not raw then return end
+  local order = cjson.decode(raw)
+  local kids = {}
+  for _, t in ipairs(order) do
+    for _, p in ipairs(parents(graph(t))) do
+      kids[p] = kids[p] or {}
+      table.insert(kids[p], cjson.encode(t))
+    end
+  end
+  local open, active = 0, 0
+  for i, t in ipairs(order) do
+    local entry = redis.call('HGET', GRAPH, t)
+    entry = string.sub(entry, 1, -2) .. ',"i":' .. i .. ',"dependents":[' .. table.concat(kids[t] or {}, ',') .. ']}'
+    redis.call('HSET', GRAPH, t, entry)
+    G[t] = cjson.decode(entry)
+    local s = st(t)
+    if not TERMINAL[s] then open = open + 1 end
+    if ACTIVE[s] then active = active + 1 end
+    if s == 'ready' then redis.call('ZADD', READY, i, t) end
+    local left, done = 0, 0
+    for _, p in ipairs(parents(G[t])) do
+      if not TERMINAL[st(p)] then left = left + 1 elseif ran(st(p)) then done = done + 1 end
+    end
+    redis.call('HSET', COUNTS, 'l:' .. t, left, 'r:' .. t, done)
+    if s == 'pending' then check(t) end
+  end
+  redis.call('HSET', R, 'open', open, 'active', active)
+end
+upgrade()
 -- How a finished run ends (every task terminal): 'completed' when no task failed, else
 -- 'completed_with_errors' -- a failing robot does not stop the run, but the run must not
 -- read as a success. The task counts go on the run record and into run.completed's data,
--- so listings and watchers need not read the task states.
-local function finish_run(order, ts)
+-- so listings and watchers need not read the task states. Once per run: it reads them all.
+local function finish_run(ts)
   local counts = {done = 0, failed = 0, skipped = 0, cancelled = 0}
-  for _, t in ipairs(order) do
-    local s = st(t)
+  local flat = redis.call('HGETALL', STATE)
+  for i = 2, #flat, 2 do
+    local s = flat[i]
     counts[s] = (counts[s] or 0) + 1
   end
   local status = 'completed'
@@ -93,84 +166,54 @@ local function finish_run(order, ts)
        ',"failed":' .. counts.failed .. ',"skipped":' .. counts.skipped .. '}')
   emit('stream.ended', nil, nil, nil)
 end
-local G = {}  -- decoded graph entries, per call
-local function graph(t)
-  local g = G[t]
-  if g == nil then
-    g = cjson.decode(redis.call('HGET', GRAPH, t))
-    G[t] = g
-  end
-  return g
-end
+-- Pending tasks that were checked move to ready/skipped (a skip can make its dependents
+-- checked in turn); ready tasks are queued up to max_concurrent; the run finishes when no
+-- task is open. Returns the task, job_id, robot triples the caller must enqueue.
 local function advance()
-  load_states()
-  local order = cjson.decode(redis.call('HGET', R, 'order'))
-  local changed = true
-  while changed do
-    changed = false
-    for _, t in ipairs(order) do
-      if st(t) == 'pending' then
-        local g = graph(t)
-        local new = nil
-        if g.optional then
-          if redis.call('SISMEMBER', ACTIVATED, t) == 1 then
-            new = 'ready'
-          else
-            local all = true
-            for _, a in ipairs(g.activators) do
-              if not TERMINAL[st(a)] then all = false; break end
-            end
-            if all then new = 'skipped' end
-          end
-        else
-          local all = true
-          local any = (#g.deps == 0)
-          for _, d in ipairs(g.deps) do
-            local s = st(d)
-            if not TERMINAL[s] then all = false; break end
-            if s ~= 'skipped' then any = true end
-          end
-          if all then
-            if any then new = 'ready' else new = 'skipped' end
-          end
-        end
-        if new then
-          set_st(t, new)
-          changed = true
-          if new == 'skipped' then emit('task.skipped', t, g.robot, nil) end
-        end
+  while CHECK_AT <= #CHECK do
+    local t = CHECK[CHECK_AT]
+    CHECK_AT = CHECK_AT + 1
+    if st(t) == 'pending' then
+      local g = graph(t)
+      local new = nil
+      local left = tonumber(redis.call('HGET', COUNTS, 'l:' .. t))
+      if g.optional then
+        if redis.call('SISMEMBER', ACTIVATED, t) == 1 then new = 'ready' elseif left == 0 then new = 'skipped' end
+      elseif left == 0 then
+        if #g.deps == 0 or tonumber(redis.call('HGET', COUNTS, 'r:' .. t)) > 0 then new = 'ready' else new = 'skipped' end
+      end
+      if new then
+        set_st(t, new)
+        if new == 'skipped' then emit('task.skipped', t, g.robot, nil) end
       end
     end
   end
   local out = {}
-  if redis.call('HGET', R, 'status') ~= 'running' then return out end
-  local limit = tonumber(redis.call('HGET', R, 'max_concurrent') or '0') or 0
-  local inflight = 0
-  for _, t in ipairs(order) do
-    local s = st(t)
-    if s == 'queued' or s == 'running' then inflight = inflight + 1 end
+  local run = redis.call('HMGET', R, 'status', 'max_concurrent', 'active', 'open')
+  if run[1] ~= 'running' then return out end
+  local limit = tonumber(run[2] or '0') or 0
+  local ready
+  if limit <= 0 then
+    ready = redis.call('ZRANGE', READY, 0, -1)
+  elseif limit > tonumber(run[3]) then
+    ready = redis.call('ZRANGE', READY, 0, limit - tonumber(run[3]) - 1)
+  else
+    ready = {}
   end
   local ts = now()
-  for _, t in ipairs(order) do
-    if st(t) == 'ready' and (limit <= 0 or inflight < limit) then
-      local attempt = redis.call('HINCRBY', ATTEMPTS, t, 1)
-      local job = 'rl-' .. RUN_ID .. '-' .. t .. '-' .. attempt
-      local g = graph(t)
-      set_st(t, 'queued')
-      redis.call('HSET', JOBS, t, job)
-      redis.call('HSET', QUEUED_AT, t, tostring(ts))
-      inflight = inflight + 1
-      emit('task.queued', t, g.robot, '{"job_id":' .. cjson.encode(job) .. ',"attempt":' .. attempt .. '}')
-      table.insert(out, t)
-      table.insert(out, job)
-      table.insert(out, g.robot)
-    end
+  for _, t in ipairs(ready) do
+    local attempt = redis.call('HINCRBY', ATTEMPTS, t, 1)
+    local job = 'rl-' .. RUN_ID .. '-' .. t .. '-' .. attempt
+    local g = graph(t)
+    set_st(t, 'queued')
+    redis.call('HSET', JOBS, t, job)
+    redis.call('HSET', QUEUED_AT, t, tostring(ts))
+    emit('task.queued', t, g.robot, '{"job_id":' .. cjson.encode(job) .. ',"attempt":' .. attempt .. '}')
+    table.insert(out, t)
+    table.insert(out, job)
+    table.insert(out, g.robot)
   end
-  local finished = true
-  for _, t in ipairs(order) do
-    if not TERMINAL[st(t)] then finished = false; break end
-  end
-  if finished then finish_run(order, ts) end
+  if tonumber(redis.call('HGET', R, 'open')) == 0 then finish_run(ts) end
   return out
 end
 """
@@ -182,6 +225,7 @@ if redis.call('HGET', R, 'status') ~= 'running' then return {} end
 if redis.call('HGET', R, 'started') then return {} end
 redis.call('HSET', R, 'started', '1')
 emit('run.started', nil, nil, ARGV[2])
+for _, t in ipairs(cjson.decode(redis.call('HGET', R, 'order'))) do check(t) end  -- once: the roots go
 return advance()
 """
 
@@ -192,7 +236,7 @@ local function claim(t, job, worker, lease_ms)
   if TERMINAL[s] then return 'finished' end
   if redis.call('HGET', R, 'status') ~= 'running' then return 'cancelled' end
   if redis.call('HGET', JOBS, t) ~= job then return 'stale' end
-  local lease = KEYS[11]
+  local lease = LEASE
   if s == 'running' and redis.call('EXISTS', lease) == 1 and redis.call('GET', lease) ~= worker then
     return 'busy'
   end
@@ -206,13 +250,13 @@ local function claim(t, job, worker, lease_ms)
 end
 """
 
-# ARGV: run_id, task, job_id, worker, lease_ms; KEYS[11] the task's lease
+# ARGV: run_id, task, job_id, worker, lease_ms; LEASE (KEYS[13]) the task's lease
 CLAIM = _LIB + _CLAIM_FN + r"""
 return claim(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]))
 """
 
-# ARGV: run_id, task, job_id, worker, lease_ms, run fields (JSON list); KEYS[11] the task's
-# lease -- the claim plus what the task reads before its robot runs, in the same round trip:
+# ARGV: run_id, task, job_id, worker, lease_ms, run fields (JSON list); LEASE (KEYS[13])
+# the task's lease -- the claim plus what the task reads before its robot runs, in the same round trip:
 # {status} or {'ok', the run record's fields, the parents' results (a routed task: its
 # activators' inputs)}
 START_TASK = _LIB + _CLAIM_FN + r"""
@@ -234,7 +278,7 @@ return {'ok', meta, values}
 #       has_input ('1' or '0'), input, then event name / data_json pairs -- the events the task
 #       still owes (its last text.delta, memory.changed), emitted first (not by a duplicate or
 #       stale attempt), so a task's end costs one round trip however many events it ends with;
-# KEYS[11] the task's lease
+# LEASE (KEYS[13]) the task's lease
 COMPLETE = _LIB + r"""
 local t, job, result, outcome = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local s = st(t)
@@ -247,7 +291,7 @@ end
 if ARGV[9] == '1' then redis.call('HSET', INPUTS, t, ARGV[10]) end
 redis.call('HSET', RESULTS, t, result)
 set_st(t, outcome)
-redis.call('DEL', KEYS[11])
+redis.call('DEL', LEASE)
 local ignored = {}
 for _, name in ipairs(cjson.decode(ARGV[6])) do
   local raw = redis.call('HGET', GRAPH, name)
@@ -272,28 +316,27 @@ return out
 """
 
 # ARGV: run_id, task, job_id, data_json -- a retryable failure: back to queued for rq's retry;
-# KEYS[11] the task's lease
+# LEASE (KEYS[13]) the task's lease
 RELEASE = _LIB + r"""
 local t, job = ARGV[2], ARGV[3]
 if st(t) ~= 'running' or redis.call('HGET', JOBS, t) ~= job then return 0 end
 set_st(t, 'queued')
 redis.call('HSET', QUEUED_AT, t, tostring(now()))
-redis.call('DEL', KEYS[11])
+redis.call('DEL', LEASE)
 emit('task.retrying', t, graph(t).robot, ARGV[4])
 return 1
 """
 
-# ARGV: run_id, max_attempts; KEYS[11..]: the lease of each task of the run's order, in order.
-# Running tasks whose lease expired go back to ready, then advance.
+# ARGV: run_id, max_attempts, then the tasks to look at; KEYS[13..]: their leases, in that
+# order. Those of them still running whose lease expired go back to ready, then advance.
 RECLAIM = _LIB + r"""
 if redis.call('HGET', R, 'status') ~= 'running' then return {} end
-local order = cjson.decode(redis.call('HGET', R, 'order'))
-if #KEYS ~= 10 + #order then return redis.error_reply('RECLAIM needs the lease key of every task') end
-load_states()
-for i, t in ipairs(order) do
+if #KEYS ~= 12 + #ARGV - 2 then return redis.error_reply('RECLAIM needs the lease key of every task it is given') end
+local max_attempts = tonumber(ARGV[2] or '0')
+for i = 3, #ARGV do
+  local t = ARGV[i]
   if st(t) == 'running' and redis.call('EXISTS', KEYS[10 + i]) == 0 then
     local attempts = tonumber(redis.call('HGET', ATTEMPTS, t) or '0')
-    local max_attempts = tonumber(ARGV[2] or '0')
     if max_attempts > 0 and attempts >= max_attempts then
       -- a task that keeps killing its workers (or cannot even load) must not loop forever
       local robot = graph(t).robot
@@ -318,10 +361,10 @@ CANCEL = _LIB + r"""
 local status = redis.call('HGET', R, 'status')
 if status ~= 'running' then return status or 'unknown' end
 redis.call('HSET', R, 'status', 'cancelled', 'finished_at', tostring(now()))
-local order = cjson.decode(redis.call('HGET', R, 'order'))
-load_states()
-for _, t in ipairs(order) do
-  local s = st(t)
+local flat = redis.call('HGETALL', STATE)
+for i = 1, #flat, 2 do
+  local t, s = flat[i], flat[i + 1]
+  S[t] = s
   if s == 'pending' or s == 'ready' or s == 'queued' or s == 'waiting' then
     set_st(t, 'cancelled')
   end
@@ -344,28 +387,17 @@ if status == 'cancelled' then return {'cancelled'} end
 local s = st(t)
 if not s then return {'unknown-task'} end
 if s ~= 'failed' then return {'not-failed'} end
-load_states()
-local order = cjson.decode(redis.call('HGET', R, 'order'))
-local reset, changed = {[t] = true}, true
-while changed do
-  changed = false
-  for _, n in ipairs(order) do
-    if not reset[n] then
-      local g = graph(n)
-      local parents = g.deps
-      if g.optional then parents = g.activators end
-      for _, p in ipairs(parents) do
-        if reset[p] then reset[n] = true; changed = true; break end
-      end
-    end
+local reset, names = {[t] = true}, {t}
+local i = 1
+while i <= #names do  -- everything downstream: the dependents' closure
+  for _, c in ipairs(graph(names[i]).dependents) do
+    if not reset[c] then reset[c] = true; table.insert(names, c) end
   end
+  i = i + 1
 end
-local names = {}
-for _, n in ipairs(order) do
-  if reset[n] then
-    if st(n) == 'queued' or st(n) == 'running' then return {'busy', n} end
-    table.insert(names, n)
-  end
+table.sort(names, function(a, b) return graph(a).i < graph(b).i end)  -- in the run's order
+for _, n in ipairs(names) do
+  if ACTIVE[st(n)] then return {'busy', n} end
 end
 for _, n in ipairs(names) do
   set_st(n, n == t and 'ready' or 'pending')

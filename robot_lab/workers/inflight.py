@@ -9,7 +9,8 @@ synchronous code, and Dramatiq makes the same choice (8 threads per process by d
 
 **Network tasks** -- :class:`InFlightWorker` (built by :func:`in_flight_worker_class`): one rq
 ``SimpleWorker`` whose work loop takes jobs only when one of its N slots is free and runs
-each on a pool thread (started on demand, :mod:`robot_lab.threads`). rq 3 models a worker
+each on a pool thread (started on demand, :mod:`robot_lab.threads`; one pool per process, shared
+with the bus pollers, so a burst's threads serve the next one's work). rq 3 models a worker
 with several executions (``Execution`` objects in the worker's executions set); network task
 jobs run on the lean lifecycle of :mod:`.task_lifecycle` (rq's records in one pipeline to
 start and one to finish, rq's own failure handling), any other job through rq's
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from robot_lab.logging import get_logger
 from robot_lab.outage import is_outage
-from robot_lab.threads import ElasticPool
+from robot_lab.threads import PoolShare
 from robot_lab.workers.health import JOB_SLACK, LOOP_SLACK
 from robot_lab.workers.supervision import RidesOutages
 
@@ -147,7 +148,7 @@ def in_flight_worker_class() -> type:
             self.loop_beat = 0.0
             self._jobs: dict[str, tuple[float, float | None]] = {}  # job id -> (started, timeout)
             self._slots = threading.Condition()
-            self._pool: Any = None  # an ElasticPool (robot_lab/threads.py), made when work() starts taking jobs (again)
+            self._pool: Any = None  # a PoolShare of the process pool (robot_lab/threads.py), made when work() starts taking jobs (again)
             self._waiting = False  # the main thread waits for a job or a slot: nothing in hand
             self._cold = False
             self._suspension_checked = 0.0
@@ -159,7 +160,7 @@ def in_flight_worker_class() -> type:
         # --- taking jobs --------------------------------------------------------------
         def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
             if self._pool is None:  # a few threads warm, the rest started on demand (robot_lab/threads.py)
-                self._pool = ElasticPool(self.in_flight, "rq-job")
+                self._pool = PoolShare(self.in_flight, "rq-job")
             while True:
                 self._wait_for_slot()
                 if self._taken:
@@ -315,7 +316,7 @@ def in_flight_worker_class() -> type:
                 self._jobs[job.id] = (time.monotonic(), timeout)
             self._hold([job])  # taken by rq's own blocking dequeue: not held yet
             if self._pool is None:  # normally made before the first dequeue
-                self._pool = ElasticPool(self.in_flight, "rq-job")
+                self._pool = PoolShare(self.in_flight, "rq-job")
             self._pool.submit(self._run_job, job, queue)
 
         def _run_job(self, job: Any, queue: Any) -> None:
