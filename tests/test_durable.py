@@ -266,6 +266,29 @@ def test_a_network_task_delegating_to_a_robot_that_asks_parks_and_its_answer_goe
     assert _model_calls(desk.name) == 2 and _model_calls(boss.name) == 2  # no model call made twice
 
 
+def test_resumes_after_answers_do_not_count_as_lost_workers(redis_client, monkeypatch):
+    """Each resume after an answer is a new attempt of the task, not a lost worker: a task
+    that asked twice and then lost its worker once is requeued under max_attempts 2."""
+    monkeypatch.setenv("ROBOT_LAB_TASK_MAX_ATTEMPTS", "2")
+    net = create_network("asks-a-lot")
+    net.task("ask", build(f"asker-{uid()}", model="scripted/echo"))
+    coordinator = Coordinator(connection=redis_client)
+    handle = coordinator.submit(net, "x")
+    store, keys = handle.store, default_keys()
+    for i in range(2):  # claimed, asks, parks; answered, resumed
+        assert store.claim("ask", store.job_id("ask"), f"worker-{i}") == "ok"
+        question = InputRequired(f"Question {i}?")
+        question.request = {"id": uid(), "question": f"Question {i}?"}
+        assert waiting.park(store, "ask", store.job_id("ask"), question)["status"] == "waiting"
+        assert waiting.resume(redis_client, keys, handle.run_id, "ask", {"request_id": question.request["id"]}) == "ok"
+    assert store.attempts()["ask"] == 3 and store.resumes()["ask"] == 2
+    assert store.claim("ask", store.job_id("ask"), "doomed", lease_ms=200) == "ok"  # then the worker dies
+    wait_for(lambda: not redis_client.exists(keys.run_lease(handle.run_id, "ask")), timeout=5)
+    coordinator.sweep_run(handle.run_id)
+    assert store.states()["ask"] == "queued"  # requeued: one lost worker, not three
+    assert store.attempts()["ask"] == 4 and not [e for e in handle.events() if e.event == "task.failed"]
+
+
 def test_a_denied_approval_is_a_refusal_the_model_sees(redis_client):
     bot, handle, workers = _submit(redis_client, ASK_THEN_APPROVE)
     try:

@@ -54,6 +54,8 @@ local t = ARGV[2]
 if redis.call('HGET', R, 'status') ~= 'running' then return {'cancelled'} end
 if st(t) ~= 'waiting' then return {'not-waiting'} end
 set_st(t, 'ready')
+-- a resumed attempt is not a lost worker: RECLAIM counts attempts less resumes
+redis.call('HINCRBY', ATTEMPTS, 'resumed:' .. t, 1)
 emit('hitl.resolved', t, graph(t).robot, ARGV[3])
 local out = advance()
 table.insert(out, 1, 'ok')
@@ -92,7 +94,9 @@ def park(store: RunStore, task: str, job_id: str, exc: InputRequired) -> dict[st
 
 
 def resume(connection: RedisClient, keys: Keys, run_id: str, task: str, data: dict[str, Any]) -> str:
-    """Move a waiting task back to the queue (a new attempt); ``ok``, ``not-waiting`` or ``cancelled``."""
+    """Move a waiting task back to the queue (a new attempt, counted as a resume: it does not
+    bring the task closer to ``ROBOT_LAB_TASK_MAX_ATTEMPTS`` lost workers); ``ok``,
+    ``not-waiting`` or ``cancelled``."""
     from robot_lab.network.graphs import graph_for
 
     store = RunStore(connection, keys, run_id)

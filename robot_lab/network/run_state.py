@@ -12,7 +12,7 @@ Keys (``R`` = ``Keys.run(run_id)``, all sharing the run's hash tag in cluster mo
     R:graph         hash   task -> {deps, optional, activators, robot} (JSON)
     R:state         hash   task -> pending|ready|queued|running|waiting|done|failed|skipped|cancelled
     R:jobs          hash   task -> rq job id of the current attempt
-    R:attempts      hash   task -> number of attempts enqueued
+    R:attempts      hash   task -> number of attempts enqueued; resumed:<task> -> how many were resumes
     R:queued_at     hash   task -> time the current attempt was enqueued
     R:results       hash   task -> RobotResult JSON
     R:activated     set    optional tasks a router activated
@@ -471,7 +471,12 @@ class RunStore:
         return self._hash("state")
 
     def attempts(self) -> dict[str, int]:
-        return {k: int(v) for k, v in self._hash("attempts").items()}
+        """Attempts enqueued per task (each resume after an answer is one too)."""
+        return {k: int(v) for k, v in self._hash("attempts").items() if not k.startswith("resumed:")}
+
+    def resumes(self) -> dict[str, int]:
+        """Attempts per task that were resumes after an answer, not lost workers."""
+        return {k[len("resumed:"):]: int(v) for k, v in self._hash("attempts").items() if k.startswith("resumed:")}
 
     def job_id(self, task: str) -> str | None:
         value = self.r.hget(self.key + ":jobs", task)

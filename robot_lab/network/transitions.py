@@ -336,7 +336,8 @@ local max_attempts = tonumber(ARGV[2] or '0')
 for i = 3, #ARGV do
   local t = ARGV[i]
   if st(t) == 'running' and redis.call('EXISTS', KEYS[10 + i]) == 0 then
-    local attempts = tonumber(redis.call('HGET', ATTEMPTS, t) or '0')
+    local attempts = tonumber(redis.call('HGET', ATTEMPTS, t) or '0') -
+                     tonumber(redis.call('HGET', ATTEMPTS, 'resumed:' .. t) or '0')
     if max_attempts > 0 and attempts >= max_attempts then
       -- a task that keeps killing its workers (or cannot even load) must not loop forever
       local robot = graph(t).robot
