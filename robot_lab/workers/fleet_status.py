@@ -284,8 +284,7 @@ def rq_queue_robots(connection: RedisClient, keys: Keys) -> list[str]:
         for key in workers:
             pipe.hget(key, "queues")
         for queues in pipe.execute():
-            names.update(q.removeprefix("robot:") for q in _s(queues or b"").split(",")
-                         if q.startswith("robot:") and queue_name(q.removeprefix("robot:")) == q)
+            names.update(q.removeprefix("robot:") for q in _s(queues or b"").split(",") if q.startswith("robot:"))
     candidates = sorted(n for n in names if n)
     if not candidates:
         return []
