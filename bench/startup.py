@@ -85,7 +85,7 @@ def cli_phase(url: str, repeat: int) -> None:
     robot_lab = str(BIN / "robot-lab")
     one_robot = dict(remote, ROBOT_LAB_KEY_PREFIX=base["ROBOT_LAB_KEY_PREFIX"] + "-one")
     subprocess.run([robot_lab, "send", "--create", "billing", "hi"], env=one_robot, cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL, timeout=300)
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
     sides = {
         "rq info": ([str(BIN / "rq"), "info", "--url", url], remote),
         "robot-lab status": ([robot_lab, "status"], remote),
@@ -126,7 +126,8 @@ def run_phase(repeat: int, peer: bool) -> None:
     rows: dict[str, list[tuple[float, int, int]]] = {name: [] for name in sides}
     for _ in range(repeat):
         for name, code in sides.items():
-            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+            out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                                 timeout=300)
             if out.returncode != 0:
                 raise SystemExit(f"{name}: {out.stderr[-2000:]}")
             cpu, rss, modules = out.stdout.split()
