@@ -145,11 +145,12 @@ def test_fleet_commands_load_neither_the_robot_runtime_nor_anything_heavy(
 
 @pytest.mark.parametrize("args", [["chat", "hi"], ["chat", "-m", "openai/gpt-4o-mini", "hi"]])
 def test_chat_on_the_scripted_model_or_refused_loads_no_redis_client_nor_anything_heavy(args: list[str]) -> None:
-    """A chat that uses no memory needs no Redis client, and a provider call refused by
-    ROBOT_LAB_ALLOW_MODEL_REQUESTS=0 is refused before the model SDK loads."""
+    """A chat that uses no memory needs no Redis client, and a provider model refused by
+    ROBOT_LAB_ALLOW_MODEL_REQUESTS=0 is refused before the robot (its runtime) is built."""
     modules, output = _modules_of(args)
     if "-m" in args:
-        assert "model requests are disabled" in output.lower() or "ROBOT_LAB_ALLOW_MODEL_REQUESTS" in output, output
+        assert "model requests are disabled (ROBOT_LAB_ALLOW_MODEL_REQUESTS=0)" in output, output
+        assert not {n for n in modules if n.startswith("robot_lab.runtime")}, sorted(modules)
     else:
         assert "RAISED" not in output, output
     tops = {name.split(".")[0] for name in modules}
