@@ -7,9 +7,11 @@ rounds in which the commands alternate, so a change in the machine's load hits e
 alike; the load average is printed with them. Without ``--url`` / REDIS_URL a private
 redis-server is started on a free port (and stopped after).
 
-(a) CLI cold start: ``robot-lab status``, ``runs``, ``send`` (to an unknown inbox: its one-line
-    error), ``chat`` (scripted model, embedded) and ``chat`` with a provider model refused by
-    ``ROBOT_LAB_ALLOW_MODEL_REQUESTS=0``, each beside ``rq info`` (target: ratio <= 1.0);
+(a) CLI cold start: ``robot-lab status`` (a prefix with nothing under it, and one with an inbox
+    holding a message, which also reads the bus and names rq queues), ``runs``, ``send`` (to an
+    unknown inbox: its one-line error), ``chat`` (scripted model, embedded) and ``chat`` with a
+    provider model refused by ``ROBOT_LAB_ALLOW_MODEL_REQUESTS=0``, each beside ``rq info``
+    (target: ratio <= 1.0);
     ``robot-lab --help`` beside ``python -c pass``.
 (b) first run in a fresh process: import, build a robot with one tool, run it on the scripted
     model (a tool call, then the answer); CPU and peak RSS, and the modules it loaded. With
@@ -81,9 +83,13 @@ def cli_phase(url: str, repeat: int) -> None:
     remote = dict(base, REDIS_URL=url)
     local = {k: v for k, v in base.items() if k != "REDIS_URL"}
     robot_lab = str(BIN / "robot-lab")
+    one_robot = dict(remote, ROBOT_LAB_KEY_PREFIX=base["ROBOT_LAB_KEY_PREFIX"] + "-one")
+    subprocess.run([robot_lab, "send", "--create", "billing", "hi"], env=one_robot, cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
     sides = {
         "rq info": ([str(BIN / "rq"), "info", "--url", url], remote),
         "robot-lab status": ([robot_lab, "status"], remote),
+        "robot-lab status (one inbox)": ([robot_lab, "status"], one_robot),
         "robot-lab runs": ([robot_lab, "runs"], remote),
         "robot-lab send (unknown inbox)": ([robot_lab, "send", "nobody", "hi"], remote),
         "robot-lab chat (scripted)": ([robot_lab, "chat", "hi"], local),
@@ -120,7 +126,8 @@ def run_phase(repeat: int, peer: bool) -> None:
     rows: dict[str, list[tuple[float, int, int]]] = {name: [] for name in sides}
     for _ in range(repeat):
         for name, code in sides.items():
-            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+            out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                                 timeout=300)
             if out.returncode != 0:
                 raise SystemExit(f"{name}: {out.stderr[-2000:]}")
             cpu, rss, modules = out.stdout.split()

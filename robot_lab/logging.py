@@ -4,9 +4,11 @@ Context (robot, run_id, task, message_id) rides in contextvars, so every line lo
 a message or task is handled carries it without passing loggers around. Values that look
 like secrets are masked by a processor, whatever the caller logged.
 
-structlog itself is imported when the first line is logged, not when a module asks for its
-logger (every module does, at import): a CLI command or a first run that logs nothing does
-not pay for it (bench/startup.py).
+structlog itself is imported when the first line at or above the configured level is logged,
+not when a module asks for its logger (every module does, at import) nor for a line the level
+filters out, and :func:`log_context` keeps its values in a context variable of this module:
+a CLI command or a first run that logs nothing at WARNING does not pay for structlog (which
+also imports rich) -- bench/startup.py.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 import sys
 import threading
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Iterator
 
 _configured = False
@@ -27,6 +30,13 @@ _SECRET_KEY_RE = re.compile(r"(api[_-]?key|secret|token|password|authorization)"
 _SECRET_VALUE_RE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|sk-ant-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,})")
 _declared_secrets: set[str] = set()
 _NOT_SECRET_KEYS = {"input_tokens", "output_tokens", "total_tokens", "token_budget", "tokens"}
+# What log_context bound (robot, run_id, task, message_id, trace ids): merged into each line
+# by a processor. Our own variable, not structlog's contextvars, so binding costs no import.
+_context: ContextVar[dict[str, Any]] = ContextVar("robot_lab_log_context", default={})
+# Numeric levels of the logger methods a line can be filtered on before structlog is loaded.
+_METHOD_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+                  "warn": logging.WARNING, "error": logging.ERROR, "exception": logging.ERROR,
+                  "critical": logging.CRITICAL, "fatal": logging.CRITICAL}
 
 
 def declare_secret(value: str | None) -> None:
@@ -52,6 +62,18 @@ def _mask_pair(key: Any, value: Any) -> Any:
     if isinstance(key, str) and key not in _NOT_SECRET_KEYS and _SECRET_KEY_RE.search(key):
         return "***" if value else value
     return _mask(value)
+
+
+def merge_log_context(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """Add what :func:`log_context` bound; the line's own keys win (as structlog's
+    ``merge_contextvars`` does)."""
+    bound = _context.get()
+    return {**bound, **event_dict} if bound else event_dict
+
+
+def log_context_values() -> dict[str, Any]:
+    """What :func:`log_context` has bound here (the ``robot`` a metric is labelled with)."""
+    return dict(_context.get())
 
 
 def redact_secrets(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -140,7 +162,8 @@ def _apply() -> None:
     )
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
+            structlog.contextvars.merge_contextvars,  # what other code bound in structlog's own
+            merge_log_context,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),
@@ -189,7 +212,17 @@ class _Logger:
         return self._logger
 
     def __getattr__(self, name: str) -> Any:
+        threshold = _METHOD_LEVELS.get(name)
+        if threshold is not None and "structlog" not in sys.modules:
+            # structlog not loaded yet (by anyone): a line the configured level drops needs no import
+            configure_logging()
+            if threshold < getattr(logging, _pending[0], logging.INFO):
+                return _drop
         return getattr(self._real(), name)
+
+
+def _drop(*_: Any, **__: Any) -> None:
+    """A filtered-out log line."""
 
 
 def get_logger(name: str | None = None, **initial: Any) -> Any:
@@ -198,11 +231,11 @@ def get_logger(name: str | None = None, **initial: Any) -> Any:
 
 @contextmanager
 def log_context(**values: Any) -> Iterator[None]:
-    """Bind robot/run_id/task/message_id for the duration of a block (contextvars)."""
-    structlog = structlog_module()
+    """Bind robot/run_id/task/message_id for the duration of a block: every line logged in
+    it (this thread or task, contextvars) carries them."""
     clean = {k: v for k, v in values.items() if v is not None}
-    tokens = structlog.contextvars.bind_contextvars(**clean)
+    token = _context.set({**_context.get(), **clean})
     try:
         yield
     finally:
-        structlog.contextvars.reset_contextvars(**tokens)
+        _context.reset(token)

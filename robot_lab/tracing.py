@@ -1,7 +1,7 @@
 """W3C trace context (``traceparent``) carried by every envelope and every task job.
 
 A process that handles a message or a task continues the sender's trace: the trace id stays,
-the span id is new, and both are bound in structlog's contextvars, so the log lines of one
+the span id is new, and both are bound to the log context (``log_context``), so the log lines of one
 request can be joined across processes. When OpenTelemetry is configured
 (``robot_lab/observability/otel.py``) the same header carries real spans: ``continue_trace``
 opens a span whose remote parent is the sender's, and ``outgoing_traceparent`` names the

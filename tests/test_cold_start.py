@@ -91,3 +91,82 @@ def test_cli_commands_on_the_scripted_model_never_load_litellm(args: list[str]) 
     assert "LITELLM=False" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     if "openai/gpt-4o-mini" in args:
         assert "no credentials: set OPENAI_API_KEY" in done.stdout + done.stderr
+
+
+# What no everyday CLI command may load unless its work needs it: the model SDK, the embedded
+# server, the embedding and ONNX stack, MCP, the web and A2A tiers, metrics, structlog (nothing
+# is logged at the CLI's WARNING level) and jinja2 (no template). Asserted on the modules the
+# process holds when the command returns, not on time (bench/startup.py has the figures).
+HEAVY = {"litellm", "fakeredis", "numpy", "mcp", "fastembed", "onnxruntime", "starlette", "uvicorn", "a2a",
+         "prometheus_client", "structlog", "jinja2", "lupa", "httpx", "openai", "tiktoken"}
+
+MODULES_RUN = r"""
+import json, sys
+from robot_lab.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+except BaseException as exc:  # a command's clear error (or exit) is part of what it does
+    print(f"RAISED={type(exc).__name__}: {exc}", flush=True)
+print("MODULES=" + json.dumps(sorted(sys.modules)), flush=True)
+"""
+
+
+def _modules_of(args: list[str], **extra: str) -> tuple[set[str], str]:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "ROBOT_LAB_ALLOW_MODEL_REQUESTS": "0", "HOME": "/tmp", **extra}
+    done = subprocess.run([sys.executable, "-c", MODULES_RUN, *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("MODULES=")]
+    assert lines, done.stdout[-2000:] + done.stderr[-2000:]
+    return set(json.loads(lines[0].removeprefix("MODULES="))), done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("args", [["status"], ["status", "--json"], ["runs"], ["send", "nobody", "hi"]])
+def test_fleet_commands_load_neither_the_robot_runtime_nor_anything_heavy(
+        args: list[str], real_redis_url: str, key_prefix: str) -> None:
+    """``status``, ``runs`` and ``send`` on a real Redis read keys: no robot runtime, model
+    gateway, memory or skills, no DAG engine for a prefix without robots (rq's keys are not
+    prefixed: the robot queues other prefixes left on this shared server must not load it), no
+    bus poller, nothing of HEAVY."""
+    modules, output = _modules_of(args, REDIS_URL=real_redis_url, ROBOT_LAB_KEY_PREFIX=key_prefix)
+    if args[0] == "send":
+        assert "Unknown channel" in output, output  # it did its work: the one-line refusal
+    else:
+        assert "RAISED" not in output, output
+    tops = {name.split(".")[0] for name in modules}
+    assert not HEAVY & tops, sorted(HEAVY & tops)
+    ours = {name for name in modules if name.startswith("robot_lab.")}
+    assert not {n for n in ours if n.startswith(("robot_lab.runtime", "robot_lab.network", "robot_lab.llm",
+                                                  "robot_lab.memory", "robot_lab.skills"))}, sorted(ours)
+    assert "robot_lab.bus.poller" not in ours, sorted(ours)
+    if args[0] == "runs":  # a runs listing reads run records: no bus at all
+        assert not {n for n in ours if n.startswith("robot_lab.bus")}, sorted(ours)
+
+
+@pytest.mark.parametrize("args", [["chat", "hi"], ["chat", "-m", "openai/gpt-4o-mini", "hi"]])
+def test_chat_on_the_scripted_model_or_refused_loads_no_redis_client_nor_anything_heavy(args: list[str]) -> None:
+    """A chat that uses no memory needs no Redis client, and a provider model refused by
+    ROBOT_LAB_ALLOW_MODEL_REQUESTS=0 is refused before the robot (its runtime) is built."""
+    modules, output = _modules_of(args)
+    if "-m" in args:
+        assert "model requests are disabled (ROBOT_LAB_ALLOW_MODEL_REQUESTS=0)" in output, output
+        assert not {n for n in modules if n.startswith("robot_lab.runtime")}, sorted(modules)
+    else:
+        assert "RAISED" not in output, output
+    tops = {name.split(".")[0] for name in modules}
+    assert not (HEAVY | {"redis", "rq"}) & tops, sorted((HEAVY | {"redis", "rq"}) & tops)
+
+
+def test_the_bus_package_exports_lazily_and_every_name_resolves() -> None:
+    """``robot_lab.bus`` loads a module when one of its names is first used, so a reader of
+    inbox statistics (``Bus`` from ``.core``) does not load the poller's modules."""
+    code = ("import sys, robot_lab.bus as bus\n"
+            "assert 'robot_lab.bus.core' not in sys.modules\n"
+            "from robot_lab.bus import Bus\n"
+            "assert 'robot_lab.bus.poller' not in sys.modules\n"
+            "assert sorted(bus.__all__) == sorted(bus._EXPORTS)\n"
+            "print(sorted(type(getattr(bus, n)).__name__ for n in bus.__all__))\n")
+    done = subprocess.run([sys.executable, "-c", code], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT),
+                                                              "HOME": "/tmp"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "robot_lab.bus.poller" not in done.stderr and "'type'" in done.stdout

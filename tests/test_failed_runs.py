@@ -81,7 +81,7 @@ def test_run_embedded_exits_3_and_names_the_failed_task(_fresh_embedded, monkeyp
     monkeypatch.setenv("FAILING_NETWORK_SUFFIX", "")
     out = CliRunner().invoke(main, ["run", TARGET, "x", "--json"])
     assert out.exit_code == 3, out.output
-    data = json.loads(next(line for line in out.output.splitlines() if line.startswith('{"run_id"')))
+    data = json.loads(next(line for line in out.stdout.splitlines() if line.startswith('{"run_id"')))
     assert data["status"] == "completed_with_errors" and data["states"]["bad"] == "failed"
     assert f"Error: run {data['run_id']}: 1 task(s) failed: bad (Error: InferenceError:" in out.output
     listed = CliRunner().invoke(main, ["runs", "--status", "completed_with_errors", "--json"])

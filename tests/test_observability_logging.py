@@ -47,7 +47,7 @@ def test_threads_logging_their_first_lines_at_once_import_structlog_once() -> No
         "    gate.wait()\n"
         "    try:\n"
         "        with log_context(task=str(i)):\n"
-        "            get_logger('t').debug('first', i=i)\n"
+        "            get_logger('t').info('first', i=i)\n"
         "    except Exception as exc:\n"
         "        errors.append(repr(exc))\n"
         "threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]\n"

@@ -136,6 +136,8 @@ def test_a_robot_lab_worker_process_refuses_injected_jobs_and_serves_on(real_red
         raise
     assert result.status == "completed" and result["answer"].reply == "echo: still serving"
     assert not marker.exists() and worker.poll() is None
+    # in flight, the refused job ends on a thread of its own: it may be recorded after the task
+    wait_for(lambda: "failed" in _failure(client, bad), timeout=30)
     assert "JobRefused" in _failure(client, bad)
     log = Path(worker.log_path).read_text(errors="replace")  # type: ignore[attr-defined]
     events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]

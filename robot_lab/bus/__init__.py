@@ -3,15 +3,30 @@
 ``Bus`` publishes RobotMessage envelopes, sends replies, makes requests and inspects inboxes
 and dead letters; ``BusPoller`` consumes one robot's inbox as one consumer of its group.
 See docs/bus.md.
+
+The names below are exported lazily (PEP 562), as the package's own are: a reader of inbox
+statistics (``robot-lab status``, ``send``) imports :mod:`.core` and not the poller's modules.
 """
 
-from robot_lab.bus.core import Bus
-from robot_lab.bus.names import check_robot_name
-from robot_lab.bus.requests import REPLY_PREFIX
-from robot_lab.bus.delivery import Delivery
-from robot_lab.bus.poller import BusPoller, default_consumer_name, flatten_content
-from robot_lab.bus.records import DeadLetter, InboxStats, OutboxEntry
-from robot_lab.bus.keyring import Keyring
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "Bus": "robot_lab.bus.core",
+    "check_robot_name": "robot_lab.bus.names",
+    "REPLY_PREFIX": "robot_lab.bus.requests",
+    "Delivery": "robot_lab.bus.delivery",
+    "BusPoller": "robot_lab.bus.poller",
+    "default_consumer_name": "robot_lab.bus.poller",
+    "flatten_content": "robot_lab.bus.poller",
+    "DeadLetter": "robot_lab.bus.records",
+    "InboxStats": "robot_lab.bus.records",
+    "OutboxEntry": "robot_lab.bus.records",
+    "Keyring": "robot_lab.bus.keyring",
+}
 
 __all__ = [
     "REPLY_PREFIX",
@@ -26,3 +41,26 @@ __all__ = [
     "default_consumer_name",
     "flatten_content",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'robot_lab.bus' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from robot_lab.bus.core import Bus  # noqa: F401
+    from robot_lab.bus.delivery import Delivery  # noqa: F401
+    from robot_lab.bus.keyring import Keyring  # noqa: F401
+    from robot_lab.bus.names import check_robot_name  # noqa: F401
+    from robot_lab.bus.poller import BusPoller, default_consumer_name, flatten_content  # noqa: F401
+    from robot_lab.bus.records import DeadLetter, InboxStats, OutboxEntry  # noqa: F401
+    from robot_lab.bus.requests import REPLY_PREFIX  # noqa: F401

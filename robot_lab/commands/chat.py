@@ -56,9 +56,13 @@ def chat(
       robot-lab chat --tool mypkg.tools:lookup "find order 42"
       robot-lab chat --skills pdf --attach form.pdf "fill out this form for me"
     """
-    from robot_lab.runtime.robot import build  # lazy: start-up time
-
     try:
+        if model and not template:  # refused before the robot (and its runtime) is built
+            from robot_lab.llm.gateway import check_model_allowed  # lazy: start-up time
+
+            check_model_allowed(model)
+        from robot_lab.runtime.robot import build  # lazy: start-up time
+
         robot = build(
             name=name,
             model=model,

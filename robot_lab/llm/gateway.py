@@ -88,6 +88,16 @@ def _model_requests_allowed() -> bool:
     return get_settings().allow_model_requests
 
 
+def check_model_allowed(model: str) -> None:
+    """Refuse a provider model while model requests are disabled (the kill switch above):
+    every call checks it, and ``robot-lab chat -m`` checks it before it builds the robot."""
+    if not is_scripted(model) and not _model_requests_allowed():
+        raise ConfigurationError(
+            f"model requests are disabled (ROBOT_LAB_ALLOW_MODEL_REQUESTS=0): refusing to call {model!r}; "
+            "use a scripted/... model"
+        )
+
+
 def _check_credentials(litellm: Any, model: str, kwargs: dict[str, Any]) -> None:
     """Fail before the first attempt when the provider's key is not in the environment."""
     if kwargs.get("api_key") or kwargs.get("api_base"):
@@ -282,11 +292,7 @@ class LLMGateway:
         """The offline guard, the endpoint and the credentials check, then litellm (None:
         answer the scripted model directly) and the call's keyword arguments (shared by the
         sync and the async call). ``max_retries=0``: litellm never retries on its own."""
-        if not is_scripted(model) and not _model_requests_allowed():
-            raise ConfigurationError(
-                f"model requests are disabled (ROBOT_LAB_ALLOW_MODEL_REQUESTS=0): refusing to call {model!r}; "
-                "use a scripted/... model"
-            )
+        check_model_allowed(model)
         if not is_scripted(model) and not _names_endpoint(model, params):
             # a missing key of a common provider: now, before litellm's import (seconds)
             from robot_lab.llm.credentials import check_known_provider_key  # lazy: start-up time

@@ -41,8 +41,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from robot_lab.errors import ConfigurationError
 
 PROVIDER = "scripted"
@@ -194,6 +192,8 @@ def _load_script_file(name: str) -> Script | None:
     for path in _script_places(name):
         for candidate in (path, path.with_suffix(".yml"), path.with_suffix(".yaml"), path.with_suffix(".json")):
             if candidate.is_file():
+                import yaml  # lazy: start-up time (only a script file needs it)
+
                 try:
                     data = yaml.safe_load(candidate.read_text())
                 except yaml.YAMLError as exc:

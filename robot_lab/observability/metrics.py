@@ -74,9 +74,9 @@ def require() -> None:
 
 
 def _robot_label() -> str:
-    from robot_lab.logging import structlog_module  # lazy: start-up time
+    from robot_lab.logging import log_context_values  # lazy: start-up time
 
-    return str(structlog_module().contextvars.get_contextvars().get("robot") or "-")
+    return str(log_context_values().get("robot") or "-")
 
 
 # --- hooks ------------------------------------------------------------------------------

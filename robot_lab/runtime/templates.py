@@ -17,8 +17,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.settings import get_settings
@@ -29,7 +27,15 @@ log = get_logger("robot_lab.templates")
 FRONT_MATTER_CONFIG_KEYS = ("model", "temperature", "top_p", "top_k", "max_tokens", "presence_penalty", "frequency_penalty", "stop")
 FRONT_MATTER_EXTRA_KEYS = ("tools", "mcp", "robot_name", "description", "skills")
 
-_env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+
+@lru_cache(maxsize=1)
+def _jinja() -> Any:
+    """The jinja2 environment, made when the first template renders: a run without a
+    template (``robot-lab chat "hi"``, a first run) does not import jinja2."""
+    import jinja2  # lazy: start-up time
+
+    return jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
 @dataclass
@@ -73,8 +79,10 @@ class Template:
             )
         values = {k: v for k, v in self.parameters.items() if v is not None}
         values.update(context)
+        import jinja2  # lazy: start-up time (already loaded by _jinja)
+
         try:
-            return _env.from_string(self.body).render(**values).strip()
+            return _jinja().from_string(self.body).render(**values).strip()
         except jinja2.TemplateError as exc:
             raise ConfigurationError(f"template {self.name!r} ({self.path}): {exc}") from exc
 

@@ -17,12 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from robot_lab.errors import ConfigurationError
 
-# libyaml's loader when PyYAML was built with it: ~10x faster on a catalog of hundreds.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _BOM = b"\xef\xbb\xbf"
 _FENCE = b"---"
 _CLOSERS = (b"---", b"...")
@@ -77,8 +73,11 @@ def _load_mapping(block: bytes, source: str) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         line = block[: exc.start].count(b"\n") + 2
         raise ConfigurationError(f"{source}:{line}: front matter is not UTF-8 text ({exc.reason})") from exc
+    import yaml  # lazy: start-up time (a prompt without front matter never needs it)
+
     try:
-        data = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
+        # libyaml's loader when PyYAML was built with it: ~10x faster on a catalog of hundreds.
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 2 if mark is not None else 1  # +1 for 1-based, +1 for the '---' line

@@ -26,12 +26,8 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from robot_lab.bus import Bus
-from robot_lab.bus.stalls import stalled_conversations
 from robot_lab.connection import get_redis, mget, redact_url
 from robot_lab.keys import Keys, default_keys
-from robot_lab.network.enqueue import queue_name
-from robot_lab.network.serializer import JobSerializer
 from robot_lab.rq_connection import rq_connection, rq_prefix
 from robot_lab.settings import get_settings
 from robot_lab.text.strings import as_str as _s
@@ -73,6 +69,14 @@ def _live(connection: RedisClient, index: str, key_of: Any) -> list[dict[str, An
 
 
 ROBOT_LAB_WORKER_PREFIX = "robot-lab."
+
+
+def queue_name(robot: str) -> str:
+    """The rq queue of ``robot`` (the network's naming, imported when there is a robot to
+    name: ``robot-lab runs`` and an empty fleet's ``status`` never load the DAG engine)."""
+    from robot_lab.network.enqueue import queue_name as network_queue_name  # lazy: start-up time
+
+    return network_queue_name(robot)
 
 
 def _rq_key(suffix: str) -> str:
@@ -251,9 +255,12 @@ def recent_run_statuses(connection: RedisClient, keys: Keys, window: float = REC
 
 def failed_runs_problem(connection: RedisClient, keys: Keys) -> str | None:
     """The problem line for runs that finished with failed tasks lately, or None."""
-    from robot_lab.network.run_state import RUN_COMPLETED_WITH_ERRORS
+    statuses = recent_run_statuses(connection, keys)
+    if not statuses:
+        return None
+    from robot_lab.network.run_state import RUN_COMPLETED_WITH_ERRORS  # lazy: start-up time
 
-    failed = recent_run_statuses(connection, keys).get(RUN_COMPLETED_WITH_ERRORS, [])
+    failed = statuses.get(RUN_COMPLETED_WITH_ERRORS, [])
     if not failed:
         return None
     shown = ", ".join(failed[:3]) + (", ..." if len(failed) > 3 else "")
@@ -277,8 +284,7 @@ def rq_queue_robots(connection: RedisClient, keys: Keys) -> list[str]:
         for key in workers:
             pipe.hget(key, "queues")
         for queues in pipe.execute():
-            names.update(q.removeprefix("robot:") for q in _s(queues or b"").split(",")
-                         if q.startswith("robot:") and queue_name(q.removeprefix("robot:")) == q)
+            names.update(q.removeprefix("robot:") for q in _s(queues or b"").split(",") if q.startswith("robot:"))
     candidates = sorted(n for n in names if n)
     if not candidates:
         return []
@@ -303,8 +309,12 @@ def known_robots(connection: RedisClient, keys: Keys, workers: list[dict[str, An
 
 def robot_rows(connection: RedisClient, keys: Keys, robots: list[str], workers: list[dict[str, Any]],
                runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not robots:
+        return []
     from rq import Queue  # lazy: start-up time
     from rq.registry import FailedJobRegistry, StartedJobRegistry  # lazy: start-up time
+
+    from robot_lab.bus.core import Bus  # lazy: start-up time (not the poller's modules)
 
     bus = Bus(redis=connection, keys=keys)
     inbox = {s.robot: s for s in bus.stats(robots)} if robots else {}
@@ -312,7 +322,7 @@ def robot_rows(connection: RedisClient, keys: Keys, robots: list[str], workers: 
     rows = []
     rq = rq_connection(connection)
     for robot in robots:
-        queue = Queue(queue_name(robot), connection=rq, serializer=JobSerializer)
+        queue = Queue(queue_name(robot), connection=rq)  # counts only: no job is deserialized
         alive = [w["name"] for w in workers if robot in w.get("robots", []) and w.get("role") != "bus"]
         bus_alive = [w["name"] for w in workers if robot in w.get("bus", [])]
         stats = inbox.get(robot)
@@ -346,7 +356,11 @@ def stalled_conversation_problems(connection: RedisClient, keys: Keys, robots: l
     """One line per conversation whose head has waited longer than the visibility timeout
     plus one reclaim sweep with no live consumer running it (bus/stalls.py)."""
 
+    if not robots:
+        return []
+    from robot_lab.bus.core import Bus  # lazy: start-up time
     from robot_lab.bus.key_types import is_wrong_type
+    from robot_lab.bus.stalls import stalled_conversations  # lazy: start-up time
 
     bus = Bus(connection, keys=keys)
     found = []
