@@ -139,8 +139,25 @@ def test_fleet_commands_load_neither_the_robot_runtime_nor_anything_heavy(
     assert not {n for n in ours if n.startswith(("robot_lab.runtime", "robot_lab.network", "robot_lab.llm",
                                                   "robot_lab.memory", "robot_lab.skills"))}, sorted(ours)
     assert "robot_lab.bus.poller" not in ours, sorted(ours)
+    assert not {"robot_lab.network.dsl", "robot_lab.network.dag"} & ours, sorted(ours)
     if args[0] == "runs":  # a runs listing reads run records: no bus at all
         assert not {n for n in ours if n.startswith("robot_lab.bus")}, sorted(ours)
+
+
+def test_status_with_a_robot_names_its_queues_without_loading_the_dag_engine(real_redis_url: str, key_prefix: str) -> None:
+    """With a robot inbox, status reads the robot's rq queue (the network's queue naming), but
+    builds no network: neither the DSL nor the DAG compiler is loaded."""
+    import redis
+
+    from robot_lab.bus import Bus
+    from robot_lab.keys import Keys
+
+    Bus(redis.Redis.from_url(real_redis_url), keys=Keys(prefix=key_prefix)).register("billing")
+    modules, output = _modules_of(["status"], REDIS_URL=real_redis_url, ROBOT_LAB_KEY_PREFIX=key_prefix)
+    assert "billing" in output, output
+    ours = {name for name in modules if name.startswith("robot_lab.")}
+    assert "robot_lab.network.enqueue" in ours  # it named the robot's queue
+    assert not {"robot_lab.network.dsl", "robot_lab.network.dag", "robot_lab.network.coordinator"} & ours, sorted(ours)
 
 
 @pytest.mark.parametrize("args", [["chat", "hi"], ["chat", "-m", "openai/gpt-4o-mini", "hi"]])

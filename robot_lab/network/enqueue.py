@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from robot_lab.keys import Keys
-from robot_lab.network.dag import Graph
 from robot_lab.network.serializer import JobSerializer
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
+    from robot_lab.network.dag import Graph
 
 JOB_FUNC = "robot_lab.workers.run_task"
 DEFAULT_JOB_TIMEOUT = 600
