@@ -94,6 +94,7 @@ class TaskStart:
     meta: dict[str, str] = field(default_factory=dict)
     sources: list[str | None] = field(default_factory=list)
     also: list[Any] = field(default_factory=list)
+    before_written: bool = False  # the ``before`` writes went out with the claim
 
 
 @dataclass
@@ -203,11 +204,14 @@ class RunStore:
         return _decode(self._eval(transitions.CLAIM, task, job_id, worker, lease_ms, leases=(task,)))
 
     def start_task(self, task: str, job_id: str, worker: str, lease_ms: int, fields: list[str],
-                   also: Callable[[Any], None] | None = None) -> TaskStart:
+                   also: Callable[[Any], None] | None = None,
+                   before: Callable[[Any], None] | None = None) -> TaskStart:
         """Claim ``task`` (as :meth:`claim`) and read what its job needs before the robot runs
         -- the run record's ``fields`` and the parents' results (a routed task: its activators'
         inputs) -- in one round trip; ``also`` adds more reads to the same pipeline (their
-        replies land in ``TaskStart.also``)."""
+        replies land in ``TaskStart.also``). ``before`` queues writes ahead of the claim in
+        that pipeline (not on Redis Cluster, whose pipelines refuse scripts: there the caller
+        writes them itself; ``TaskStart.before_written`` says which)."""
         argv = (task, job_id, worker, lease_ms, json.dumps(fields))
         if is_cluster_client(self.r):  # redis-py's cluster pipeline refuses scripts: two round trips
             first = self._eval(transitions.START_TASK, *argv, leases=(task,))
@@ -219,21 +223,27 @@ class RunStore:
         else:
             keys = self._script_keys((task,))
             pipe = self.r.pipeline(transaction=False)
+            if before is not None:
+                before(pipe)
+            skip = len(pipe.command_stack)
             pipe.evalsha(transitions.sha_of(transitions.START_TASK), len(keys), *keys, self.run_id, *argv)
             if also is not None:
                 also(pipe)
             replies = pipe.execute(raise_on_error=False)
-            first = replies[0]
-            if isinstance(first, NoScriptError):  # first use on this server: EVAL caches it
-                first = self._eval(transitions.START_TASK, *argv, leases=(task,))
             for reply in replies:
                 if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
                     raise reply
+            replies = replies[skip:]
+            first = replies[0]
+            if isinstance(first, NoScriptError):  # first use on this server: EVAL caches it
+                first = self._eval(transitions.START_TASK, *argv, leases=(task,))
+        written = before is not None and not is_cluster_client(self.r)
         status = _decode(first[0])
         if status != "ok":
-            return TaskStart(status)
+            return TaskStart(status, before_written=written)
         meta = {name: _decode(v) for name, v in zip(fields, first[1]) if v is not None}
-        return TaskStart(status, meta, [None if v is None else _decode(v) for v in first[2]], replies[1:])
+        return TaskStart(status, meta, [None if v is None else _decode(v) for v in first[2]], replies[1:],
+                         before_written=written)
 
     def complete(
         self,

@@ -63,9 +63,7 @@ _apps_lock = threading.Lock()
 def worker_identity() -> str:
     """Who holds a lease: the rq worker's name when there is one, else host:pid:thread."""
     try:
-        from rq import get_current_job  # lazy: start-up time
-
-        job = get_current_job()
+        job = _current_job()
         if job is not None and job.worker_name:
             return f"{job.worker_name}:{threading.get_ident()}"
     except Exception:
@@ -73,14 +71,43 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
-def _connection() -> Any:
+def _current_job() -> Any:
     from rq import get_current_job  # lazy: start-up time
 
-    job = get_current_job()
+    return get_current_job()
+
+
+def _connection(job: Any = None) -> Any:
     if job is not None:
         return data_connection(job.connection)  # the cluster client behind rq's node connection
 
     return get_redis()
+
+
+class DeferredWrites:
+    """Writes queued on a pipeline that is never executed by itself, to go out with the next
+    round trip to the same server -- ``robot-lab worker``'s rq start records (started
+    registry, job status) ride with the task's claim (RunStore.start_task), one round trip
+    per task less. Replaying repeats them (a claim retried through an outage): each is
+    idempotent (HSET, ZADD, SADD, EXPIRE, PERSIST, LREM of one id). ``flush`` writes them on
+    their own when no claim did."""
+
+    def __init__(self, pipe: Any) -> None:
+        self.commands: list[tuple[tuple[Any, ...], dict[str, Any]]] = list(pipe.command_stack)
+        self.written = False
+
+    def replay(self, pipe: Any) -> None:
+        """Queue the writes on ``pipe`` (the caller sets ``written`` once it executed)."""
+        for args, options in self.commands:
+            pipe.execute_command(*args, **options)
+
+    def flush(self, connection: Any) -> None:
+        if self.written:
+            return
+        pipe = connection.pipeline(transaction=False)
+        self.replay(pipe)
+        pipe.execute()
+        self.written = True
 
 
 def _import_app(path: str) -> None:
@@ -151,10 +178,12 @@ class TaskWork:
 RUN_FIELDS = ["network", "app", "message", "context", "robots", "stream", "traceparent"]
 
 
-def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) -> tuple[Any, list[Any] | None]:
+def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int,
+           rq_start: DeferredWrites | None = None) -> tuple[Any, list[Any] | None]:
     """Claim the task and read its inputs (one round trip; see RunStore.start_task). With the
     run's graph known here, the task's memory version and its robot's learnings are read in
-    the same round trip."""
+    the same round trip, and ``rq_start`` (rq's start records, ``robot-lab worker``) is
+    written in it."""
     graph = cached_graph(store)
     also = None
     if graph is not None and task in graph.tasks:
@@ -169,8 +198,11 @@ def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) 
             pipe.hget(learnings_key, "learnings")
             pipe.hgetall(steps_key)  # the task's step journal (runtime/durable)
 
+    before = rq_start.replay if rq_start is not None and not rq_start.written else None
     start = store.start_task(task, job_id, worker, lease_ms, RUN_FIELDS if graph is not None else [*RUN_FIELDS, "spec"],
-                             also=also)
+                             also=also, before=before)
+    if before is not None and start.before_written:
+        rq_start.written = True  # type: ignore[union-attr]
     return start, (start.also if also is not None and start.also else None)
 
 
@@ -181,7 +213,9 @@ def _warm() -> None:
 def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]:
     """The rq job. Returns a small JSON summary (rq stores it as the job result)."""
     _warm()  # heavy imports before the claim: the lease must only cover the robot's work
-    connection = _connection()
+    job = _current_job()
+    connection = _connection(job)
+    rq_start = getattr(job, "rq_start", None)  # robot-lab worker's rq records, written with the claim
 
     keys = Keys(prefix=prefix, cluster=get_settings().cluster_keys)  # same layout as the coordinator
     store = RunStore(connection, keys, run_id)
@@ -191,7 +225,7 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
         # Redis away: wait for it (a claim is re-entrant for the same worker), rather than
         # fail the job in rq and have the sweeper record the task as failed
         outage = OutageTracker(f"task-{task}")  # one lost/back pair per outage for this job
-        start, also = outage.call(lambda: _start(store, task, job_id, worker, lease_ms))
+        start, also = outage.call(lambda: _start(store, task, job_id, worker, lease_ms, rq_start))
         if start.status != "ok":
             log.info("task.not_claimed", reason=start.status, job_id=job_id)
             return {"task": task, "status": start.status}

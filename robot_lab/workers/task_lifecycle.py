@@ -32,6 +32,7 @@ def task_job_lifecycle(base: type) -> type:
     from rq.worker import WorkerStatus
 
     from robot_lab.network.enqueue import JOB_FUNC
+    from robot_lab.rq_connection import data_connection
 
     class TaskJobLifecycle(base):  # type: ignore[misc, valid-type]
         def execute_job(self, job: Any, queue: Any) -> Any:
@@ -50,26 +51,44 @@ def task_job_lifecycle(base: type) -> type:
             except BaseException:  # noqa: BLE001 - rq's failure handling: retries, failed registry
                 import sys
 
-                self._finalize_failure(job, queue, execution, sys.exc_info())
+                info = sys.exc_info()
+                self._flush_start(job)
+                self._finalize_failure(job, queue, execution, info)
                 self.set_state(WorkerStatus.IDLE)
                 return False
+            self._flush_start(job)
             self._finish_task_job(job, execution, value)
             return True
 
         def _start_task_job(self, job: Any, queue: Any) -> Any:
-            """rq's prepare_execution + prepare_job_execution in one pipeline: the execution
-            in the started registry, the worker busy, the job started by it, off the
-            intermediate list."""
-            with self.connection.pipeline(transaction=False) as pipe:
-                execution = Execution.create(job, self.get_heartbeat_ttl(job), pipeline=pipe, worker_name=self.name)
-                self.set_state(WorkerStatus.BUSY, pipeline=pipe)
-                job.prepare_for_execution(self.name, pipeline=pipe)
-                pipe.persist(job.key)
-                if len(self.queues) == 1:
-                    pipe.lrem(queue.intermediate_queue_key, 1, job.id)
-                pipe.execute()
+            """rq's prepare_execution + prepare_job_execution: the execution in the started
+            registry, the worker busy, the job started by it, off the intermediate list.
+
+            Where rq's keys and the run's live on one server (not Redis Cluster) these
+            writes go out in the same pipeline as the task's claim (``job.rq_start``, a
+            :class:`~robot_lab.network.task_job.DeferredWrites` that run_task replays into
+            its claim): one round trip per task less. Elsewhere, and for a job that ends
+            before its claim, :meth:`_flush_start` writes them in a pipeline of their own."""
+            from robot_lab.network.task_job import DeferredWrites  # lazy: start-up time
+
+            pipe = self.connection.pipeline(transaction=False)
+            execution = Execution.create(job, self.get_heartbeat_ttl(job), pipeline=pipe, worker_name=self.name)
+            self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+            job.prepare_for_execution(self.name, pipeline=pipe)
+            pipe.persist(job.key)
+            if len(self.queues) == 1:
+                pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+            job.rq_start = DeferredWrites(pipe)
+            if data_connection(self.connection) is not self.connection:  # Cluster: rq's keys elsewhere
+                self._flush_start(job)
             self.executions[execution.id] = execution
             return execution
+
+        def _flush_start(self, job: Any) -> None:
+            """rq's start records, unless the task's claim wrote them already."""
+            deferred = getattr(job, "rq_start", None)
+            if deferred is not None:
+                deferred.flush(self.connection)
 
         def _finish_task_job(self, job: Any, execution: Any, value: Any) -> None:
             """rq's success handling for a job with no dependents, callbacks or repeats, in one
