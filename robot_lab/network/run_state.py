@@ -56,9 +56,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from redis.exceptions import NoScriptError
 
-from robot_lab.connection import durable, is_cluster_client
+from robot_lab.connection import durable, is_cluster_client, waits_for_replicas
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
+from robot_lab.logging import get_logger
 from robot_lab.network import transitions
 from robot_lab.network.dag import Graph, NetworkSpec
 from robot_lab.network.enqueue import queue_name
@@ -83,6 +84,9 @@ RUN_FINISHED = (RUN_COMPLETED, RUN_COMPLETED_WITH_ERRORS, RUN_CANCELLED)
 DEFAULT_LEASE_MS = 5000
 DEFAULT_MAX_ATTEMPTS = 5
 RUN_TTL = 7 * 86_400
+
+log = get_logger("robot_lab.network")
+
 
 @dataclass
 class TaskStart:
@@ -138,6 +142,30 @@ class RunStore:
         if critical:
             return durable(self.r, lambda target: transitions.run_script(target, script, keys, self.run_id, *argv))
         return transitions.run_script(self.r, script, keys, self.run_id, *argv)
+
+    def _eval_then(self, after: Any, script: str, *argv: Any, leases: tuple[str, ...] = (),
+                   critical: bool = False) -> Any:
+        """:meth:`_eval`, with ``after``'s writes queued behind the script in its pipeline
+        (one round trip) where that keeps the script's guarantees: one server for every key
+        (not Cluster) and, for a ``critical`` script, no replicas to wait for."""
+        if after is None or is_cluster_client(self.r) or (critical and waits_for_replicas(self.r)):
+            return self._eval(script, *argv, leases=leases, critical=critical)
+        keys = self._script_keys(leases)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.evalsha(transitions.sha_of(script), len(keys), *keys, self.run_id, *argv)
+        after.queue(pipe)
+        replies = pipe.execute(raise_on_error=False)
+        first = replies[0]
+        failed = next((r for r in replies[1:] if isinstance(r, Exception)), None)
+        if failed is None:
+            after.written = True
+        else:  # not the script's: the caller writes them again on its own
+            log.warning("run.piped_writes_failed", error=f"{type(failed).__name__}: {failed}")
+        if isinstance(first, NoScriptError):  # first use on this server: EVAL caches it
+            return self._eval(script, *argv, leases=leases, critical=critical)
+        if isinstance(first, Exception):
+            raise first
+        return first
 
     def _script_keys(self, leases: tuple[str, ...] = ()) -> list[str]:
         """A transition's KEYS: the run's keys, then the leases of ``leases``."""
@@ -256,13 +284,19 @@ class RunStore:
         usage: dict[str, Any] | None = None,
         input: str | None = None,
         events: list[tuple[str, dict[str, Any] | None]] = (),  # type: ignore[assignment]
+        after: Any = None,
     ) -> tuple[str, list[str], list[tuple[str, str, str]]]:
         """Record the result (and the ``input`` its robot received) and advance. ``events`` are
         the task's events still unsent (its last ``text.delta``, ``memory.changed``): emitted
-        first, in the same script. Returns (status, ignored activations, jobs to enqueue)."""
+        first, in the same script. ``after`` (an object with ``queue(pipe)`` and ``written``)
+        queues more writes behind the script in the same pipeline -- not on Redis Cluster
+        nor while results wait for replicas (``redis_wait_replicas``), where ``written``
+        stays False and the caller writes them itself. Returns (status, ignored activations,
+        jobs to enqueue)."""
         outcome = "failed" if result.failed else "done"
         owed = [part for event, data in events for part in (event, json.dumps(data) if data else "")]
-        raw = self._eval(
+        raw = self._eval_then(
+            after,
             transitions.COMPLETE,
             task,
             job_id,

@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.connection import get_redis
@@ -178,6 +179,24 @@ class TaskWork:
 RUN_FIELDS = ["network", "app", "message", "context", "robots", "stream", "traceparent"]
 
 
+class FinishWrites:
+    """``robot-lab worker``'s rq finish records of a job (status, result, finished registry),
+    queued in the same pipeline as the task's result (RunStore.complete): the job's end and
+    the task's in one round trip. The value they record is the job's return value for an
+    ``ok`` result; when the script answers otherwise, the worker records the job's actual
+    return value as rq's newest result after (``value`` is what went out here)."""
+
+    def __init__(self, queue: Callable[[Any, Any], None]) -> None:
+        self._queue = queue
+        self.value: Any = None
+        self.pending: Any = None  # the value the next ``queue`` records
+        self.written = False  # set by RunStore.complete once the pipeline went out
+
+    def queue(self, pipe: Any) -> None:
+        self.value = self.pending
+        self._queue(pipe, self.pending)
+
+
 def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int,
            rq_start: DeferredWrites | None = None) -> tuple[Any, list[Any] | None]:
     """Claim the task and read its inputs (one round trip; see RunStore.start_task). With the
@@ -216,6 +235,7 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
     job = _current_job()
     connection = _connection(job)
     rq_start = getattr(job, "rq_start", None)  # robot-lab worker's rq records, written with the claim
+    rq_finish = getattr(job, "rq_finish", None)  # ... and its end, written with the result
 
     keys = Keys(prefix=prefix, cluster=get_settings().cluster_keys)  # same layout as the coordinator
     store = RunStore(connection, keys, run_id)
@@ -235,13 +255,14 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
             work.learnings, work.learnings_read = also[1], True
             work.steps = also[2]
         with LeaseHeartbeat(store, task, worker, lease_ms, outage) as lease:
-            outcome = _execute(store, keys, run_id, task, job_id, worker, work, outage, lease)
+            outcome = _execute(store, keys, run_id, task, job_id, worker, work, outage, lease, rq_finish)
         _sweep_soon(connection, keys)
         return outcome
 
 
 def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, worker: str, work: TaskWork,
-             outage: OutageTracker | None = None, lease: LeaseHeartbeat | None = None) -> dict[str, Any]:
+             outage: OutageTracker | None = None, lease: LeaseHeartbeat | None = None,
+             rq_finish: FinishWrites | None = None) -> dict[str, Any]:
     meta = work.meta
     graph = graph_for(store, meta.pop("spec", None))
     spec = graph.tasks[task]
@@ -306,9 +327,11 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         outage = outage or OutageTracker(f"task-{task}")
         if lease is not None:
             lease.finishing = True  # the result deletes the lease: a beat racing it finds none
+        if rq_finish is not None:  # the job's return value below, for an ok result
+            rq_finish.pending = {"task": task, "status": "ok", "failed": result.failed}
         status, ignored, items = outage.call(
             lambda: store.complete(task, job_id, result, activate=activate, data=data, usage=usage,
-                                   input=work.input, events=work.owed))
+                                   input=work.input, events=work.owed, after=rq_finish))
         if ignored:
             log.warning("task.activation_ignored", names=ignored, routes=spec.routes)
         if status == "ok":

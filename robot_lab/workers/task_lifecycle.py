@@ -32,7 +32,10 @@ def task_job_lifecycle(base: type) -> type:
     from rq.worker import WorkerStatus
 
     from robot_lab.network.enqueue import JOB_FUNC
+    from robot_lab.logging import get_logger
     from robot_lab.rq_connection import data_connection
+
+    log = get_logger("robot_lab.worker")
 
     class TaskJobLifecycle(base):  # type: ignore[misc, valid-type]
         def execute_job(self, job: Any, queue: Any) -> Any:
@@ -52,6 +55,13 @@ def task_job_lifecycle(base: type) -> type:
                 import sys
 
                 info = sys.exc_info()
+                finish = getattr(job, "rq_finish", None)
+                if finish is not None and finish.written:  # the task's result and rq's end are recorded
+                    log.warning("worker.task_job_raised_after_result", job_id=job.id,
+                                error=f"{info[0].__name__ if info[0] else 'error'}: {info[1]}")
+                    self.executions.pop(execution.id, None)
+                    self.set_state(WorkerStatus.IDLE)
+                    return True
                 self._flush_start(job)
                 self._finalize_failure(job, queue, execution, info)
                 self.set_state(WorkerStatus.IDLE)
@@ -82,6 +92,7 @@ def task_job_lifecycle(base: type) -> type:
             if data_connection(self.connection) is not self.connection:  # Cluster: rq's keys elsewhere
                 self._flush_start(job)
             self.executions[execution.id] = execution
+            self._offer_finish(job, execution)
             return execution
 
         def _flush_start(self, job: Any) -> None:
@@ -92,25 +103,53 @@ def task_job_lifecycle(base: type) -> type:
 
         def _finish_task_job(self, job: Any, execution: Any, value: Any) -> None:
             """rq's success handling for a job with no dependents, callbacks or repeats, in one
-            pipeline: status and end time, the result, the finished registry, the job's
-            expiry, the execution gone, the worker's counters and state."""
+            pipeline (:meth:`_queue_finish`) -- or none: where the task's result script took
+            them along (``job.rq_finish``, see :meth:`_offer_finish`), only a result that
+            differs from the one recorded there is written (a newest rq result)."""
+            deferred = getattr(job, "rq_finish", None)
+            if deferred is not None and deferred.written:
+                if deferred.value != value:  # the transition answered other than ok: rq's newest result says so
+                    with self.connection.pipeline(transaction=False) as pipe:
+                        Result.create(job, Result.Type.SUCCESSFUL, return_value=value,
+                                      ttl=job.get_result_ttl(self.default_result_ttl), worker_name=self.name,
+                                      pipeline=pipe, execution_id=execution.id,
+                                      execution_started_at=execution.created_at, execution_ended_at=job.ended_at)
+                        pipe.execute()
+                job._result = value
+                self.executions.pop(execution.id, None)
+                return
+            with self.connection.pipeline(transaction=False) as pipe:
+                self._queue_finish(job, execution, value, pipe)
+                pipe.execute()
+            self.executions.pop(execution.id, None)
+
+        def _queue_finish(self, job: Any, execution: Any, value: Any, pipe: Any) -> None:
+            """rq's finish records on ``pipe``: status and end time, the result, the finished
+            registry, the job's expiry, the execution gone, the worker's counters and state."""
             job.ended_at = now()
             job._result = value
             job._status = JobStatus.FINISHED
             result_ttl = job.get_result_ttl(self.default_result_ttl)
-            with self.connection.pipeline(transaction=False) as pipe:
-                pipe.hset(job.key, mapping={"status": JobStatus.FINISHED.value, "ended_at": utcformat(job.ended_at)})
-                if result_ttl != 0:
-                    Result.create(job, Result.Type.SUCCESSFUL, return_value=value, ttl=result_ttl,
-                                  worker_name=self.name, pipeline=pipe, execution_id=execution.id,
-                                  execution_started_at=execution.created_at, execution_ended_at=job.ended_at)
-                    job.finished_job_registry.add(job, result_ttl, pipe)
-                job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
-                execution.delete(job=job, pipeline=pipe)
-                self.increment_successful_job_count(pipeline=pipe)
-                self.increment_total_working_time(job.ended_at - job.started_at, pipe)
-                self.set_state(WorkerStatus.IDLE, pipeline=pipe)
-                pipe.execute()
-            self.executions.pop(execution.id, None)
+            pipe.hset(job.key, mapping={"status": JobStatus.FINISHED.value, "ended_at": utcformat(job.ended_at)})
+            if result_ttl != 0:
+                Result.create(job, Result.Type.SUCCESSFUL, return_value=value, ttl=result_ttl,
+                              worker_name=self.name, pipeline=pipe, execution_id=execution.id,
+                              execution_started_at=execution.created_at, execution_ended_at=job.ended_at)
+                job.finished_job_registry.add(job, result_ttl, pipe)
+            job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
+            execution.delete(job=job, pipeline=pipe)
+            self.increment_successful_job_count(pipeline=pipe)
+            self.increment_total_working_time(job.ended_at - job.started_at, pipe)
+            self.set_state(WorkerStatus.IDLE, pipeline=pipe)
+
+        def _offer_finish(self, job: Any, execution: Any) -> None:
+            """Let the task's result script carry rq's finish records (``job.rq_finish``,
+            :class:`~robot_lab.network.task_job.FinishWrites`): the job's end in the same
+            round trip as the task's result. Only where rq's keys and the run's share a server
+            (not Redis Cluster)."""
+            from robot_lab.network.task_job import FinishWrites  # lazy: start-up time
+
+            if data_connection(self.connection) is self.connection:
+                job.rq_finish = FinishWrites(lambda pipe, value: self._queue_finish(job, execution, value, pipe))
 
     return TaskJobLifecycle
