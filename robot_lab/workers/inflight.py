@@ -12,8 +12,8 @@ synchronous code, and Dramatiq makes the same choice (8 threads per process by d
 each on a pool thread (started on demand, :mod:`robot_lab.threads`; one pool per process, shared
 with the bus pollers, so a burst's threads serve the next one's work). rq 3 models a worker
 with several executions (``Execution`` objects in the worker's executions set); network task
-jobs run on the lean lifecycle of :mod:`.task_lifecycle` (rq's records in one pipeline to
-start and one to finish, rq's own failure handling), any other job through rq's
+jobs run on the lean lifecycle of :mod:`.task_lifecycle` (rq's records ride with the task's
+claim and its result, rq's own failure handling), any other job through rq's
 ``perform_job``. A job taken is *held* (``R:held:<task>``, beaten by the lease keeper) until
 it ends, so a sweep never takes one waiting here for a thread for stranded. Each job claims
 its task and keeps its own lease (:mod:`robot_lab.network.task_job`,
@@ -426,8 +426,9 @@ def in_flight_worker_class() -> type:
 # suits a program with few live objects; a worker with hundreds of tasks in hand keeps each
 # task's frames, messages and results alive for the length of a model call, so every young
 # collection walks (and promotes) them again: at a thousand tasks in hand ~25% of the worker's
-# CPU went to the collector (gc.callbacks, bench/concurrency.py).
-GC_YOUNG = 10_000
+# CPU went to the collector (gc.callbacks, bench/concurrency.py). Larger saves more CPU and
+# holds more garbage: at 10000 the fan-out's peak RSS grew ~10 MB.
+GC_YOUNG = 4_000
 
 
 def tune_gc() -> None:

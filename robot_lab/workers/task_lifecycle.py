@@ -19,10 +19,11 @@ def task_job_lifecycle(base: type) -> type:
     status, result, finished registry. rq's lifecycle spends two MULTI pipelines to start a
     job, a WATCH/MULTI pair to finish it (for dependents), a re-save of the whole job hash
     and a job heartbeat: ~40% of an in-flight worker's interpreter time at a thousand tasks
-    in hand (bench/concurrency.py). Here the same records are written in one pipeline to
-    start and one to finish, so ``rq info``, the registries and ``job.latest_result()`` read
-    the same; a job that raises (or times out) goes to rq's own failure handling (retries,
-    failed registry). A plain ``rq worker robot:<name>`` runs the same jobs with rq's
+    in hand (bench/concurrency.py). Here the same records ride with the task's own round
+    trips -- the start ones in the claim's pipeline, the finish ones in the result script's
+    (a pipeline each on Redis Cluster, where rq's keys sit in other slots) -- so ``rq info``,
+    the registries and ``job.latest_result()`` read the same; a job that raises (or times
+    out) before its result goes to rq's own failure handling (retries, failed registry). A plain ``rq worker robot:<name>`` runs the same jobs with rq's
     lifecycle."""
     from rq.executions import Execution
     from rq.job import JobStatus
