@@ -401,6 +401,14 @@ def mget(client: Any, keys: list[str]) -> list[Any]:
     return many(keys) if many is not None else client.mget(keys)
 
 
+def waits_for_replicas(client: Any) -> bool:
+    """Whether :func:`durable` adds a WAIT for ``client``'s writes."""
+    from robot_lab.settings import get_settings  # lazy: start-up time
+
+    return int(get_settings().redis_wait_replicas) > 0 and not is_cluster_client(client) \
+        and not type(client).__module__.startswith("fakeredis")
+
+
 def durable(client: Any, write: Any) -> Any:
     """``write(target)`` -- one write queued on ``target`` -- made durable per the
     ``redis_wait_replicas`` setting: the write and a ``WAIT <replicas> <timeout>`` go in one

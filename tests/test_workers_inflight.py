@@ -200,3 +200,47 @@ def test_network_tasks_leave_rq_the_same_records_as_rqs_own_lifecycle(real_clien
     assert lean["statuses"] == ["finished"] * 4 and lean["results"] == ["ok"] * 4
     assert lean["finished"] and lean["started"] == lean["intermediate"] == lean["executions"] == 0
     assert lean["successful"] == 4
+
+
+def test_a_result_other_than_the_one_recorded_with_the_script_is_rqs_newest(queue) -> None:  # type: ignore[no-untyped-def]
+    """rq's finish records ride with the task's result script, recording the return value of
+    an ``ok`` result; when the job returns something else (the script refused the result),
+    rq's newest result is what the job returned, and the job stays finished once."""
+    from rq.job import Job
+
+    from robot_lab.network.serializer import JobSerializer
+
+    real_client = queue.connection
+    job = queue.enqueue_call(func=f"{__name__}.count", args=(1,), result_ttl=60)
+    worker = _worker(queue, 2)
+    taken = queue.dequeue_any([queue], None, connection=real_client, job_class=worker.job_class,
+                              serializer=JobSerializer)[0]
+    execution = worker._start_task_job(taken, queue)
+    taken.rq_start.flush(real_client)
+    assert Job.fetch(job.id, connection=real_client, serializer=JobSerializer).get_status() == "started"
+    finish = taken.rq_finish
+    finish.pending = {"task": "t", "status": "ok", "failed": False}
+    pipe = real_client.pipeline(transaction=False)
+    finish.queue(pipe)  # as RunStore.complete does, behind the script
+    pipe.execute()
+    finish.written = True
+    worker._finish_task_job(taken, execution, {"task": "t", "status": "superseded"})
+    again = Job.fetch(job.id, connection=real_client, serializer=JobSerializer)
+    assert again.get_status() == "finished"
+    assert again.latest_result().return_value == {"task": "t", "status": "superseded"}
+    assert queue.finished_job_registry.get_job_ids() == [job.id] and len(queue.started_job_registry) == 0
+    worker.refresh()
+    assert worker.successful_job_count == 1
+
+
+def test_an_in_flight_worker_tunes_the_collector_once_it_takes_jobs(queue) -> None:  # type: ignore[no-untyped-def]
+    """Start-up's objects are frozen out of full collections and young collections run less
+    often than CPython's default once the worker takes jobs (see tune_gc)."""
+    import gc
+
+    from robot_lab.workers.inflight import GC_YOUNG
+
+    job = queue.enqueue_call(func=f"{__name__}.count", args=(1,), result_ttl=60)
+    _worker(queue, 2).work(burst=True, logging_level="WARNING")
+    assert job.latest_result().return_value == 1
+    assert gc.get_threshold()[0] >= GC_YOUNG and gc.get_freeze_count() > 0

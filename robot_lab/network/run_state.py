@@ -56,9 +56,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from redis.exceptions import NoScriptError
 
-from robot_lab.connection import durable, is_cluster_client
+from robot_lab.connection import durable, is_cluster_client, waits_for_replicas
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
+from robot_lab.logging import get_logger
 from robot_lab.network import transitions
 from robot_lab.network.dag import Graph, NetworkSpec
 from robot_lab.network.enqueue import queue_name
@@ -84,6 +85,9 @@ DEFAULT_LEASE_MS = 5000
 DEFAULT_MAX_ATTEMPTS = 5
 RUN_TTL = 7 * 86_400
 
+log = get_logger("robot_lab.network")
+
+
 @dataclass
 class TaskStart:
     """What :meth:`RunStore.start_task` read: the claim's status and, when it is ``ok``, the
@@ -94,6 +98,7 @@ class TaskStart:
     meta: dict[str, str] = field(default_factory=dict)
     sources: list[str | None] = field(default_factory=list)
     also: list[Any] = field(default_factory=list)
+    before_written: bool = False  # the ``before`` writes went out with the claim
 
 
 @dataclass
@@ -137,6 +142,30 @@ class RunStore:
         if critical:
             return durable(self.r, lambda target: transitions.run_script(target, script, keys, self.run_id, *argv))
         return transitions.run_script(self.r, script, keys, self.run_id, *argv)
+
+    def _eval_then(self, after: Any, script: str, *argv: Any, leases: tuple[str, ...] = (),
+                   critical: bool = False) -> Any:
+        """:meth:`_eval`, with ``after``'s writes queued behind the script in its pipeline
+        (one round trip) where that keeps the script's guarantees: one server for every key
+        (not Cluster) and, for a ``critical`` script, no replicas to wait for."""
+        if after is None or is_cluster_client(self.r) or (critical and waits_for_replicas(self.r)):
+            return self._eval(script, *argv, leases=leases, critical=critical)
+        keys = self._script_keys(leases)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.evalsha(transitions.sha_of(script), len(keys), *keys, self.run_id, *argv)
+        after.queue(pipe)
+        replies = pipe.execute(raise_on_error=False)
+        first = replies[0]
+        failed = next((r for r in replies[1:] if isinstance(r, Exception)), None)
+        if failed is None:
+            after.written = True
+        else:  # not the script's: the caller writes them again on its own
+            log.warning("run.piped_writes_failed", error=f"{type(failed).__name__}: {failed}")
+        if isinstance(first, NoScriptError):  # first use on this server: EVAL caches it
+            return self._eval(script, *argv, leases=leases, critical=critical)
+        if isinstance(first, Exception):
+            raise first
+        return first
 
     def _script_keys(self, leases: tuple[str, ...] = ()) -> list[str]:
         """A transition's KEYS: the run's keys, then the leases of ``leases``."""
@@ -203,11 +232,14 @@ class RunStore:
         return _decode(self._eval(transitions.CLAIM, task, job_id, worker, lease_ms, leases=(task,)))
 
     def start_task(self, task: str, job_id: str, worker: str, lease_ms: int, fields: list[str],
-                   also: Callable[[Any], None] | None = None) -> TaskStart:
+                   also: Callable[[Any], None] | None = None,
+                   before: Callable[[Any], None] | None = None) -> TaskStart:
         """Claim ``task`` (as :meth:`claim`) and read what its job needs before the robot runs
         -- the run record's ``fields`` and the parents' results (a routed task: its activators'
         inputs) -- in one round trip; ``also`` adds more reads to the same pipeline (their
-        replies land in ``TaskStart.also``)."""
+        replies land in ``TaskStart.also``). ``before`` queues writes ahead of the claim in
+        that pipeline (not on Redis Cluster, whose pipelines refuse scripts: there the caller
+        writes them itself; ``TaskStart.before_written`` says which)."""
         argv = (task, job_id, worker, lease_ms, json.dumps(fields))
         if is_cluster_client(self.r):  # redis-py's cluster pipeline refuses scripts: two round trips
             first = self._eval(transitions.START_TASK, *argv, leases=(task,))
@@ -219,21 +251,27 @@ class RunStore:
         else:
             keys = self._script_keys((task,))
             pipe = self.r.pipeline(transaction=False)
+            if before is not None:
+                before(pipe)
+            skip = len(pipe.command_stack)
             pipe.evalsha(transitions.sha_of(transitions.START_TASK), len(keys), *keys, self.run_id, *argv)
             if also is not None:
                 also(pipe)
             replies = pipe.execute(raise_on_error=False)
-            first = replies[0]
-            if isinstance(first, NoScriptError):  # first use on this server: EVAL caches it
-                first = self._eval(transitions.START_TASK, *argv, leases=(task,))
             for reply in replies:
                 if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
                     raise reply
+            replies = replies[skip:]
+            first = replies[0]
+            if isinstance(first, NoScriptError):  # first use on this server: EVAL caches it
+                first = self._eval(transitions.START_TASK, *argv, leases=(task,))
+        written = before is not None and not is_cluster_client(self.r)
         status = _decode(first[0])
         if status != "ok":
-            return TaskStart(status)
+            return TaskStart(status, before_written=written)
         meta = {name: _decode(v) for name, v in zip(fields, first[1]) if v is not None}
-        return TaskStart(status, meta, [None if v is None else _decode(v) for v in first[2]], replies[1:])
+        return TaskStart(status, meta, [None if v is None else _decode(v) for v in first[2]], replies[1:],
+                         before_written=written)
 
     def complete(
         self,
@@ -246,13 +284,19 @@ class RunStore:
         usage: dict[str, Any] | None = None,
         input: str | None = None,
         events: list[tuple[str, dict[str, Any] | None]] = (),  # type: ignore[assignment]
+        after: Any = None,
     ) -> tuple[str, list[str], list[tuple[str, str, str]]]:
         """Record the result (and the ``input`` its robot received) and advance. ``events`` are
         the task's events still unsent (its last ``text.delta``, ``memory.changed``): emitted
-        first, in the same script. Returns (status, ignored activations, jobs to enqueue)."""
+        first, in the same script. ``after`` (an object with ``queue(pipe)`` and ``written``)
+        queues more writes behind the script in the same pipeline -- not on Redis Cluster
+        nor while results wait for replicas (``redis_wait_replicas``), where ``written``
+        stays False and the caller writes them itself. Returns (status, ignored activations,
+        jobs to enqueue)."""
         outcome = "failed" if result.failed else "done"
         owed = [part for event, data in events for part in (event, json.dumps(data) if data else "")]
-        raw = self._eval(
+        raw = self._eval_then(
+            after,
             transitions.COMPLETE,
             task,
             job_id,

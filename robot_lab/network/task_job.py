@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.connection import get_redis
@@ -63,9 +64,7 @@ _apps_lock = threading.Lock()
 def worker_identity() -> str:
     """Who holds a lease: the rq worker's name when there is one, else host:pid:thread."""
     try:
-        from rq import get_current_job  # lazy: start-up time
-
-        job = get_current_job()
+        job = _current_job()
         if job is not None and job.worker_name:
             return f"{job.worker_name}:{threading.get_ident()}"
     except Exception:
@@ -73,14 +72,43 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
-def _connection() -> Any:
+def _current_job() -> Any:
     from rq import get_current_job  # lazy: start-up time
 
-    job = get_current_job()
+    return get_current_job()
+
+
+def _connection(job: Any = None) -> Any:
     if job is not None:
         return data_connection(job.connection)  # the cluster client behind rq's node connection
 
     return get_redis()
+
+
+class DeferredWrites:
+    """Writes queued on a pipeline that is never executed by itself, to go out with the next
+    round trip to the same server -- ``robot-lab worker``'s rq start records (started
+    registry, job status) ride with the task's claim (RunStore.start_task), one round trip
+    per task less. Replaying repeats them (a claim retried through an outage): each is
+    idempotent (HSET, ZADD, SADD, EXPIRE, PERSIST, LREM of one id). ``flush`` writes them on
+    their own when no claim did."""
+
+    def __init__(self, pipe: Any) -> None:
+        self.commands: list[tuple[tuple[Any, ...], dict[str, Any]]] = list(pipe.command_stack)
+        self.written = False
+
+    def replay(self, pipe: Any) -> None:
+        """Queue the writes on ``pipe`` (the caller sets ``written`` once it executed)."""
+        for args, options in self.commands:
+            pipe.execute_command(*args, **options)
+
+    def flush(self, connection: Any) -> None:
+        if self.written:
+            return
+        pipe = connection.pipeline(transaction=False)
+        self.replay(pipe)
+        pipe.execute()
+        self.written = True
 
 
 def _import_app(path: str) -> None:
@@ -151,10 +179,30 @@ class TaskWork:
 RUN_FIELDS = ["network", "app", "message", "context", "robots", "stream", "traceparent"]
 
 
-def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) -> tuple[Any, list[Any] | None]:
+class FinishWrites:
+    """``robot-lab worker``'s rq finish records of a job (status, result, finished registry),
+    queued in the same pipeline as the task's result (RunStore.complete): the job's end and
+    the task's in one round trip. The value they record is the job's return value for an
+    ``ok`` result; when the script answers otherwise, the worker records the job's actual
+    return value as rq's newest result after (``value`` is what went out here)."""
+
+    def __init__(self, queue: Callable[[Any, Any], None]) -> None:
+        self._queue = queue
+        self.value: Any = None
+        self.pending: Any = None  # the value the next ``queue`` records
+        self.written = False  # set by RunStore.complete once the pipeline went out
+
+    def queue(self, pipe: Any) -> None:
+        self.value = self.pending
+        self._queue(pipe, self.pending)
+
+
+def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int,
+           rq_start: DeferredWrites | None = None) -> tuple[Any, list[Any] | None]:
     """Claim the task and read its inputs (one round trip; see RunStore.start_task). With the
     run's graph known here, the task's memory version and its robot's learnings are read in
-    the same round trip."""
+    the same round trip, and ``rq_start`` (rq's start records, ``robot-lab worker``) is
+    written in it."""
     graph = cached_graph(store)
     also = None
     if graph is not None and task in graph.tasks:
@@ -169,8 +217,11 @@ def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int) 
             pipe.hget(learnings_key, "learnings")
             pipe.hgetall(steps_key)  # the task's step journal (runtime/durable)
 
+    before = rq_start.replay if rq_start is not None and not rq_start.written else None
     start = store.start_task(task, job_id, worker, lease_ms, RUN_FIELDS if graph is not None else [*RUN_FIELDS, "spec"],
-                             also=also)
+                             also=also, before=before)
+    if before is not None and start.before_written:
+        rq_start.written = True  # type: ignore[union-attr]
     return start, (start.also if also is not None and start.also else None)
 
 
@@ -181,7 +232,10 @@ def _warm() -> None:
 def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]:
     """The rq job. Returns a small JSON summary (rq stores it as the job result)."""
     _warm()  # heavy imports before the claim: the lease must only cover the robot's work
-    connection = _connection()
+    job = _current_job()
+    connection = _connection(job)
+    rq_start = getattr(job, "rq_start", None)  # robot-lab worker's rq records, written with the claim
+    rq_finish = getattr(job, "rq_finish", None)  # ... and its end, written with the result
 
     keys = Keys(prefix=prefix, cluster=get_settings().cluster_keys)  # same layout as the coordinator
     store = RunStore(connection, keys, run_id)
@@ -191,7 +245,7 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
         # Redis away: wait for it (a claim is re-entrant for the same worker), rather than
         # fail the job in rq and have the sweeper record the task as failed
         outage = OutageTracker(f"task-{task}")  # one lost/back pair per outage for this job
-        start, also = outage.call(lambda: _start(store, task, job_id, worker, lease_ms))
+        start, also = outage.call(lambda: _start(store, task, job_id, worker, lease_ms, rq_start))
         if start.status != "ok":
             log.info("task.not_claimed", reason=start.status, job_id=job_id)
             return {"task": task, "status": start.status}
@@ -201,13 +255,14 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
             work.learnings, work.learnings_read = also[1], True
             work.steps = also[2]
         with LeaseHeartbeat(store, task, worker, lease_ms, outage) as lease:
-            outcome = _execute(store, keys, run_id, task, job_id, worker, work, outage, lease)
+            outcome = _execute(store, keys, run_id, task, job_id, worker, work, outage, lease, rq_finish)
         _sweep_soon(connection, keys)
         return outcome
 
 
 def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, worker: str, work: TaskWork,
-             outage: OutageTracker | None = None, lease: LeaseHeartbeat | None = None) -> dict[str, Any]:
+             outage: OutageTracker | None = None, lease: LeaseHeartbeat | None = None,
+             rq_finish: FinishWrites | None = None) -> dict[str, Any]:
     meta = work.meta
     graph = graph_for(store, meta.pop("spec", None))
     spec = graph.tasks[task]
@@ -272,9 +327,11 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         outage = outage or OutageTracker(f"task-{task}")
         if lease is not None:
             lease.finishing = True  # the result deletes the lease: a beat racing it finds none
+        if rq_finish is not None:  # the job's return value below, for an ok result
+            rq_finish.pending = {"task": task, "status": "ok", "failed": result.failed}
         status, ignored, items = outage.call(
             lambda: store.complete(task, job_id, result, activate=activate, data=data, usage=usage,
-                                   input=work.input, events=work.owed))
+                                   input=work.input, events=work.owed, after=rq_finish))
         if ignored:
             log.warning("task.activation_ignored", names=ignored, routes=spec.routes)
         if status == "ok":

@@ -12,8 +12,8 @@ synchronous code, and Dramatiq makes the same choice (8 threads per process by d
 each on a pool thread (started on demand, :mod:`robot_lab.threads`; one pool per process, shared
 with the bus pollers, so a burst's threads serve the next one's work). rq 3 models a worker
 with several executions (``Execution`` objects in the worker's executions set); network task
-jobs run on the lean lifecycle of :mod:`.task_lifecycle` (rq's records in one pipeline to
-start and one to finish, rq's own failure handling), any other job through rq's
+jobs run on the lean lifecycle of :mod:`.task_lifecycle` (rq's records ride with the task's
+claim and its result, rq's own failure handling), any other job through rq's
 ``perform_job``. A job taken is *held* (``R:held:<task>``, beaten by the lease keeper) until
 it ends, so a sweep never takes one waiting here for a thread for stranded. Each job claims
 its task and keeps its own lease (:mod:`robot_lab.network.task_job`,
@@ -161,6 +161,7 @@ def in_flight_worker_class() -> type:
         def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
             if self._pool is None:  # a few threads warm, the rest started on demand (robot_lab/threads.py)
                 self._pool = PoolShare(self.in_flight, "rq-job")
+                tune_gc()
             while True:
                 self._wait_for_slot()
                 if self._taken:
@@ -419,6 +420,35 @@ def in_flight_worker_class() -> type:
             return None
 
     return InFlightWorker
+
+
+# The collector's young generation: objects allocated (net) before a collection. CPython's 700
+# suits a program with few live objects; a worker with hundreds of tasks in hand keeps each
+# task's frames, messages and results alive for the length of a model call, so every young
+# collection walks (and promotes) them again: at a thousand tasks in hand ~25% of the worker's
+# CPU went to the collector (gc.callbacks, bench/concurrency.py). Larger saves more CPU and
+# holds more garbage: at 10000 the fan-out's peak RSS grew ~10 MB.
+GC_YOUNG = 4_000
+
+
+def tune_gc() -> None:
+    """Once the worker is about to take jobs: what start-up imported (litellm, rq, the app)
+    moves to the permanent generation (``gc.freeze``: full collections no longer walk it),
+    and young collections run every ``GC_YOUNG`` allocations, not 700. Cycles among a task's
+    objects are still collected, later. Done once per process."""
+    import gc
+
+    global _gc_tuned
+    if _gc_tuned:
+        return
+    _gc_tuned = True
+    gc.collect()
+    gc.freeze()
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(young, GC_YOUNG), middle, old)
+
+
+_gc_tuned = False
 
 
 def _held_key(job: Any) -> str | None:

@@ -19,10 +19,11 @@ def task_job_lifecycle(base: type) -> type:
     status, result, finished registry. rq's lifecycle spends two MULTI pipelines to start a
     job, a WATCH/MULTI pair to finish it (for dependents), a re-save of the whole job hash
     and a job heartbeat: ~40% of an in-flight worker's interpreter time at a thousand tasks
-    in hand (bench/concurrency.py). Here the same records are written in one pipeline to
-    start and one to finish, so ``rq info``, the registries and ``job.latest_result()`` read
-    the same; a job that raises (or times out) goes to rq's own failure handling (retries,
-    failed registry). A plain ``rq worker robot:<name>`` runs the same jobs with rq's
+    in hand (bench/concurrency.py). Here the same records ride with the task's own round
+    trips -- the start ones in the claim's pipeline, the finish ones in the result script's
+    (a pipeline each on Redis Cluster, where rq's keys sit in other slots) -- so ``rq info``,
+    the registries and ``job.latest_result()`` read the same; a job that raises (or times
+    out) before its result goes to rq's own failure handling (retries, failed registry). A plain ``rq worker robot:<name>`` runs the same jobs with rq's
     lifecycle."""
     from rq.executions import Execution
     from rq.job import JobStatus
@@ -32,6 +33,10 @@ def task_job_lifecycle(base: type) -> type:
     from rq.worker import WorkerStatus
 
     from robot_lab.network.enqueue import JOB_FUNC
+    from robot_lab.logging import get_logger
+    from robot_lab.rq_connection import data_connection
+
+    log = get_logger("robot_lab.worker")
 
     class TaskJobLifecycle(base):  # type: ignore[misc, valid-type]
         def execute_job(self, job: Any, queue: Any) -> Any:
@@ -50,48 +55,102 @@ def task_job_lifecycle(base: type) -> type:
             except BaseException:  # noqa: BLE001 - rq's failure handling: retries, failed registry
                 import sys
 
-                self._finalize_failure(job, queue, execution, sys.exc_info())
+                info = sys.exc_info()
+                finish = getattr(job, "rq_finish", None)
+                if finish is not None and finish.written:  # the task's result and rq's end are recorded
+                    log.warning("worker.task_job_raised_after_result", job_id=job.id,
+                                error=f"{info[0].__name__ if info[0] else 'error'}: {info[1]}")
+                    self.executions.pop(execution.id, None)
+                    self.set_state(WorkerStatus.IDLE)
+                    return True
+                self._flush_start(job)
+                self._finalize_failure(job, queue, execution, info)
                 self.set_state(WorkerStatus.IDLE)
                 return False
+            self._flush_start(job)
             self._finish_task_job(job, execution, value)
             return True
 
         def _start_task_job(self, job: Any, queue: Any) -> Any:
-            """rq's prepare_execution + prepare_job_execution in one pipeline: the execution
-            in the started registry, the worker busy, the job started by it, off the
-            intermediate list."""
-            with self.connection.pipeline(transaction=False) as pipe:
-                execution = Execution.create(job, self.get_heartbeat_ttl(job), pipeline=pipe, worker_name=self.name)
-                self.set_state(WorkerStatus.BUSY, pipeline=pipe)
-                job.prepare_for_execution(self.name, pipeline=pipe)
-                pipe.persist(job.key)
-                if len(self.queues) == 1:
-                    pipe.lrem(queue.intermediate_queue_key, 1, job.id)
-                pipe.execute()
+            """rq's prepare_execution + prepare_job_execution: the execution in the started
+            registry, the worker busy, the job started by it, off the intermediate list.
+
+            Where rq's keys and the run's live on one server (not Redis Cluster) these
+            writes go out in the same pipeline as the task's claim (``job.rq_start``, a
+            :class:`~robot_lab.network.task_job.DeferredWrites` that run_task replays into
+            its claim): one round trip per task less. Elsewhere, and for a job that ends
+            before its claim, :meth:`_flush_start` writes them in a pipeline of their own."""
+            from robot_lab.network.task_job import DeferredWrites  # lazy: start-up time
+
+            pipe = self.connection.pipeline(transaction=False)
+            execution = Execution.create(job, self.get_heartbeat_ttl(job), pipeline=pipe, worker_name=self.name)
+            self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+            job.prepare_for_execution(self.name, pipeline=pipe)
+            pipe.persist(job.key)
+            if len(self.queues) == 1:
+                pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+            job.rq_start = DeferredWrites(pipe)
+            if data_connection(self.connection) is not self.connection:  # Cluster: rq's keys elsewhere
+                self._flush_start(job)
             self.executions[execution.id] = execution
+            self._offer_finish(job, execution)
             return execution
+
+        def _flush_start(self, job: Any) -> None:
+            """rq's start records, unless the task's claim wrote them already."""
+            deferred = getattr(job, "rq_start", None)
+            if deferred is not None:
+                deferred.flush(self.connection)
 
         def _finish_task_job(self, job: Any, execution: Any, value: Any) -> None:
             """rq's success handling for a job with no dependents, callbacks or repeats, in one
-            pipeline: status and end time, the result, the finished registry, the job's
-            expiry, the execution gone, the worker's counters and state."""
+            pipeline (:meth:`_queue_finish`) -- or none: where the task's result script took
+            them along (``job.rq_finish``, see :meth:`_offer_finish`), only a result that
+            differs from the one recorded there is written (a newest rq result)."""
+            deferred = getattr(job, "rq_finish", None)
+            if deferred is not None and deferred.written:
+                if deferred.value != value:  # the transition answered other than ok: rq's newest result says so
+                    with self.connection.pipeline(transaction=False) as pipe:
+                        Result.create(job, Result.Type.SUCCESSFUL, return_value=value,
+                                      ttl=job.get_result_ttl(self.default_result_ttl), worker_name=self.name,
+                                      pipeline=pipe, execution_id=execution.id,
+                                      execution_started_at=execution.created_at, execution_ended_at=job.ended_at)
+                        pipe.execute()
+                job._result = value
+                self.executions.pop(execution.id, None)
+                return
+            with self.connection.pipeline(transaction=False) as pipe:
+                self._queue_finish(job, execution, value, pipe)
+                pipe.execute()
+            self.executions.pop(execution.id, None)
+
+        def _queue_finish(self, job: Any, execution: Any, value: Any, pipe: Any) -> None:
+            """rq's finish records on ``pipe``: status and end time, the result, the finished
+            registry, the job's expiry, the execution gone, the worker's counters and state."""
             job.ended_at = now()
             job._result = value
             job._status = JobStatus.FINISHED
             result_ttl = job.get_result_ttl(self.default_result_ttl)
-            with self.connection.pipeline(transaction=False) as pipe:
-                pipe.hset(job.key, mapping={"status": JobStatus.FINISHED.value, "ended_at": utcformat(job.ended_at)})
-                if result_ttl != 0:
-                    Result.create(job, Result.Type.SUCCESSFUL, return_value=value, ttl=result_ttl,
-                                  worker_name=self.name, pipeline=pipe, execution_id=execution.id,
-                                  execution_started_at=execution.created_at, execution_ended_at=job.ended_at)
-                    job.finished_job_registry.add(job, result_ttl, pipe)
-                job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
-                execution.delete(job=job, pipeline=pipe)
-                self.increment_successful_job_count(pipeline=pipe)
-                self.increment_total_working_time(job.ended_at - job.started_at, pipe)
-                self.set_state(WorkerStatus.IDLE, pipeline=pipe)
-                pipe.execute()
-            self.executions.pop(execution.id, None)
+            pipe.hset(job.key, mapping={"status": JobStatus.FINISHED.value, "ended_at": utcformat(job.ended_at)})
+            if result_ttl != 0:
+                Result.create(job, Result.Type.SUCCESSFUL, return_value=value, ttl=result_ttl,
+                              worker_name=self.name, pipeline=pipe, execution_id=execution.id,
+                              execution_started_at=execution.created_at, execution_ended_at=job.ended_at)
+                job.finished_job_registry.add(job, result_ttl, pipe)
+            job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
+            execution.delete(job=job, pipeline=pipe)
+            self.increment_successful_job_count(pipeline=pipe)
+            self.increment_total_working_time(job.ended_at - job.started_at, pipe)
+            self.set_state(WorkerStatus.IDLE, pipeline=pipe)
+
+        def _offer_finish(self, job: Any, execution: Any) -> None:
+            """Let the task's result script carry rq's finish records (``job.rq_finish``,
+            :class:`~robot_lab.network.task_job.FinishWrites`): the job's end in the same
+            round trip as the task's result. Only where rq's keys and the run's share a server
+            (not Redis Cluster)."""
+            from robot_lab.network.task_job import FinishWrites  # lazy: start-up time
+
+            if data_connection(self.connection) is self.connection:
+                job.rq_finish = FinishWrites(lambda pipe, value: self._queue_finish(job, execution, value, pipe))
 
     return TaskJobLifecycle
