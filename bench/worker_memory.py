@@ -67,6 +67,16 @@ def import_profile(stderr: str) -> tuple[float, dict[str, float]]:
     return total, packages
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM (a worker's warm shutdown), then SIGKILL to its session after 30 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
 def inbox_served(connection, inbox: str, group: str) -> bool:
     """The bus poller reads the inbox: its group has a consumer (created on the first read)."""
     try:
@@ -109,12 +119,7 @@ def measure_rq(url: str, workdir: Path) -> dict[str, object]:
         time.sleep(0.5)
         return {"ready": ready, "warm": rss_mb(proc.pid)}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+        stop(proc)
 
 
 def narrow_imports() -> list[tuple[str, float, float]]:
@@ -174,12 +179,7 @@ def measure(url: str, label: str, model: str, prefix: str, workdir: Path) -> dic
         handle.wait(timeout=60)
         after = rss_mb(proc.pid)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+        stop(proc)
     total, packages = import_profile(log.read_text(errors="replace"))
     return {"model": model, "ready": ready, "warm": warm, "loaded": loaded, "litellm_at": litellm_at,
             "after": after, "litellm": "litellm" in packages, "import_s": total, "packages": packages}

@@ -6,8 +6,9 @@ The public API is exported lazily (PEP 562) so that ``import robot_lab`` and
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from robot_lab.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -133,17 +134,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'robot_lab' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports("robot_lab", _EXPORTS, globals(), __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -12,24 +12,16 @@ optional tasks a result activates).
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from robot_lab.lazy import lazy_exports
 
 __all__ = ["Network", "create_network"]
 
-
-def __getattr__(name: str) -> Any:
-    """The DSL loads on first use: a process that only names a run's queues or reads its
-    state (``robot-lab status``, a worker's sweep) does not build networks."""
-    if name not in __all__:
-        raise AttributeError(f"module 'robot_lab.network' has no attribute {name!r}")
-    value = getattr(import_module("robot_lab.network.dsl"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+# the DSL loads on first use: a process that only names a run's queues or reads its state
+# (``robot-lab status``, a worker's sweep) does not build networks
+__getattr__, __dir__ = lazy_exports("robot_lab.network", dict.fromkeys(__all__, "robot_lab.network.dsl"),
+                                    globals(), __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover

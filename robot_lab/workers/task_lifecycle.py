@@ -111,10 +111,7 @@ def task_job_lifecycle(base: type) -> type:
             if deferred is not None and deferred.written:
                 if deferred.value != value:  # the transition answered other than ok: rq's newest result says so
                     with self.connection.pipeline(transaction=False) as pipe:
-                        Result.create(job, Result.Type.SUCCESSFUL, return_value=value,
-                                      ttl=job.get_result_ttl(self.default_result_ttl), worker_name=self.name,
-                                      pipeline=pipe, execution_id=execution.id,
-                                      execution_started_at=execution.created_at, execution_ended_at=job.ended_at)
+                        self._queue_result(job, execution, value, job.get_result_ttl(self.default_result_ttl), pipe)
                         pipe.execute()
                 job._result = value
                 self.executions.pop(execution.id, None)
@@ -133,15 +130,20 @@ def task_job_lifecycle(base: type) -> type:
             result_ttl = job.get_result_ttl(self.default_result_ttl)
             pipe.hset(job.key, mapping={"status": JobStatus.FINISHED.value, "ended_at": utcformat(job.ended_at)})
             if result_ttl != 0:
-                Result.create(job, Result.Type.SUCCESSFUL, return_value=value, ttl=result_ttl,
-                              worker_name=self.name, pipeline=pipe, execution_id=execution.id,
-                              execution_started_at=execution.created_at, execution_ended_at=job.ended_at)
+                self._queue_result(job, execution, value, result_ttl, pipe)
                 job.finished_job_registry.add(job, result_ttl, pipe)
             job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
             execution.delete(job=job, pipeline=pipe)
             self.increment_successful_job_count(pipeline=pipe)
             self.increment_total_working_time(job.ended_at - job.started_at, pipe)
             self.set_state(WorkerStatus.IDLE, pipeline=pipe)
+
+        def _queue_result(self, job: Any, execution: Any, value: Any, result_ttl: int, pipe: Any) -> None:
+            """rq's record of the job's (newest) successful result, on ``pipe``."""
+            if result_ttl != 0:
+                Result.create(job, Result.Type.SUCCESSFUL, return_value=value, ttl=result_ttl,
+                              worker_name=self.name, pipeline=pipe, execution_id=execution.id,
+                              execution_started_at=execution.created_at, execution_ended_at=job.ended_at)
 
         def _offer_finish(self, job: Any, execution: Any) -> None:
             """Let the task's result script carry rq's finish records (``job.rq_finish``,
