@@ -255,3 +255,42 @@ def test_a_served_robot_in_a_real_worker_asks_over_the_bus(client, real_redis_ur
     assert final.kind == "reply" and "refunded A1 (approved)" in final.content
     assert _calls(record, bot.name) == 3  # each model call once across the two parks
     assert [v.decode().split("|")[0] for v in client.lrange(f"{key_prefix}:refunds", 0, -1)] == ["big:A1"]
+
+
+def test_a_network_task_delegating_to_a_served_robot_that_asks_parks_and_resumes_on_another_worker(
+        client, real_redis_url, key_prefix, processes, tmp_path):  # noqa: F811
+    """The delegatee (served by its own worker) asks which order, then for an approval: each
+    question parks the delegating network task, is answered with the CLI, and the task --
+    resumed on a fresh worker the first time -- sends the answer on over the bus."""
+    desk = build("delegation-desk", model="scripted/ask_refund",
+                 local_tools=["robot_lab.runtime.durable.human:AskUser", f"{TOOLS}:big_refund"])
+    boss = build(f"boss-{uid()}", model="scripted/delegate_to_desk", local_tools=[f"{TOOLS}:ask_desk"])
+    record = tmp_path / "calls.jsonl"
+    env = _env(real_redis_url, key_prefix, record)
+    publish_specs([desk.to_spec(), boss.to_spec()], connection=client)
+    processes.start([str(VENV_BIN / "robot-lab"), "worker", desk.name], env, "desk")
+    first = processes.start([str(VENV_BIN / "robot-lab"), "worker", boss.name, "--no-bus"], env, "boss0")
+    wait_for(lambda: client.sismember(Keys(prefix=key_prefix).registry(), desk.name), timeout=60, interval=0.1)
+    wait_for_workers(client, [f"robot:{boss.name}"], timeout=60)
+    net = create_network("delegating")
+    net.task("boss", boss, tools="inherit")
+    handle = Coordinator(connection=client).submit(net, "go")
+    wait_for(lambda: handle.states().get("boss") == "waiting", timeout=60, interval=0.05)
+    listed = json.loads(_cli(env, "pending", "--json").stdout)
+    [question] = [r for r in listed if r.get("run_id") == handle.run_id]  # the desk's own waits too
+    assert (question["question"], question["choices"]) == ("Which order?", ["A1", "B2"])
+    first.send_signal(signal.SIGTERM)  # the parked task holds no worker: a fresh one resumes it
+    assert first.wait(30) == 0
+    processes.start([str(VENV_BIN / "robot-lab"), "worker", boss.name, "--no-bus"], env, "boss1")
+    _cli(env, "answer", handle.run_id, "1")
+    approval = wait_for(lambda: [r for r in json.loads(_cli(env, "pending", "--json").stdout)
+                                 if r["kind"] == "approval" and r.get("run_id") == handle.run_id],
+                        timeout=60, interval=0.2)[0]
+    assert "big_refund" in approval["question"]
+    assert client.lrange(f"{key_prefix}:refunds", 0, -1) == []  # the desk's tool waits for the approval
+    _cli(env, "answer", handle.run_id, "--approve")
+    result = handle.wait(timeout=60)
+    assert result.reply.startswith("desk says - ask_desk: done: ") and "refunded A1 (approved)" in result.reply, \
+        result.reply
+    assert [v.decode().split("|")[0] for v in client.lrange(f"{key_prefix}:refunds", 0, -1)] == ["big:A1"]
+    assert _calls(record, desk.name) == 3 and _calls(record, boss.name) == 2  # no model call made twice
