@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from redis.exceptions import NoScriptError
 
+from robot_lab import coalesce
 from robot_lab.connection import durable, is_cluster_client, waits_for_replicas
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
@@ -151,10 +152,10 @@ class RunStore:
         if after is None or is_cluster_client(self.r) or (critical and waits_for_replicas(self.r)):
             return self._eval(script, *argv, leases=leases, critical=critical)
         keys = self._script_keys(leases)
-        pipe = self.r.pipeline(transaction=False)
+        pipe = coalesce.pipeline(self.r)
         pipe.evalsha(transitions.sha_of(script), len(keys), *keys, self.run_id, *argv)
         after.queue(pipe)
-        replies = pipe.execute(raise_on_error=False)
+        replies = coalesce.execute(pipe, raise_on_error=False)  # with other tasks' results
         first = replies[0]
         failed = next((r for r in replies[1:] if isinstance(r, Exception)), None)
         if failed is None:
@@ -250,14 +251,14 @@ class RunStore:
                 replies += pipe.execute()
         else:
             keys = self._script_keys((task,))
-            pipe = self.r.pipeline(transaction=False)
+            pipe = coalesce.pipeline(self.r)
             if before is not None:
                 before(pipe)
             skip = len(pipe.command_stack)
             pipe.evalsha(transitions.sha_of(transitions.START_TASK), len(keys), *keys, self.run_id, *argv)
             if also is not None:
                 also(pipe)
-            replies = pipe.execute(raise_on_error=False)
+            replies = coalesce.execute(pipe, raise_on_error=False)  # with other tasks' claims
             for reply in replies:
                 if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
                     raise reply

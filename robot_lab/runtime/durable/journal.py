@@ -18,6 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from robot_lab import coalesce
 from robot_lab.errors import StepDivergence
 from robot_lab.logging import get_logger
 
@@ -79,10 +80,10 @@ class Journal:
 
     def write(self, index: int, record: dict[str, Any]) -> None:
         """Record step ``index`` (and refresh the hash's expiry)."""
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = coalesce.pipeline(self.redis)
         pipe.hset(self.key, str(index), json.dumps(record, separators=(",", ":"), default=str))
         pipe.expire(self.key, self.ttl)
-        pipe.execute()
+        coalesce.execute(pipe)  # with other runs' steps; on the server when this returns
         self.steps()[index] = record
 
     def drop_from(self, index: int) -> None:
