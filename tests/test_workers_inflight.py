@@ -233,6 +233,36 @@ def test_a_result_other_than_the_one_recorded_with_the_script_is_rqs_newest(queu
     assert worker.successful_job_count == 1
 
 
+def test_the_one_at_a_time_worker_looks_idle_only_once_the_jobs_end_is_written(queue) -> None:  # type: ignore[no-untyped-def]
+    """rq's SIGTERM handler raises StopRequested wherever the main thread is when the worker
+    looks idle. rq's finish records (its ``idle`` among them) are queued behind the task's
+    result script, so the worker must stay busy until that round trip is done: else a SIGTERM
+    while it was on the wire failed the job mid-write and the worker never stopped."""
+    from rq.job import Job
+
+    from robot_lab.network.serializer import JobSerializer
+    from robot_lab.workers.process import robot_worker_class
+
+    real_client = queue.connection
+    queue.enqueue_call(func=f"{__name__}.count", args=(1,), result_ttl=60)
+    worker = robot_worker_class()([queue], connection=real_client, serializer=JobSerializer, job_class=Job)
+    taken = queue.dequeue_any([queue], None, connection=real_client, job_class=worker.job_class,
+                              serializer=JobSerializer)[0]
+    execution = worker._start_task_job(taken, queue)
+    taken.rq_start.flush(real_client)
+    assert worker.get_state() == "busy"
+    finish = taken.rq_finish
+    finish.pending = {"task": "t", "status": "ok", "failed": False}
+    pipe = real_client.pipeline(transaction=False)
+    finish.queue(pipe)  # as RunStore.complete does, behind the script: not sent yet
+    assert worker.get_state() == "busy"
+    pipe.execute()
+    finish.written = True
+    worker._finish_task_job(taken, execution, finish.pending)
+    assert worker.get_state() == "idle"
+    assert real_client.hget(worker.key, "state") == b"idle"
+
+
 def test_an_in_flight_worker_tunes_the_collector_once_it_takes_jobs(queue) -> None:  # type: ignore[no-untyped-def]
     """Start-up's objects are frozen out of full collections and young collections run less
     often than CPython's default once the worker takes jobs (see tune_gc)."""

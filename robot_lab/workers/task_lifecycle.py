@@ -109,6 +109,7 @@ def task_job_lifecycle(base: type) -> type:
             differs from the one recorded there is written (a newest rq result)."""
             deferred = getattr(job, "rq_finish", None)
             if deferred is not None and deferred.written:
+                self._ended(job)
                 if deferred.value != value:  # the transition answered other than ok: rq's newest result says so
                     with self.connection.pipeline(transaction=False) as pipe:
                         self._queue_result(job, execution, value, job.get_result_ttl(self.default_result_ttl), pipe)
@@ -119,7 +120,14 @@ def task_job_lifecycle(base: type) -> type:
             with self.connection.pipeline(transaction=False) as pipe:
                 self._queue_finish(job, execution, value, pipe)
                 pipe.execute()
+            self._ended(job)
             self.executions.pop(execution.id, None)
+
+        def _ended(self, job: Any) -> None:
+            """The worker's own state once the job's end is written (see :meth:`_queue_finish`)."""
+            state = getattr(job, "rq_state_after", None)
+            if state is not None:
+                self._state = state
 
         def _queue_finish(self, job: Any, execution: Any, value: Any, pipe: Any) -> None:
             """rq's finish records on ``pipe``: status and end time, the result, the finished
@@ -136,7 +144,14 @@ def task_job_lifecycle(base: type) -> type:
             execution.delete(job=job, pipeline=pipe)
             self.increment_successful_job_count(pipeline=pipe)
             self.increment_total_working_time(job.ended_at - job.started_at, pipe)
+            # ``idle`` is written with the job's end, but the worker takes it itself only once
+            # that write is done (:meth:`_ended`): rq's SIGTERM handler raises StopRequested
+            # wherever the main thread is when the worker looks idle, so a SIGTERM while this
+            # round trip was on the wire failed the job mid-write, rq retried it, and the worker,
+            # its stop swallowed by the job, never stopped.
+            busy = self._state
             self.set_state(WorkerStatus.IDLE, pipeline=pipe)
+            job.rq_state_after, self._state = self._state, busy
 
         def _queue_result(self, job: Any, execution: Any, value: Any, result_ttl: int, pipe: Any) -> None:
             """rq's record of the job's (newest) successful result, on ``pipe``."""
