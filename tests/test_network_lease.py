@@ -59,3 +59,26 @@ def test_flush_sends_what_is_gathered_before_another_event(clock: list[float]) -
     store.emit("tool_call.started", task="t", robot="bot", data={"name": "x"})
     buffer.flush()  # nothing new: no empty event
     assert store.events == [("text.delta", {"delta": "thinking"}), ("tool_call.started", {"name": "x"})]
+
+
+def test_a_process_running_many_tasks_at_once_takes_longer_leases(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Each of the lease keeper's GIL acquisitions can wait for every task in hand, so a
+    process's leases (and holds) last at least SLOT_LEASE_MS per task it runs at once; the
+    configured lease stays the floor. An in-flight worker says how many it runs."""
+    from robot_lab.network import lease
+    from robot_lab.workers.inflight import in_flight_worker_class
+
+    monkeypatch.setattr(lease, "_process_slots", 1)
+    monkeypatch.setenv("ROBOT_LAB_TASK_LEASE_MS", "5000")
+    assert lease.task_lease_ms() == 5000
+    lease.set_process_slots(5000)
+    assert lease.task_lease_ms() == 5000 * lease.SLOT_LEASE_MS
+    lease.set_process_slots(16)
+    assert lease.task_lease_ms() == 5000
+
+    import fakeredis
+    from rq import Queue
+
+    queue = Queue("slots", connection=fakeredis.FakeRedis())
+    in_flight_worker_class()([queue], connection=queue.connection, in_flight=2000)
+    assert lease.task_lease_ms() == 2000 * lease.SLOT_LEASE_MS

@@ -20,9 +20,28 @@ if TYPE_CHECKING:
 log = get_logger("robot_lab.workers")
 
 
+# Under one interpreter lock a thread that wants the GIL waits behind the threads that asked
+# before it (CPython hands it on roughly in arrival order), so in a process running N tasks at
+# once each of the lease keeper's GIL acquisitions (about three a beat) can wait for about N
+# tasks' turns. At 5000 tasks in hand on a loaded 2-core machine beats came later than the 5 s
+# lease: 1792 leases and 3087 holds expired under a live worker and their tasks ran again
+# (bench/concurrency.py). So a process's leases and holds last at least this long per task it
+# runs at once (10 s at --in-flight 1000, 50 s at 5000); a dead worker's tasks wait as long.
+SLOT_LEASE_MS = 10
+_process_slots = 1
+
+
+def set_process_slots(slots: int) -> None:
+    """How many tasks this process runs at once (``robot-lab worker --in-flight N``)."""
+    global _process_slots
+    _process_slots = max(1, int(slots))
+
+
 def task_lease_ms() -> int:
-    """A task's lease (``ROBOT_LAB_TASK_LEASE_MS``, default 5 s)."""
-    return int(os.environ.get("ROBOT_LAB_TASK_LEASE_MS", DEFAULT_LEASE_MS))
+    """A task's lease (``ROBOT_LAB_TASK_LEASE_MS``, default 5 s), at least ``SLOT_LEASE_MS``
+    per task this process runs at once (see above)."""
+    configured = int(os.environ.get("ROBOT_LAB_TASK_LEASE_MS", DEFAULT_LEASE_MS))
+    return max(configured, _process_slots * SLOT_LEASE_MS)
 
 
 class LeaseHeartbeat:

@@ -144,6 +144,9 @@ def in_flight_worker_class() -> type:
                      **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.in_flight = max(1, int(in_flight))
+            from robot_lab.network.lease import set_process_slots  # lazy: start-up time
+
+            set_process_slots(self.in_flight)  # leases long enough for this many tasks' GIL turns
             self.on_stop = on_stop
             self.loop_beat = 0.0
             self._jobs: dict[str, tuple[float, float | None]] = {}  # job id -> (started, timeout)
