@@ -267,3 +267,15 @@ def test_run_config_merge_is_a_new_config_and_still_checks_mappings() -> None:
         base.merge({"no_such_field": 1})
     with pytest.raises(ConfigurationError):
         base.merge({"on_content": "not callable"})
+
+
+def test_run_config_none_is_unset_and_unknown_names_are_refused() -> None:
+    from robot_lab.errors import ConfigurationError
+    from robot_lab.runtime.run_config import RunConfig
+
+    config = RunConfig({"model": "a", "temperature": None}, max_tokens=None, top_p=0.2)
+    assert config.to_dict() == {"model": "a", "top_p": 0.2} and "temperature" not in config
+    with pytest.raises(ConfigurationError):
+        RunConfig(no_such_field=None)
+    with pytest.raises(ConfigurationError):
+        RunConfig({"no_such_field": 1})

@@ -57,7 +57,10 @@ class RunConfig:
     def __init__(self, values: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
         object.__setattr__(self, "_values", {})
         for key, value in {**dict(values or {}), **fields}.items():
-            self.set(key, value)
+            if value is not None:
+                self.set(key, value)
+            elif key not in FIELDS:  # None is unset: nothing to store, but the name must exist
+                raise ConfigurationError(f"Unknown RunConfig field: {key}")
 
     # --- field access -------------------------------------------------------------------
     def set(self, key: str, value: Any) -> RunConfig:
