@@ -11,7 +11,7 @@ attempt of the scope, so a tool can deduplicate against the outside world.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,17 +95,7 @@ class _Setting:
         self.var.reset(self._token)
 
 
-class _Nothing:
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
-_NOTHING = _Nothing()
+_NOTHING: AbstractContextManager[None] = nullcontext()  # reusable: it keeps no state
 
 
 def durable_scope(scope: DurableScope | None) -> AbstractContextManager[DurableScope | None]:
