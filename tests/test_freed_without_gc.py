@@ -53,3 +53,28 @@ def test_a_memory_is_freed_at_once_and_still_attributes_writes(redis_client: Any
     gone = weakref.ref(memory)
     del memory
     assert gone() is None
+
+
+def test_random_bytes_are_fresh_and_a_forked_child_does_not_repeat_its_parents() -> None:
+    """Ids' random bytes come from one buffer (a system call per 4 KiB, not per id): every
+    draw is new, and a child forked with a half-used buffer draws its own."""
+    import os
+
+    from robot_lab.randomness import random_bytes
+    from robot_lab.schemas.ids import new_id
+
+    draws = [random_bytes(8) for _ in range(2000)]  # crosses refills
+    assert len(set(draws)) == len(draws) and all(len(d) == 8 for d in draws)
+    assert len(random_bytes(10_000)) == 10_000
+    assert len({new_id() for _ in range(5000)}) == 5000
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next bytes, to the parent
+        os.close(read)
+        os.write(write, random_bytes(16))
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 16)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert len(child) == 16 and child != random_bytes(16)
