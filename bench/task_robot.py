@@ -13,13 +13,11 @@ at once (GIL contention, a fuller connection pool), as an in-flight worker does.
 ``bench/concurrency.py --only network`` is the end-to-end figure this stands in for; this one
 is for iterating on the robot part's Python overhead (issue 30, item 1).
 
-Each round also prints the cyclic GC's collections (gen0/gen1/gen2) and the CPU they took:
-with 300 threads at the default thresholds that was a fifth of the job's CPU, most of it
-walking long-lived objects (the imported modules, the in-flight tasks' state).
-``--gc-freeze`` (after the warm-up) and ``--gc-threshold 50000,20,10`` show what a worker
-would save by freezing its start-up heap and collecting less often; a network task's
-Robot and Memory objects make no reference cycles (tests/test_freed_without_gc.py), so
-they never wait for a collection to be freed.
+Each round also prints the cyclic GC's collections (gen0/gen1/gen2) and the CPU they took.
+This process keeps CPython's defaults; ``--gc-freeze --gc-threshold 4000,10,10`` does what
+``robot-lab worker`` does once warm (``tune_gc`` in robot_lab/workers/inflight.py). A network
+task's Robot and Memory objects make no reference cycles (tests/test_freed_without_gc.py), so
+they are freed when the task ends, not at the next (rarer, once tuned) collection.
 """
 
 from __future__ import annotations
@@ -139,8 +137,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", help="write a cProfile of the last round here")
     parser.add_argument("--gc-freeze", action="store_true",
-                        help="gc.freeze() after the warm-up round (what a worker could do once warm)")
-    parser.add_argument("--gc-threshold", help="gc.set_threshold(...) before the rounds, e.g. 50000,20,10")
+                        help="gc.freeze() after the warm-up round (as robot-lab worker's tune_gc)")
+    parser.add_argument("--gc-threshold", help="gc.set_threshold(...) before the rounds, e.g. 4000,10,10")
     args = parser.parse_args()
 
     server = RedisServer()
