@@ -11,7 +11,6 @@ Format: ``00-<32 hex trace id>-<16 hex span id>-01``.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,13 +19,14 @@ from typing import Any
 
 from robot_lab.logging import log_context
 from robot_lab.observability import otel
+from robot_lab.randomness import random_bytes
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _current: ContextVar[str | None] = ContextVar("robot_lab_traceparent", default=None)
 
 
 def _hex(nbytes: int) -> str:
-    value = os.urandom(nbytes).hex()
+    value = random_bytes(nbytes).hex()  # buffered: see robot_lab/randomness.py
     return value if value.strip("0") else _hex(nbytes)  # all-zero ids are invalid
 
 

@@ -439,3 +439,22 @@ def test_on_deny_fail_makes_a_denial_fail_the_run(redis_client, monkeypatch):
     with pytest.raises(ToolLoopError, match="the call of big_refund was denied: too much"):
         bot.run("go", tools="inherit", on_input=lambda request: Answer(text="too much", approved=False))
     assert durable_tools.refunds() == []
+
+
+def test_a_model_steps_journal_record_is_asdict_of_its_response() -> None:
+    """The journal's record of a model step is built without dataclasses.asdict (it runs
+    once per model step): the same dict, key order included, and a deep copy."""
+    import json
+    from dataclasses import asdict
+
+    from robot_lab.llm.response import LLMResponse, ToolCallRequest
+    from robot_lab.runtime.durable.steps import response_from, response_record
+
+    response = LLMResponse(content="x", tool_calls=[ToolCallRequest("c1", "add", {"a": [1, {"b": 2}]}, "raw")],
+                           input_tokens=3, output_tokens=2, cost=0.5, finish_reason="tool_calls", model="m",
+                           reasoning="r", usage_estimated=True)
+    record = response_record(response)
+    assert json.dumps(record) == json.dumps(asdict(response))
+    record["tool_calls"][0]["arguments"]["a"][1]["b"] = 9
+    assert response.tool_calls[0].arguments == {"a": [1, {"b": 2}]}
+    assert response_from(json.loads(json.dumps(asdict(response)))) == response

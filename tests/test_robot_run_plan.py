@@ -247,3 +247,35 @@ def test_spec_serving_policy_none_keeps_tools_off() -> None:
 def test_in_process_run_still_defaults_to_no_tools() -> None:
     robot = build("plain", model="scripted/echo", local_tools=[add])
     assert robot.run("hi").reply == "echo: hi"
+
+
+def test_run_config_merge_is_a_new_config_and_still_checks_mappings() -> None:
+    """``merge`` builds the result without checking its fields again (both sides were
+    checked): the result is still independent of both sides, and a mapping is checked."""
+    from robot_lab.errors import ConfigurationError
+    from robot_lab.runtime.run_config import RunConfig
+
+    base, top = RunConfig(model="a", temperature=0.1), RunConfig(model="b", max_tokens=5)
+    merged = base.merge(top)
+    assert merged.to_dict() == {"model": "b", "temperature": 0.1, "max_tokens": 5}
+    merged.set("temperature", 0.9)
+    copy = base.merge(None)
+    copy.set("model", "c")
+    assert base.to_dict() == {"model": "a", "temperature": 0.1} and top.to_dict() == {"model": "b", "max_tokens": 5}
+    assert base.merge({"top_p": 0.5, "stop": None}).to_dict() == {"model": "a", "temperature": 0.1, "top_p": 0.5}
+    with pytest.raises(ConfigurationError):
+        base.merge({"no_such_field": 1})
+    with pytest.raises(ConfigurationError):
+        base.merge({"on_content": "not callable"})
+
+
+def test_run_config_none_is_unset_and_unknown_names_are_refused() -> None:
+    from robot_lab.errors import ConfigurationError
+    from robot_lab.runtime.run_config import RunConfig
+
+    config = RunConfig({"model": "a", "temperature": None}, max_tokens=None, top_p=0.2)
+    assert config.to_dict() == {"model": "a", "top_p": 0.2} and "temperature" not in config
+    with pytest.raises(ConfigurationError):
+        RunConfig(no_such_field=None)
+    with pytest.raises(ConfigurationError):
+        RunConfig({"no_such_field": 1})

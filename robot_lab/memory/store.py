@@ -42,7 +42,7 @@ from robot_lab.memory.scope import ChangeLog, ScopeKeys
 from robot_lab.memory.subscriptions import Subscriptions, glob_to_regex
 from robot_lab.memory.values import Values
 from robot_lab.memory.waits import await_for, wait_for
-from robot_lab.memory.writer import writer_override, writing_as
+from robot_lab.memory.writer import Writer, writing_as
 from robot_lab.schemas import MemoryChange, RobotResult
 from robot_lab.schemas.messages import Message
 
@@ -89,13 +89,13 @@ class Memory:
         self.redis = redis
         self.keys_layout = keys or default_keys()
         self.network_name = network_name
-        self._writer = writer
+        self._writer_of = Writer(writer)
         self.changes_maxlen = changes_maxlen
         self.poll_interval = poll_interval
         self.listener_idle_timeout = listener_idle_timeout
         scope_keys = ScopeKeys.of(self.keys_layout, scope)
         self._values = Values(redis, scope_keys, network_name=network_name, changes_maxlen=changes_maxlen,
-                              writer=lambda: self.current_writer)
+                              writer=self._writer_of)
         self._log = ChangeLog(redis, scope_keys)
         self._feed = Feed(self._log, poll_interval=poll_interval, idle_timeout=listener_idle_timeout)
         self._subs = Subscriptions(self._feed, scope)
@@ -131,12 +131,16 @@ class Memory:
     @property
     def current_writer(self) -> str | None:
         """Recorded as ``writer`` on every change (robot_lab sets it to the running robot)."""
-        override = writer_override.get()
-        return override if override is not None else self._writer
+        return self._writer_of()
 
     @current_writer.setter
     def current_writer(self, name: str | None) -> None:
-        self._writer = name
+        self._writer_of.name = name
+
+    @property
+    def _writer(self) -> str | None:
+        """The memory's own writer (None: unattributed), under any context override."""
+        return self._writer_of.name
 
     def writing_as(self, name: str) -> Any:
         """Attribute writes in this context (thread/task) to ``name`` without touching others."""

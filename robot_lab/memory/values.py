@@ -72,8 +72,20 @@ class Values:
         self._writer = writer
         self._scope_json = encoder.encode(keys.scope)
         self._network_json = encoder.encode(network_name)
-        self._write = redis.register_script(memory_lua.WRITE)
-        self._delete = redis.register_script(memory_lua.DELETE)
+        self._write_script: Any = None  # made on first use: most memories of a task are only read
+        self._delete_script: Any = None
+
+    @property
+    def _write(self) -> Any:
+        if self._write_script is None:
+            self._write_script = self.redis.register_script(memory_lua.WRITE)
+        return self._write_script
+
+    @property
+    def _delete(self) -> Any:
+        if self._delete_script is None:
+            self._delete_script = self.redis.register_script(memory_lua.DELETE)
+        return self._delete_script
 
     # --- encoding -------------------------------------------------------------------------
     def check_key(self, key: Any) -> str:

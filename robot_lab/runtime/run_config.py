@@ -57,7 +57,10 @@ class RunConfig:
     def __init__(self, values: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
         object.__setattr__(self, "_values", {})
         for key, value in {**dict(values or {}), **fields}.items():
-            self.set(key, value)
+            if value is not None:
+                self.set(key, value)
+            elif key not in FIELDS:  # None is unset: nothing to store, but the name must exist
+                raise ConfigurationError(f"Unknown RunConfig field: {key}")
 
     # --- field access -------------------------------------------------------------------
     def set(self, key: str, value: Any) -> RunConfig:
@@ -104,10 +107,17 @@ class RunConfig:
     # --- combining ----------------------------------------------------------------------
     def merge(self, other: RunConfig | Mapping[str, Any] | None) -> RunConfig:
         """A new config: ours, overridden by the other's set values."""
-        if other is None:
-            return RunConfig(self._values)
-        values = other._values if isinstance(other, RunConfig) else RunConfig(other)._values
-        return RunConfig({**self._values, **values})
+        values = other._values if isinstance(other, RunConfig) else RunConfig(other)._values if other is not None else {}
+        return RunConfig._checked({**self._values, **values})
+
+    @classmethod
+    def _checked(cls, values: dict[str, Any]) -> RunConfig:
+        """A config over ``values`` taken as they are: fields of configs that checked them
+        (known names, no None, callable callbacks), so merging -- several times per run --
+        does not check every field again."""
+        config = cls.__new__(cls)
+        object.__setattr__(config, "_values", values)
+        return config
 
     @classmethod
     def cascade(cls, *layers: RunConfig | Mapping[str, Any] | None) -> RunConfig:

@@ -6,10 +6,11 @@ sort by creation time as strings and stay unique across processes without coordi
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
+
+from robot_lab.randomness import random_bytes
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -27,10 +28,10 @@ def uuid7() -> uuid.UUID:
             if _counter == 0:  # counter overflow inside one millisecond: borrow the next one
                 ms += 1
         else:
-            _counter = int.from_bytes(os.urandom(2), "big") & 0x3FF
+            _counter = int.from_bytes(random_bytes(2), "big") & 0x3FF
         _last_ms = ms
         counter = _counter
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    rand = int.from_bytes(random_bytes(8), "big") & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
     value |= counter << 64

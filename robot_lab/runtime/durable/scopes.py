@@ -10,8 +10,8 @@ attempt of the scope, so a tool can deduplicate against the outside world.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,27 +78,34 @@ _step: ContextVar[StepInfo | None] = ContextVar("robot_lab_durable_step", defaul
 _runner: ContextVar[Any] = ContextVar("robot_lab_step_runner", default=None)
 
 
-@contextmanager
-def durable_scope(scope: DurableScope | None) -> Iterator[DurableScope | None]:
+class _Setting:
+    """``with``: ``var`` holds ``value`` inside the block (a class, not a generator: every
+    robot run enters two of these)."""
+
+    __slots__ = ("var", "value", "result", "_token")
+
+    def __init__(self, var: ContextVar[Any], value: Any, result: Any) -> None:
+        self.var, self.value, self.result, self._token = var, value, result, None
+
+    def __enter__(self) -> Any:
+        self._token = self.var.set(self.value)
+        return self.result
+
+    def __exit__(self, *exc: Any) -> None:
+        self.var.reset(self._token)
+
+
+_NOTHING: AbstractContextManager[None] = nullcontext()  # reusable: it keeps no state
+
+
+def durable_scope(scope: DurableScope | None) -> AbstractContextManager[DurableScope | None]:
     """Make ``scope`` the durable scope of the next robot run in this context."""
-    token = _pending.set(scope)
-    try:
-        yield scope
-    finally:
-        _pending.reset(token)
+    return _Setting(_pending, scope, scope)
 
 
-@contextmanager
-def input_handler(on_input: Callable[..., Any] | None) -> Iterator[None]:
+def input_handler(on_input: Callable[..., Any] | None) -> AbstractContextManager[None]:
     """Answer input requests of runs in this context with ``on_input(request) -> answer``."""
-    if on_input is None:
-        yield
-        return
-    token = _on_input.set(on_input)
-    try:
-        yield
-    finally:
-        _on_input.reset(token)
+    return _NOTHING if on_input is None else _Setting(_on_input, on_input, None)
 
 
 def current_scope() -> DurableScope | None:

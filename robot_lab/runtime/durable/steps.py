@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 from robot_lab.errors import InputRequired, InputTimeout
@@ -26,6 +26,17 @@ from robot_lab.runtime.durable.scopes import Asks, DurableScope, StepInfo, _runn
 from robot_lab.llm.gateway import LLMResponse, ToolCallRequest
 
 log = get_logger("robot_lab.durable")
+# LLMResponse's fields in order; those other than tool_calls hold str / int / float / bool /
+# None, which asdict copies as they are.
+_RESPONSE_FIELDS = tuple(f.name for f in fields(LLMResponse))
+
+
+def response_record(response: LLMResponse) -> dict[str, Any]:
+    """``dataclasses.asdict(response)``, built directly: the same dict (tool calls as dicts,
+    their arguments deep-copied), without asdict's generic recursion over every field -- it
+    runs once per model step of every durable run."""
+    return {name: [asdict(call) for call in response.tool_calls] if name == "tool_calls" else getattr(response, name)
+            for name in _RESPONSE_FIELDS}
 
 
 def response_from(data: dict[str, Any]) -> LLMResponse:
@@ -82,7 +93,7 @@ class StepRunner:
         except BaseException as exc:
             self._failed(index, "model", model, started, exc)
             raise
-        result = asdict(response)
+        result = response_record(response) if type(response) is LLMResponse else asdict(response)
         tokens = {"input_tokens": response.input_tokens, "output_tokens": response.output_tokens}
         await io.blocking(self._done, index, "model", model, digest, started, result, tokens)
         return response

@@ -235,18 +235,26 @@ def current_scope() -> tuple[HookRegistry, ...]:
     return _scope.get() or (_global,)
 
 
-@contextmanager
-def hook_scope(*registries: HookRegistry | None) -> Iterator[tuple[HookRegistry, ...]]:
-    scope = (_global, *(r for r in registries if r is not None and r is not _global))
-    # Restore the previous value rather than ``reset(token)``: a scope held open by a
-    # suspended generator (a streamed run) may close after an enclosing one, and reset()
-    # of a token whose old value was "unset" then raises LookupError inside the run.
-    previous = _scope.get()
-    _scope.set(scope)
-    try:
-        yield scope
-    finally:
-        _scope.set(previous)
+class hook_scope:  # noqa: N801 - a context manager used as a function; a class: several per run
+    """``with hook_scope(*registries)``: the hooks in effect inside the block (the global
+    registry, then ``registries``)."""
+
+    __slots__ = ("scope", "_previous")
+
+    def __init__(self, *registries: HookRegistry | None) -> None:
+        self.scope = (_global, *(r for r in registries if r is not None and r is not _global))
+        self._previous: tuple[HookRegistry, ...] | None = None
+
+    def __enter__(self) -> tuple[HookRegistry, ...]:
+        # Restore the previous value rather than ``reset(token)``: a scope held open by a
+        # suspended generator (a streamed run) may close after an enclosing one, and reset()
+        # of a token whose old value was "unset" then raises LookupError inside the run.
+        self._previous = _scope.get()
+        _scope.set(self.scope)
+        return self.scope
+
+    def __exit__(self, *exc: Any) -> None:
+        _scope.set(self._previous)
 
 
 def _call(registration: Registration, event: str, ctx: HookContext, *args: Any) -> Any:

@@ -53,20 +53,36 @@ def current_memory() -> Any:
     return current_run().memory
 
 
-@contextmanager
-def running(ctx: TurnContext) -> Iterator[TurnContext]:
+class running:  # noqa: N801 - a context manager used as a function; a class: it runs once per run
     """Publish ``ctx`` for the duration of a run, and make the run's memory write as the
     robot (the Ruby gem's ``current_writer``; per thread, so parallel runs don't mix)."""
-    token = _current.set(ctx)
-    writing = getattr(ctx.memory, "writing_as", None)
-    try:
-        if writing is None:
-            yield ctx
-        else:
-            with writing(ctx.robot.name):
-                yield ctx
-    finally:
-        _current.reset(token)
+
+    __slots__ = ("ctx", "_token", "_writing")
+
+    def __init__(self, ctx: TurnContext) -> None:
+        self.ctx = ctx
+        self._token: Any = None
+        self._writing: Any = None
+
+    def __enter__(self) -> TurnContext:
+        ctx = self.ctx
+        self._token = _current.set(ctx)
+        writing = getattr(ctx.memory, "writing_as", None)
+        if writing is not None:
+            try:
+                self._writing = writing(ctx.robot.name)
+                self._writing.__enter__()
+            except BaseException:
+                _current.reset(self._token)
+                raise
+        return ctx
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self._writing is not None:
+                self._writing.__exit__(*exc)
+        finally:
+            _current.reset(self._token)
 
 
 @dataclass

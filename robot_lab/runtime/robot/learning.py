@@ -4,6 +4,7 @@ Redis, so every worker of the robot shares them) and prepended to each later req
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.runtime.rails.hooks import LearnHookContext, call_point_hook, hook_scope, run_hooks
@@ -17,10 +18,16 @@ _UNREAD = object()
 
 
 class Learning:
-    """One robot's learnings and its inherent memory (opened lazily)."""
+    """One robot's learnings and its inherent memory (opened lazily).
+
+    It points back at its robot through a weak reference: a Robot and its Learning are then
+    no reference cycle, so a robot dropped after its run (a worker builds one per network
+    task) is freed at once by reference counting, with its messages and config, instead of
+    piling up for the cyclic GC (issue 30). The robot owns its Learning; nothing else keeps
+    one, so the robot is alive whenever this is used."""
 
     def __init__(self, robot: RobotParts) -> None:
-        self.robot = robot
+        self._robot = weakref.ref(robot)
         self.learnings: list[str] = []
         self._memory: Any = None
         self._preloaded: Any = _UNREAD
@@ -31,6 +38,12 @@ class Learning:
         -- for the next :meth:`load` instead of a read of its own."""
         self._memory = memory
         self._preloaded = raw
+
+    @property
+    def robot(self) -> RobotParts:
+        robot = self._robot()
+        assert robot is not None, "a Learning is only used through its robot"
+        return robot
 
     @property
     def memory(self) -> Any:
