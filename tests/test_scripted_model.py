@@ -141,3 +141,17 @@ def test_streaming_logging_is_quiet_unless_a_litellm_callback_listens() -> None:
         wait_for(lambda: seen, timeout=10)
     finally:
         litellm.success_callback = []
+
+
+def test_a_long_lived_process_keeps_only_the_newest_recorded_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker on the scripted model makes calls for its whole life: the in-process record
+    keeps the newest ``KEEP_CALLS`` of them, not every call ever made."""
+    from collections import deque
+
+    from robot_lab.llm import recording
+
+    assert recording._calls.maxlen == recording.KEEP_CALLS  # the process's own record is bounded
+    monkeypatch.setattr(recording, "_calls", deque(maxlen=3))
+    for i in range(5):
+        recording.record_call("scripted/echo", [{"role": "user", "content": f"m{i}"}], {}, None)
+    assert [c["request"] for c in recording.recorded_calls()] == ["m2", "m3", "m4"]

@@ -12,13 +12,17 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 from robot_lab.llm.scripted import PROVIDER, _text_of, _tool_name, last_user_message
 
 RECORD_ENV = "ROBOT_LAB_SCRIPTED_RECORD"
-_calls: list[dict[str, Any]] = []
+# The newest calls only: a long-lived process on the scripted model (the demo, a benchmark's
+# worker) recorded every call it ever made.
+KEEP_CALLS = 10_000
+_calls: deque[dict[str, Any]] = deque(maxlen=KEEP_CALLS)
 _calls_lock = threading.Lock()
 PARAM_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "presence_penalty", "frequency_penalty", "stop")
 
@@ -50,7 +54,8 @@ def record_call(model: str, messages: list[dict[str, Any]], optional_params: dic
 
 
 def recorded_calls(path: str | None = None) -> list[dict[str, Any]]:
-    """The calls recorded in this process, or those in a record file (``path``)."""
+    """The calls recorded in this process (the newest ``KEEP_CALLS``), or those in a record
+    file (``path``)."""
     if path is not None:
         p = Path(path)
         return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.exists() else []
