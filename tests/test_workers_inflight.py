@@ -274,3 +274,54 @@ def test_an_in_flight_worker_tunes_the_collector_once_it_takes_jobs(queue) -> No
     _worker(queue, 2).work(burst=True, logging_level="WARNING")
     assert job.latest_result().return_value == 1
     assert gc.get_threshold()[0] >= GC_YOUNG and gc.get_freeze_count() > 0
+
+
+def test_the_worker_computes_a_protocols_members_once_and_isinstance_answers_the_same(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """rq checks its Serializer protocol on every job, registry and result object; on 3.11
+    each check walked the protocol's MRO twice. The worker remembers each protocol's members
+    (remember_protocol_members): isinstance answers as before, and the walk happens once."""
+    import sys
+    import typing
+
+    from rq.serializers import JSONSerializer, Serializer
+
+    from robot_lab.network.serializer import JobSerializer
+    from robot_lab.workers import inflight
+
+    if sys.version_info >= (3, 12):
+        pytest.skip("3.12 computes a protocol's members once per class itself")
+    walks: list[type] = []
+    original = typing._get_protocol_attrs
+
+    def counted(cls):  # type: ignore[no-untyped-def]
+        walks.append(cls)
+        return original(cls)
+
+    monkeypatch.setattr(typing, "_get_protocol_attrs", counted)
+
+    @typing.runtime_checkable
+    class Sized(typing.Protocol):
+        size: int
+
+        def grow(self) -> None: ...
+
+    class Big:
+        size = 3
+
+        def grow(self) -> None:
+            pass
+
+    class Small:
+        def grow(self) -> None:
+            pass
+
+    before = [isinstance(x, p) for x in (JobSerializer, JSONSerializer, object(), Big(), Small())
+              for p in (Serializer, Sized)]
+    assert walks  # the stock path walks the members on every check
+    inflight.remember_protocol_members()
+    walks.clear()
+    after = [isinstance(x, p) for _ in range(3) for x in (JobSerializer, JSONSerializer, object(), Big(), Small())
+             for p in (Serializer, Sized)]
+    assert after == before * 3
+    assert before == [True, False, True, False, False, False, False, True, False, False]
+    assert sorted(c.__name__ for c in walks) == ["Serializer", "Sized"]  # once per protocol

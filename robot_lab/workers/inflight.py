@@ -449,9 +449,38 @@ def tune_gc() -> None:
     gc.freeze()
     young, middle, old = gc.get_threshold()
     gc.set_threshold(max(young, GC_YOUNG), middle, old)
+    remember_protocol_members()
 
 
 _gc_tuned = False
+
+
+def remember_protocol_members() -> None:
+    """On Python 3.11, ``isinstance(x, P)`` for a runtime-checkable Protocol ``P`` walks P's
+    MRO and dicts for its member names on every call, twice (3.12 computes them once per
+    class). rq checks its ``Serializer`` protocol each time it makes a job, registry or
+    result object: five times per task, ~5% of an in-flight worker's CPU at a thousand tasks
+    in hand (yappi, bench/concurrency.py). The member names of a class do not change once
+    it is made, so the worker computes them once per class (a frozenset: typing only reads
+    them)."""
+    import sys
+    import typing
+    import weakref
+
+    compute = getattr(typing, "_get_protocol_attrs", None)
+    if sys.version_info >= (3, 12) or compute is None or getattr(compute, "remembered", False):
+        return
+    known: weakref.WeakKeyDictionary[type, frozenset[str]] = weakref.WeakKeyDictionary()
+
+    def protocol_attrs(cls: type) -> frozenset[str]:
+        try:
+            return known[cls]
+        except KeyError:
+            attrs = known[cls] = frozenset(compute(cls))
+            return attrs
+
+    protocol_attrs.remembered = True  # type: ignore[attr-defined]
+    typing._get_protocol_attrs = protocol_attrs  # type: ignore[attr-defined]
 
 
 def _held_key(job: Any) -> str | None:
