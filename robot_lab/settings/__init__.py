@@ -37,8 +37,13 @@ from robot_lab.settings.core import (  # the public names of robot_lab.settings 
     PROVIDER_DEFAULT_MODELS,
     SAFE_SKILL_ENV,
     SCRIPTED_DEFAULT_MODEL,
+    LIGHT_SECTIONS,
+    BusCore,
     CoreSettings,
+    SigningCore,
+    VerifyMode,
     core_fields,
+    section_defaults,
     is_other_variable,
     light_values,
     project_config_file,
@@ -59,34 +64,35 @@ if TYPE_CHECKING:
         SigningSettings,
         SkillGrant,
         SkillsSettings,
-        VerifyMode,
         WorkerSettings,
     )
 
 _MODELS = "robot_lab.settings.models"
 _EXPORTS: dict[str, str] = {name: _MODELS for name in (
     "Settings", "SandboxSettings", "SkillGrant", "MatchRule", "DEFAULT_MATCH_RULES", "SkillsSettings", "BusSettings",
-    "VerifyMode", "SigningSettings", "BudgetSettings", "DurableSettings", "WorkerSettings", "A2ASettings", "Endpoint",
+    "SigningSettings", "BudgetSettings", "DurableSettings", "WorkerSettings", "A2ASettings", "Endpoint",
 )}
 __all__ = [
-    "A2ASettings", "BudgetSettings", "BusSettings", "CoreSettings", "DEFAULT_MATCH_RULES",
+    "A2ASettings", "BudgetSettings", "BusSettings", "BusCore", "CoreSettings", "DEFAULT_MATCH_RULES",
     "DEFAULT_MAX_TOOL_ROUNDS", "DurableSettings", "Endpoint", "LightSettings", "MatchRule", "OTHER_PREFIXES",
     "OTHER_VARIABLES", "PROVIDER_DEFAULT_MODELS", "SAFE_SKILL_ENV", "SCRIPTED_DEFAULT_MODEL", "SandboxSettings",
-    "Settings", "SigningSettings", "SkillGrant", "SkillsSettings", "VerifyMode", "WorkerSettings", "configure",
+    "Settings", "SigningCore", "SigningSettings", "SkillGrant", "SkillsSettings", "VerifyMode", "WorkerSettings", "configure",
     "get_settings", "project_config_file", "reload_settings", "unknown_variables", "user_config_file",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)
 
 
 class LightSettings:
-    """The process settings while only CoreSettings fields are configured: their values, and
+    """The process settings while only CoreSettings fields are configured: their values, the
+    defaults of the ``bus`` and ``signing`` sections (instances of BusCore / SigningCore), and
     on the first read of any other name the full ``Settings`` built with those same values
-    (later reads of every name, core fields included, go to it)."""
+    (later reads of every name, core fields and sections included, go to it)."""
 
-    __slots__ = ("_values", "_full", "_lock")
+    __slots__ = ("_values", "_sections", "_full", "_lock")
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         object.__setattr__(self, "_values", dict(values))
+        object.__setattr__(self, "_sections", {})  # name -> its defaults (BusCore, SigningCore), as read
         object.__setattr__(self, "_full", None)
         object.__setattr__(self, "_lock", threading.Lock())
 
@@ -98,12 +104,18 @@ class LightSettings:
 
                 # the values already served win over the layers (read again now), so no
                 # field changes under a reader who saw it before
-                object.__setattr__(self, "_full", Settings(**self._values))
+                served = {name: dict(vars(section)) for name, section in self._sections.items()}
+                object.__setattr__(self, "_full", Settings(**self._values, **served))
         return self._full  # type: ignore[return-value]
 
     def __getattr__(self, name: str) -> Any:
-        if self._full is None and name in self._values:
-            return self._values[name]
+        if self._full is None:
+            if name in self._values:
+                return self._values[name]
+            if name in LIGHT_SECTIONS:  # not configured (or this would be a full Settings): its defaults
+                with self._lock:
+                    if self._full is None:
+                        return self._sections.setdefault(name, section_defaults(LIGHT_SECTIONS[name]))
         if name.startswith("__"):  # copy / pickle probing for hooks: not settings
             raise AttributeError(name)
         return getattr(self.full(), name)

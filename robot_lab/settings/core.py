@@ -21,17 +21,19 @@ every layer as before (and raises its ValidationError).
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import sys
 import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
-
-from annotated_types import Ge, Gt
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
 
 from robot_lab.redis_url import is_cluster_url
+
+if TYPE_CHECKING:  # named in SigningCore's annotations; pydantic resolves them where Settings is defined
+    from pydantic import SecretStr  # noqa: F401
 
 SCRIPTED_DEFAULT_MODEL = "scripted/echo"
 DEFAULT_MAX_TOOL_ROUNDS = 25
@@ -80,11 +82,35 @@ def is_other_variable(name: str) -> bool:
     return upper in OTHER_VARIABLES or upper.startswith(OTHER_PREFIXES)
 
 
+class Bound:
+    """A lower bound on a number field (``Annotated[float, Bound(gt=0)]``): pydantic enforces it
+    as it does ``Field(gt=0)`` (same errors, same JSON schema) through annotated_types, which
+    is imported only when pydantic builds the schema; :func:`light_values` checks it itself."""
+
+    __slots__ = ("gt", "ge")
+
+    def __init__(self, *, gt: float | None = None, ge: float | None = None) -> None:
+        self.gt, self.ge = gt, ge
+
+    def allows(self, value: float) -> bool:
+        return (self.gt is None or value > self.gt) and (self.ge is None or value >= self.ge)
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        import annotated_types  # pydantic is building a schema: its dependency is loaded
+
+        markers = [annotated_types.Gt(self.gt)] if self.gt is not None else []
+        markers += [annotated_types.Ge(self.ge)] if self.ge is not None else []
+        return handler(Annotated[(source, *markers)])
+
+    def __repr__(self) -> str:
+        return f"Bound(gt={self.gt!r})" if self.gt is not None else f"Bound(ge={self.ge!r})"
+
+
 class CoreSettings:
     """The top-level settings that are one plain value each (see the module docstring).
 
-    Constraints are ``annotated_types`` markers, which pydantic enforces and
-    :func:`light_values` checks. A field with other validation belongs on ``Settings``.
+    Constraints are :class:`Bound` markers, which pydantic enforces and :func:`light_values`
+    checks. A field with other validation (a validator) belongs on ``Settings``.
     """
 
     # Names a field also answers to besides ROBOT_LAB_<NAME> (Settings gives pydantic the
@@ -98,7 +124,7 @@ class CoreSettings:
     # One model call: each request times out after request_timeout s; at most max_retries
     # more requests follow (litellm itself never retries); all of it within call_deadline s.
     request_timeout: float = 120.0
-    call_deadline: Annotated[float, Gt(0)] = 300.0
+    call_deadline: Annotated[float, Bound(gt=0)] = 300.0
     max_retries: int = 3
     retry_interval: float = 1.0
     retry_backoff_factor: float = 2.0
@@ -122,7 +148,7 @@ class CoreSettings:
     redis_retry_max: float = 5.0
     # seconds to open a connection to Redis: TCP connect and, for rediss://, the TLS handshake
     # (a rediss:// URL on a plain Redis port would otherwise wait forever for a ServerHello)
-    redis_connect_timeout: Annotated[float, Gt(0)] = 10.0
+    redis_connect_timeout: Annotated[float, Bound(gt=0)] = 10.0
     # Critical writes (a task's recorded result, memory compare-and-set) wait until this many
     # replicas acknowledged them (Redis WAIT, at most redis_wait_timeout_ms), so a failover
     # right after cannot lose them. 0 = off (Redis replication is asynchronous). Not applied
@@ -131,19 +157,19 @@ class CoreSettings:
     redis_wait_timeout_ms: int = 500
 
     # The bottom of the run cascade: a tool loop always ends (the Ruby gem's max_tool_iterations).
-    max_tool_rounds: Annotated[int, Ge(1)] = DEFAULT_MAX_TOOL_ROUNDS
+    max_tool_rounds: Annotated[int, Bound(ge=1)] = DEFAULT_MAX_TOOL_ROUNDS
     # stored conversation history (bus conversations continued on any worker): at most this
     # many messages are kept, the oldest turns dropped whole; 0 = no cap
     conversation_max_messages: int = 200
     # ... and at most this many bytes of JSON (the oldest turns dropped whole; a single turn
     # larger than this is kept alone); 0 = no cap
-    conversation_max_bytes: Annotated[int, Ge(0)] = 1_048_576
+    conversation_max_bytes: Annotated[int, Bound(ge=0)] = 1_048_576
     # seconds a stored conversation lives after its last save (each save renews it)
-    conversation_ttl: Annotated[int, Ge(1)] = 7 * 86_400
+    conversation_ttl: Annotated[int, Bound(ge=1)] = 7 * 86_400
     # MCP connections a process shares between the robots it builds per task / slot
     # (runtime/mcp/pool.py): at most this many robot server sets kept, each closed when idle.
-    mcp_pool_size: Annotated[int, Ge(1)] = 32
-    mcp_idle_timeout: Annotated[float, Gt(0)] = 300.0
+    mcp_pool_size: Annotated[int, Bound(ge=1)] = 32
+    mcp_idle_timeout: Annotated[float, Bound(gt=0)] = 300.0
 
     log_level: str = "INFO"
     log_format: Literal["auto", "json", "console"] = "auto"
@@ -166,6 +192,78 @@ class CoreSettings:
     def embedded(self) -> bool:
         """No REDIS_URL: run on in-process fakeredis."""
         return not self.redis_url
+
+
+VerifyMode = Literal["off", "warn", "require"]
+
+
+class BusCore:
+    """The fields of ``BusSettings`` (the ``bus`` section), declared without pydantic so that
+    a process that configured no ``bus`` setting reads its defaults without building models."""
+
+    maxlen: int = 10_000
+    max_deliveries: int = 5
+    visibility_timeout: float = 30.0
+    batch_size: int = 16
+    block_ms: int = 1_000
+    reply_ttl: int = 86_400
+    # first retry of a failed (nacked) delivery after retry_delay s, doubling, capped at 30 s
+    retry_delay: float = 0.2
+    dlq_maxlen: int = 10_000
+    # an envelope larger than this (bytes of its JSON) is refused by publish and
+    # dead-lettered as too_large by a consumer (raw XADD publishers)
+    max_envelope_bytes: int = 1_048_576
+    # how long a handled message's recorded reply is kept (the idempotency window of
+    # redeliveries and of a sender re-publishing the same id)
+    record_ttl: int = 3_600
+    # inboxes (names or fnmatch globs) a message may name as its reply_to besides its own
+    # sender's inbox and _reply.* streams; any other reply_to is dead-lettered reply_refused
+    reply_to_allowed: list[str] = []
+    # an envelope whose `to` names another robot than the inbox it was read from:
+    # dead_letter (reason misaddressed, before any handler) or warn (log bus.misaddressed and
+    # handle it, the Ruby gem's behaviour). Under signing require it is always dead-lettered.
+    misaddressed: Literal["dead_letter", "warn"] = "dead_letter"
+    # Files a run wrote come back in its reply's ``attachments``: inline (base64) while the
+    # reply's files add up to at most attachment_inline_bytes, else stored in Redis for
+    # file_ttl seconds as a reference (``robot-lab files get``); larger than max_file_bytes:
+    # listed only.
+    attachment_inline_bytes: int = 256 * 1024
+    file_ttl: int = 86_400
+    max_file_bytes: int = 50 * 1024 * 1024
+
+
+class SigningCore:
+    """The fields of ``SigningSettings`` (the ``signing`` section; see its docstring), declared
+    without pydantic like :class:`BusCore`. Mutable defaults are copied per instance (pydantic
+    copies them; :func:`section_defaults` too)."""
+
+    # off: nothing is checked; warn: a bad or missing signature is logged (bus.unauthenticated)
+    # and the message runs; require: it is dead-lettered as unauthenticated, no model call.
+    verify: VerifyMode = "off"
+    # per-robot override of ``verify`` (robot name -> mode). In settings, not in the robot's
+    # spec: specs live in Redis, where a writer could switch its own check off.
+    robots: dict[str, VerifyMode] = {}
+    keys: dict[str, dict[str, SecretStr]] = {}
+    current: dict[str, str] = {}
+    keys_dir: str | None = None
+    # seconds between re-reads of keys_dir (a rotated Secret shows up without a restart)
+    reload_interval: float = 30.0
+
+    def mode_for(self, robot: str) -> VerifyMode:
+        return self.robots.get(robot, self.verify)
+
+
+# Sections whose defaults LightSettings serves without pydantic (what a Bus reads when built)
+LIGHT_SECTIONS: dict[str, type] = {"bus": BusCore, "signing": SigningCore}
+
+
+def section_defaults(core: type) -> Any:
+    """An instance of a section's pydantic-free class holding (copies of) its defaults."""
+    section = core.__new__(core)
+    for name in core.__annotations__:
+        value = getattr(core, name)
+        section.__dict__[name] = value if isinstance(value, (str, int, float, bool, type(None))) else copy.deepcopy(value)
+    return section
 
 
 _fields: dict[str, Any] | None = None
@@ -240,12 +338,8 @@ def _convert(hint: Any, value: Any) -> Any:
 
 def _checked(value: float, checks: tuple[Any, ...]) -> Any:
     for check in checks:
-        if isinstance(check, Gt) and not value > check.gt:
-            raise _NotPlain(value)
-        if isinstance(check, Ge) and not value >= check.ge:
-            raise _NotPlain(value)
-        if not isinstance(check, (Gt, Ge)):
-            raise _NotPlain(check)
+        if not isinstance(check, Bound) or not check.allows(value):
+            raise _NotPlain(value)  # out of bounds (pydantic words the error) or a check of its own
     return value
 
 

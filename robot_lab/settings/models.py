@@ -26,7 +26,14 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from robot_lab.settings.core import SAFE_SKILL_ENV, CoreSettings, project_config_file, user_config_file
+from robot_lab.settings.core import (
+    SAFE_SKILL_ENV,
+    BusCore,
+    CoreSettings,
+    SigningCore,
+    project_config_file,
+    user_config_file,
+)
 
 class SandboxSettings(BaseModel):
     """The operator's ceiling every skill script is intersected with (all skills).
@@ -162,64 +169,18 @@ class SkillsSettings(BaseModel):
         return rule if threshold is None else rule.model_copy(update={"floor": float(threshold)})
 
 
-class BusSettings(BaseModel):
-    maxlen: int = 10_000
-    max_deliveries: int = 5
-    visibility_timeout: float = 30.0
-    batch_size: int = 16
-    block_ms: int = 1_000
-    reply_ttl: int = 86_400
-    # first retry of a failed (nacked) delivery after retry_delay s, doubling, capped at 30 s
-    retry_delay: float = 0.2
-    dlq_maxlen: int = 10_000
-    # an envelope larger than this (bytes of its JSON) is refused by publish and
-    # dead-lettered as too_large by a consumer (raw XADD publishers)
-    max_envelope_bytes: int = 1_048_576
-    # how long a handled message's recorded reply is kept (the idempotency window of
-    # redeliveries and of a sender re-publishing the same id)
-    record_ttl: int = 3_600
-    # inboxes (names or fnmatch globs) a message may name as its reply_to besides its own
-    # sender's inbox and _reply.* streams; any other reply_to is dead-lettered reply_refused
-    reply_to_allowed: list[str] = []
-    # an envelope whose `to` names another robot than the inbox it was read from:
-    # dead_letter (reason misaddressed, before any handler) or warn (log bus.misaddressed and
-    # handle it, the Ruby gem's behaviour). Under signing require it is always dead-lettered.
-    misaddressed: Literal["dead_letter", "warn"] = "dead_letter"
-    # Files a run wrote come back in its reply's ``attachments``: inline (base64) while the
-    # reply's files add up to at most attachment_inline_bytes, else stored in Redis for
-    # file_ttl seconds as a reference (``robot-lab files get``); larger than max_file_bytes:
-    # listed only.
-    attachment_inline_bytes: int = 256 * 1024
-    file_ttl: int = 86_400
-    max_file_bytes: int = 50 * 1024 * 1024
+class BusSettings(BaseModel, BusCore):
+    """The bus: inboxes, deliveries, replies, dead letters, files (fields: :class:`BusCore`)."""
 
 
-VerifyMode = Literal["off", "warn", "require"]
-
-
-class SigningSettings(BaseModel):
+class SigningSettings(BaseModel, SigningCore):
     """Signed envelopes (docs/security.md): the keys of each sender and how robots check them.
 
     ``keys`` maps a sender id (a robot or client name, the envelope's ``from``) to its keys by
     key id; ``current`` names the key id a sender signs with (default: its last key listed).
     ``keys_dir`` adds keys from files (a mounted Kubernetes Secret): ``<dir>/<sender>/<key_id>``
     or ``<dir>/<sender>.<key_id>``, each file holding one secret. A verifier accepts any key of
-    the sender, which is what makes rotation possible."""
-
-    # off: nothing is checked; warn: a bad or missing signature is logged (bus.unauthenticated)
-    # and the message runs; require: it is dead-lettered as unauthenticated, no model call.
-    verify: VerifyMode = "off"
-    # per-robot override of ``verify`` (robot name -> mode). In settings, not in the robot's
-    # spec: specs live in Redis, where a writer could switch its own check off.
-    robots: dict[str, VerifyMode] = Field(default_factory=dict)
-    keys: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
-    current: dict[str, str] = Field(default_factory=dict)
-    keys_dir: str | None = None
-    # seconds between re-reads of keys_dir (a rotated Secret shows up without a restart)
-    reload_interval: float = 30.0
-
-    def mode_for(self, robot: str) -> VerifyMode:
-        return self.robots.get(robot, self.verify)
+    the sender, which is what makes rotation possible. (Fields: :class:`SigningCore`.)"""
 
 
 class BudgetSettings(BaseModel):
