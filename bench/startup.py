@@ -1,11 +1,20 @@
 """Start-up cost: the CLI against ``rq info``, a first run in a fresh process, a worker's readiness.
 
-    python bench/startup.py [--repeat 5] [--url redis://...] [--peer]
+    python bench/startup.py [--repeat 5] [--url redis://...] [--peer] [--compare TREE] [--bytecode]
 
 Every figure is the CPU time (user + system) of a fresh process, the median of ``--repeat``
 rounds in which the commands alternate, so a change in the machine's load hits every side
-alike; the load average is printed with them. Without ``--url`` / REDIS_URL a private
-redis-server is started on a free port (and stopped after).
+alike; the load average is printed with them. One warm-up round of (a) runs first and is not
+counted. Without ``--url`` / REDIS_URL a private redis-server is started on a free port (and
+stopped after).
+
+Bytecode: rq's modules are compiled once, at install; robot-lab's (a source checkout) are
+compiled again by every process when ``PYTHONDONTWRITEBYTECODE`` is set, as in some sandboxes
+(~0.03 s per CLI command). The header says which; ``--bytecode`` drops the variable for the
+children, so the warm-up writes robot-lab's ``__pycache__`` as an installed package has it.
+``--compare TREE`` runs each robot-lab command of (a) on another checkout too (say the tree
+before a change: ``git worktree add --detach /tmp/before BASE``), right after this tree's, in
+the same rounds.
 
 (a) CLI cold start: ``robot-lab status`` (a prefix with nothing under it, and one with an inbox
     holding a message, which also reads the bus and names rq queues), ``runs``, ``send`` (to an
@@ -77,9 +86,13 @@ def cpu_of(cmd: list[str], env: dict[str, str]) -> float:
     return (after.children_user - before.children_user) + (after.children_system - before.children_system)
 
 
-def cli_phase(url: str, repeat: int) -> None:
+def cli_phase(url: str, repeat: int, bytecode: bool = False, compare: str | None = None) -> None:
+    """(a); with ``compare`` (another checkout, e.g. the tree before a change) each robot-lab
+    command also runs on that tree right after this one, in the same rounds."""
     base = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", ROBOT_LAB_ALLOW_MODEL_REQUESTS="0",
                 PYTHONPATH=str(ROOT), ROBOT_LAB_KEY_PREFIX=f"bench-start-{uuid.uuid4().hex[:6]}")
+    if bytecode:
+        base.pop("PYTHONDONTWRITEBYTECODE", None)
     remote = dict(base, REDIS_URL=url)
     local = {k: v for k, v in base.items() if k != "REDIS_URL"}
     robot_lab = str(BIN / "robot-lab")
@@ -97,18 +110,27 @@ def cli_phase(url: str, repeat: int) -> None:
         "python -c pass": ([sys.executable, "-c", "pass"], local),
         "robot-lab --help": ([robot_lab, "--help"], local),
     }
+    if compare:
+        for name in [n for n in sides if n.startswith("robot-lab")]:
+            cmd, env = sides[name]
+            sides[f"{name} [compare]"] = (cmd, dict(env, PYTHONPATH=compare))
+        sides = dict(sorted(sides.items(), key=lambda kv: list(sides).index(kv[0].removesuffix(" [compare]"))))
     figures: dict[str, list[float]] = {name: [] for name in sides}
+    for name, (cmd, env) in sides.items():  # warm-up: file caches (and, with --bytecode, __pycache__)
+        cpu_of(cmd, env)
     for _ in range(repeat):
         for name, (cmd, env) in sides.items():
             figures[name].append(cpu_of(cmd, env))
     med = {name: statistics.median(values) for name, values in figures.items()}
-    print(f"(a) CLI cold start, CPU per command (median of {repeat}; load {os.getloadavg()[0]:.2f})")
+    compiled = "robot-lab compiled by each process" if base.get("PYTHONDONTWRITEBYTECODE") else "bytecode cached"
+    print(f"(a) CLI cold start, CPU per command (median of {repeat}; load {os.getloadavg()[0]:.2f}; {compiled}"
+          + (f"; [compare] = {compare}" if compare else "") + ")")
     for name in sides:
-        ref = "python -c pass" if name == "robot-lab --help" else "rq info"
+        ref = "python -c pass" if name.startswith("robot-lab --help") else "rq info"
         if name in (ref, "python -c pass"):
-            print(f"    {name:36} {med[name]:7.3f} s")
+            print(f"    {name:46} {med[name]:7.3f} s")
         else:
-            print(f"    {name:36} {med[name]:7.3f} s   {med[name] / med[ref]:5.2f}x {ref}")
+            print(f"    {name:46} {med[name]:7.3f} s   {med[name] / med[ref]:5.2f}x {ref}")
 
 
 def run_phase(repeat: int, peer: bool) -> None:
@@ -206,6 +228,10 @@ def main() -> None:
     parser.add_argument("--url", default=os.environ.get("REDIS_URL"))
     parser.add_argument("--peer", action="store_true", help="also pydantic-ai's first run, if it is installed")
     parser.add_argument("--skip-workers", action="store_true", help="leave out (c)")
+    parser.add_argument("--compare", metavar="TREE", default=None,
+                        help="also run (a)'s robot-lab commands on this checkout, interleaved (before/after)")
+    parser.add_argument("--bytecode", action="store_true",
+                        help="(a) without PYTHONDONTWRITEBYTECODE: robot-lab's bytecode cached, as rq's is")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from tests.redis_server import RedisServer  # the suite's private server (a free port, no disk)
@@ -215,7 +241,7 @@ def main() -> None:
     if not url:
         raise SystemExit(f"no --url, no REDIS_URL and no private server: {server.reason}")
     try:
-        cli_phase(url, args.repeat)
+        cli_phase(url, args.repeat, args.bytecode, args.compare)
         run_phase(args.repeat, args.peer)
         if not args.skip_workers:
             worker_phase(url, max(1, args.repeat // 2))

@@ -250,6 +250,8 @@ def _checked_connect(url: str, kwargs: dict[str, Any], *, aio: bool) -> Any:
 def _check_standalone_options(url: str, parsed: RedisURL) -> None:
     """A query option redis-py's connection does not take is refused here, naming it: redis-py
     would pass it on as a keyword and fail with a TypeError at the first command."""
+    if not parsed.options:  # nothing to check: no signatures walked on every connect (start-up time)
+        return
     import difflib
     import inspect
 

@@ -2,7 +2,8 @@
 tool call on the scripted model and no memory use, imports neither redis-py, fakeredis nor
 litellm; a tool that does reach the run's memory opens the robot's own memory then, writing
 as the robot. CLI commands whose robots run on the scripted model never load litellm, nor
-does a provider call refused for a missing key. Figures: bench/startup.py."""
+does a provider call refused for a missing key. The fleet commands and a refused chat build no
+pydantic settings models and load no rich. Figures: bench/startup.py."""
 
 from __future__ import annotations
 
@@ -100,6 +101,11 @@ def test_cli_commands_on_the_scripted_model_never_load_litellm(args: list[str]) 
 HEAVY = {"litellm", "fakeredis", "numpy", "mcp", "fastembed", "onnxruntime", "starlette", "uvicorn", "a2a",
          "prometheus_client", "structlog", "jinja2", "lupa", "httpx", "openai", "tiktoken"}
 
+# What the fleet commands (status, runs, send) and a refused chat do not load either: settings
+# are read from CoreSettings (settings/core.py), not built as pydantic models, unless a setting
+# beyond those fields is configured; tables are plain text, not rich; no config file, no YAML.
+NO_MODELS = {"pydantic", "pydantic_settings", "pydantic_core", "annotated_types", "rich", "yaml"}
+
 MODULES_RUN = r"""
 import json, sys
 from robot_lab.cli import main
@@ -134,8 +140,9 @@ def test_fleet_commands_load_neither_the_robot_runtime_nor_anything_heavy(
     else:
         assert "RAISED" not in output, output
     tops = {name.split(".")[0] for name in modules}
-    assert not HEAVY & tops, sorted(HEAVY & tops)
+    assert not (HEAVY | NO_MODELS) & tops, sorted((HEAVY | NO_MODELS) & tops)
     ours = {name for name in modules if name.startswith("robot_lab.")}
+    assert "robot_lab.settings.models" not in ours
     assert not {n for n in ours if n.startswith(("robot_lab.runtime", "robot_lab.network", "robot_lab.llm",
                                                   "robot_lab.memory", "robot_lab.skills"))}, sorted(ours)
     assert "robot_lab.bus.poller" not in ours, sorted(ours)
@@ -158,6 +165,20 @@ def test_status_with_a_robot_names_its_queues_without_loading_the_dag_engine(rea
     ours = {name for name in modules if name.startswith("robot_lab.")}
     assert "robot_lab.network.enqueue" in ours  # it named the robot's queue
     assert not {"robot_lab.network.dsl", "robot_lab.network.dag", "robot_lab.network.coordinator"} & ours, sorted(ours)
+    # it built a Bus (inbox statistics) on the bus and signing sections' defaults: no models
+    assert "robot_lab.bus.core" in ours and "robot_lab.settings.models" not in ours
+    assert not NO_MODELS & {name.split(".")[0] for name in modules}, sorted(NO_MODELS & modules)
+
+
+def test_a_configured_section_still_builds_the_full_settings(real_redis_url: str, key_prefix: str) -> None:
+    """A setting beyond the plain top-level fields (here the bus section) is read by the full
+    pydantic Settings, layers and validation as before: a bad value is one clear line."""
+    modules, output = _modules_of(["runs"], REDIS_URL=real_redis_url, ROBOT_LAB_KEY_PREFIX=key_prefix,
+                                  ROBOT_LAB_BUS__MAXLEN="500")
+    assert "RAISED" not in output and "robot_lab.settings.models" in modules, output
+    _, output = _modules_of(["runs"], REDIS_URL=real_redis_url, ROBOT_LAB_KEY_PREFIX=key_prefix,
+                            ROBOT_LAB_BUS__MAXLEN="many")
+    assert "RAISED" in output and "bus.maxlen" in output, output
 
 
 @pytest.mark.parametrize("args", [["chat", "hi"], ["chat", "-m", "openai/gpt-4o-mini", "hi"]])
@@ -165,12 +186,15 @@ def test_chat_on_the_scripted_model_or_refused_loads_no_redis_client_nor_anythin
     """A chat that uses no memory needs no Redis client, and a provider model refused by
     ROBOT_LAB_ALLOW_MODEL_REQUESTS=0 is refused before the robot (its runtime) is built."""
     modules, output = _modules_of(args)
+    tops = {name.split(".")[0] for name in modules}
     if "-m" in args:
         assert "model requests are disabled (ROBOT_LAB_ALLOW_MODEL_REQUESTS=0)" in output, output
         assert not {n for n in modules if n.startswith("robot_lab.runtime")}, sorted(modules)
+        assert not NO_MODELS & tops, sorted(NO_MODELS & tops)  # refused on the light settings
     else:
         assert "RAISED" not in output, output
-    tops = {name.split(".")[0] for name in modules}
+        # the runtime's own types use pydantic; the settings it reads are CoreSettings fields
+        assert not {"pydantic_settings", "yaml", "rich"} & tops and "robot_lab.settings.models" not in modules
     assert not (HEAVY | {"redis", "rq"}) & tops, sorted((HEAVY | {"redis", "rq"}) & tops)
 
 

@@ -37,12 +37,13 @@ from robot_lab.logging import get_logger
 from robot_lab.observability import instrument as observe
 from robot_lab.outage import is_oom, out_of_memory
 from robot_lab.schemas import RobotMessage, encode_message, utcnow
-from robot_lab.settings import BusSettings, get_settings
+from robot_lab.settings import get_settings
 from robot_lab.text.strings import as_str as _s
 from robot_lab.tracing import outgoing_traceparent
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
+    from robot_lab.settings import BusSettings  # a name only: no pydantic models at import (start-up time)
 
 log = get_logger("robot_lab.bus")
 

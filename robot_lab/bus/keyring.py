@@ -16,12 +16,16 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage
 from robot_lab.schemas.signing import KEY_ID_HEADER, KEY_ID_RE, SIGNATURE_FIELD, sign_message, signature_matches
-from robot_lab.settings import Settings, SigningSettings, get_settings
+from robot_lab.settings import get_settings
+
+if TYPE_CHECKING:  # names only: no pydantic models at import (start-up time)
+    from robot_lab.settings import Settings, SigningSettings
 
 log = get_logger("robot_lab.bus.keyring")
 

@@ -17,12 +17,12 @@ from robot_lab.keys import Keys
 from robot_lab.bus.names import check_robot_name
 from robot_lab.bus.records import OutboxEntry
 from robot_lab.schemas import RobotMessage, decode_message, encode_message, utcnow
-from robot_lab.settings import BusSettings
 from robot_lab.text.strings import as_str as _s
 
 if TYPE_CHECKING:
     from redis.commands.core import Script
     from robot_lab.connection import RedisClient
+    from robot_lab.settings import BusSettings  # a name only: no pydantic models at import (start-up time)
 
 
 class Outbox:

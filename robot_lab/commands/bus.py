@@ -21,6 +21,15 @@ def _bus() -> Any:
     return Bus()
 
 
+def _inbox_exists(robot: str) -> bool:
+    """Whether ``robot`` has an inbox: what ``Bus.exists`` (and ``publish``) checks, read
+    without building a Bus."""
+    from robot_lab.connection import get_redis  # lazy: start-up time
+    from robot_lab.keys import default_keys  # lazy: start-up time
+
+    return bool(get_redis().exists(default_keys().inbox(robot)))
+
+
 def _embedded() -> bool:
     from robot_lab.settings import get_settings  # lazy: start-up time
 
@@ -33,12 +42,15 @@ EMBEDDED_NOTE = ("no inboxes: no REDIS_URL, so this command sees only its own in
 
 def _no_inbox(bus: Any, robot: str) -> click.ClickException:
     """The error for a robot without an inbox, saying what exists and what to do."""
-    known = bus.robots()
+    return _no_inbox_under(bus.robots(), bus.keys.prefix, robot)
+
+
+def _no_inbox_under(known: list[str], prefix: str, robot: str) -> click.ClickException:
     listed = f"known: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}" if known else "there are none"
     hint = ("no REDIS_URL: embedded mode sees only the inboxes of this one process; set REDIS_URL to the Redis "
             "your workers use") if _embedded() else "start its worker, or pass --create to make the inbox"
     return click.ClickException(
-        f"Unknown channel: {robot!r} has no inbox under prefix {bus.keys.prefix!r} ({listed}); {hint}"
+        f"Unknown channel: {robot!r} has no inbox under prefix {prefix!r} ({listed}); {hint}"
     )
 
 
@@ -82,17 +94,23 @@ def send(
     The envelope is signed when a key for the --from name is configured (signing.keys or
     signing.keys_dir, docs/security.md); under signing.verify=require, --wait accepts only
     a reply signed by ROBOT."""
-    bus = _bus()
     content = _content(text, content_json)
     if out is not None and not wait:
         raise click.UsageError("--out saves the reply's files: it needs --wait")
     extensions = _attachments(attachments)
-    if wait and _embedded() and not bus.exists(robot):
+    exists = _inbox_exists(robot)  # before the Bus: a refusal builds no keyring, scripts nor models
+    if wait and _embedded() and not exists:
         raise click.UsageError("--wait needs REDIS_URL: in embedded mode no worker shares this process's "
                                "in-process Redis, so no reply can come")
-    if not bus.exists(robot):
-        if not create:
-            raise _no_inbox(bus, robot)
+    if not exists and not create:
+        from robot_lab.connection import get_redis  # lazy: start-up time
+        from robot_lab.keys import default_keys  # lazy: start-up time
+        from robot_lab.text.strings import as_str
+
+        keys = default_keys()  # the registry Bus.robots lists
+        raise _no_inbox_under(sorted(as_str(m) for m in get_redis().smembers(keys.registry())), keys.prefix, robot)
+    bus = _bus()
+    if not exists:
         bus.register(robot)
         if not _embedded() and not bus.redis.exists(bus.keys.robot_spec(robot)):
             click.echo(f"note: created inbox {robot!r}, but no robot of that name is published; until a worker "

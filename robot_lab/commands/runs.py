@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 
 import click
 
@@ -32,22 +33,17 @@ def runs(limit: int, status_filter: str | None, as_json: bool) -> None:
         if get_settings().embedded:
             click.echo(EMBEDDED_NOTE)
         return
-    from rich.console import Console  # lazy: start-up time
-    from rich.table import Table  # lazy: start-up time
+    from robot_lab.commands.plain import Table, use_color
 
-    table = Table(title=f"recent runs ({len(rows)})")
-    for col, justify in (("run", "left"), ("network", "left"), ("status", "left"), ("started", "left"),
-                         ("duration", "right"), ("tasks d/f/s", "right"), ("tokens", "right"), ("cost $", "right")):
-        table.add_column(col, justify=justify, no_wrap=col == "run")
+    table = Table(f"recent runs ({len(rows)})", [
+        ("run", "left"), ("network", "left"), ("status", "left"), ("started", "left"), ("duration", "right"),
+        ("tasks d/f/s", "right"), ("tokens", "right"), ("cost $", "right")])
     style = {"completed": "green", "running": "cyan", "cancelled": "magenta", "completed_with_errors": "red"}
     for row in rows:
         started = dt.datetime.fromtimestamp(row["created_at"]).strftime("%Y-%m-%d %H:%M:%S") if row["created_at"] else ""
         duration = f"{row['duration']:.2f}s" if row["duration"] is not None else ""
         shown = "waiting" if row["status"] == "running" and row.get("waiting") else row["status"]  # a person must answer
-        table.add_row(row["run_id"], row["network"], f"[{style.get(shown, 'yellow')}]{shown}[/]", started,
+        table.add_row(row["run_id"], row["network"], (shown, style.get(shown, "yellow")), started,
                       duration, f"{row['done']}/{row['failed']}/{row['skipped']} of {row['tasks']}",
                       str(row["tokens"]), f"{row['cost']:.4f}")
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in __import__("os").environ:
-        console = Console(width=160)  # piped: do not squeeze the table into 80 columns
-    console.print(table)
+    click.echo(table.render(use_color(sys.stdout)))

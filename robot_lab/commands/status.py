@@ -18,26 +18,24 @@ def _fmt_age(seconds: float) -> str:
 
 
 def render_status(data: dict[str, Any]) -> None:
-    from rich.console import Console  # lazy: start-up time
-    from rich.table import Table  # lazy: start-up time
+    """The status document as plain lines and tables (colour on a terminal: commands/plain.py)."""
+    from robot_lab.commands.plain import Table, style, use_color
 
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in __import__("os").environ:
-        console = Console(width=160)  # piped: do not squeeze the table into 80 columns
-    console.print(f"[bold]robot-lab[/] prefix [cyan]{data['prefix']}[/] on {data['redis']}")
+    color = use_color(sys.stdout)
+    out: list[str] = [f"{style('robot-lab', 'bold', color)} prefix {style(data['prefix'], 'cyan', color)} "
+                      f"on {data['redis']}"]
     if data["redis"] == "embedded":
-        console.print(f"[yellow]{EMBEDDED_NOTE}[/]", soft_wrap=True)
+        out.append(style(EMBEDDED_NOTE, "yellow", color))
     if not data["robots"] and not data["unknown"]:  # (a typo gets its problem line instead)
-        console.print("[dim]no robots yet: no inbox, queue, worker or run under this prefix[/]")
+        out.append(style("no robots yet: no inbox, queue, worker or run under this prefix", "dim", color))
     else:
-        console.print(_robots_table(data))
+        out.append(_robots_table(data).render(color))
     for server in data.get("a2a") or []:
-        console.print(f"A2A [cyan]{server['name']}[/] at {server['url']} ({server['host']} pid {server['pid']}): "
-                      f"{', '.join(server['agents'])}", soft_wrap=True, highlight=False)
+        out.append(f"A2A {style(server['name'], 'cyan', color)} at {server['url']} ({server['host']} pid "
+                   f"{server['pid']}): {', '.join(server['agents'])}")
     if data["runs"]:
-        runs = Table(title="active runs")
-        for col in ("run", "network", "age", "progress", "running", "abandoned / lost"):
-            runs.add_column(col, no_wrap=col == "run")
+        runs = Table("active runs", [(col, "left") for col in
+                                     ("run", "network", "age", "progress", "running", "abandoned / lost")])
         for run in data["runs"]:
             bar = int(run["progress"] * 20)
             runs.add_row(run["run_id"], run["network"], _fmt_age(run["age"]),
@@ -45,11 +43,11 @@ def render_status(data: dict[str, Any]) -> None:
                          ", ".join([f"{t['task']}@{t['robot']}" for t in run["running"]]
                                    + [f"{t} (waiting)" for t in run.get("waiting", [])]) or "-",
                          ", ".join(t["task"] for t in run["abandoned"] + run["lost"]) or "-")
-        console.print(runs)
+        out.append(runs.render(color))
     else:
-        console.print("[dim]no active runs[/]")
-    for problem in data["problems"]:
-        console.print(f"[yellow]! {problem}[/]", soft_wrap=True, highlight=False)
+        out.append(style("no active runs", "dim", color))
+    out.extend(style(f"! {problem}", "yellow", color) for problem in data["problems"])
+    click.echo("\n".join(out))
 
 
 PROBLEMS_EXIT = 3  # `status --check`: something needs a human (the problem lines say what)
@@ -59,21 +57,18 @@ EMBEDDED_NOTE = ("embedded mode (no REDIS_URL): this command sees only its own i
 
 
 def _robots_table(data: dict[str, Any]) -> Any:
-    from rich.table import Table  # lazy: start-up time
+    from robot_lab.commands.plain import Table
 
-    table = Table(title="robots", expand=False)
-    for col, justify in (("robot", "left"), ("queued", "right"), ("started", "right"), ("failed", "right"),
-                         ("workers", "right"), ("rq workers", "right"), ("running", "right"),
-                         ("abandoned", "right"), ("bus lag", "right"), ("pending", "right"), ("DLQ", "right")):
-        table.add_column(col, justify=justify, no_wrap=col == "robot")
+    table = Table("robots", [("robot", "left")] + [(col, "right") for col in (
+        "queued", "started", "failed", "workers", "rq workers", "running", "abandoned", "bus lag", "pending", "DLQ")])
     for row in data["robots"]:
-        workers = f"[red]0[/]" if not row["workers"] and (row["queued"] or row["running"]) else str(row["workers"])
-        abandoned = f"[bold red]{row['abandoned']}[/]" if row["abandoned"] else "0"
-        dlq = f"[yellow]{row['dlq']}[/]" if row["dlq"] else "0"
+        workers = ("0", "red") if not row["workers"] and (row["queued"] or row["running"]) else str(row["workers"])
+        abandoned = (str(row["abandoned"]), "bold red") if row["abandoned"] else "0"
+        dlq = (str(row["dlq"]), "yellow") if row["dlq"] else "0"
         stale = len(row.get("stale_rq_workers") or [])
-        rq_workers = f"{row['rq_workers']} [yellow](+{stale} stale)[/]" if stale else str(row["rq_workers"])
+        rq_workers = f"{row['rq_workers']} (+{stale} stale)" if stale else str(row["rq_workers"])
         table.add_row(row["robot"], str(row["queued"]), str(row["started"]), str(row["failed"]), workers,
-                      rq_workers, str(row["running"]), abandoned,
+                      (rq_workers, "yellow") if stale else rq_workers, str(row["running"]), abandoned,
                       "-" if row["bus_lag"] is None else str(row["bus_lag"]), str(row["bus_pending"]), dlq)
     return table
 

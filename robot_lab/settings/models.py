@@ -1,8 +1,13 @@
-"""Settings, layered like the Ruby gem's Config (myway_config):
+"""The settings models (pydantic): the sections, and ``Settings``, layered like the Ruby gem's
+Config (myway_config):
 
 defaults < ``~/.config/robot_lab/robot_lab.yml`` < ``./config/robot_lab.yml``
 < ``ROBOT_LAB_*`` environment (``__`` nests: ``ROBOT_LAB_SANDBOX__TIMEOUT=30``)
 < constructor arguments.
+
+The top-level plain fields are declared once in :class:`robot_lab.settings.core.CoreSettings`,
+which ``Settings`` inherits; everything else is declared here. Import names from
+:mod:`robot_lab.settings` (which loads this module, and pydantic, on first use).
 
 File locations are resolved when a Settings object is built, not at import, so tests and
 tools that change ``HOME`` or the working directory see their own files.
@@ -10,11 +15,8 @@ tools that change ``HOME`` or the working directory see their own files.
 
 from __future__ import annotations
 
-import difflib
-import os
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Literal, get_origin
+import warnings
+from typing import Literal, get_origin
 
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
@@ -24,36 +26,14 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from robot_lab.redis_url import is_cluster_url
-
-SCRIPTED_DEFAULT_MODEL = "scripted/echo"
-DEFAULT_MAX_TOOL_ROUNDS = 25
-
-# Provider key -> model used when ROBOT_LAB_MODEL is unset but that key is present.
-PROVIDER_DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
-    ("ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-5"),
-    ("OPENAI_API_KEY", "openai/gpt-4o-mini"),
-    ("GEMINI_API_KEY", "gemini/gemini-2.0-flash"),
-    ("MISTRAL_API_KEY", "mistral/mistral-small-latest"),
-    ("DEEPSEEK_API_KEY", "deepseek/deepseek-chat"),
-    ("OPENROUTER_API_KEY", "openrouter/openai/gpt-4o-mini"),
-    ("XAI_API_KEY", "xai/grok-2-latest"),
+from robot_lab.settings.core import (
+    SAFE_SKILL_ENV,
+    BusCore,
+    CoreSettings,
+    SigningCore,
+    project_config_file,
+    user_config_file,
 )
-
-
-def user_config_file() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "robot_lab" / "robot_lab.yml"
-
-
-def project_config_file() -> Path:
-    return Path.cwd() / "config" / "robot_lab.yml"
-
-
-# Environment variables any skill may ask for by name without an operator grant: locale and
-# time zone only (docs/security.md, "Skills").
-SAFE_SKILL_ENV = ["LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ"]
-
 
 class SandboxSettings(BaseModel):
     """The operator's ceiling every skill script is intersected with (all skills).
@@ -189,64 +169,18 @@ class SkillsSettings(BaseModel):
         return rule if threshold is None else rule.model_copy(update={"floor": float(threshold)})
 
 
-class BusSettings(BaseModel):
-    maxlen: int = 10_000
-    max_deliveries: int = 5
-    visibility_timeout: float = 30.0
-    batch_size: int = 16
-    block_ms: int = 1_000
-    reply_ttl: int = 86_400
-    # first retry of a failed (nacked) delivery after retry_delay s, doubling, capped at 30 s
-    retry_delay: float = 0.2
-    dlq_maxlen: int = 10_000
-    # an envelope larger than this (bytes of its JSON) is refused by publish and
-    # dead-lettered as too_large by a consumer (raw XADD publishers)
-    max_envelope_bytes: int = 1_048_576
-    # how long a handled message's recorded reply is kept (the idempotency window of
-    # redeliveries and of a sender re-publishing the same id)
-    record_ttl: int = 3_600
-    # inboxes (names or fnmatch globs) a message may name as its reply_to besides its own
-    # sender's inbox and _reply.* streams; any other reply_to is dead-lettered reply_refused
-    reply_to_allowed: list[str] = []
-    # an envelope whose `to` names another robot than the inbox it was read from:
-    # dead_letter (reason misaddressed, before any handler) or warn (log bus.misaddressed and
-    # handle it, the Ruby gem's behaviour). Under signing require it is always dead-lettered.
-    misaddressed: Literal["dead_letter", "warn"] = "dead_letter"
-    # Files a run wrote come back in its reply's ``attachments``: inline (base64) while the
-    # reply's files add up to at most attachment_inline_bytes, else stored in Redis for
-    # file_ttl seconds as a reference (``robot-lab files get``); larger than max_file_bytes:
-    # listed only.
-    attachment_inline_bytes: int = 256 * 1024
-    file_ttl: int = 86_400
-    max_file_bytes: int = 50 * 1024 * 1024
+class BusSettings(BaseModel, BusCore):
+    """The bus: inboxes, deliveries, replies, dead letters, files (fields: :class:`BusCore`)."""
 
 
-VerifyMode = Literal["off", "warn", "require"]
-
-
-class SigningSettings(BaseModel):
+class SigningSettings(BaseModel, SigningCore):
     """Signed envelopes (docs/security.md): the keys of each sender and how robots check them.
 
     ``keys`` maps a sender id (a robot or client name, the envelope's ``from``) to its keys by
     key id; ``current`` names the key id a sender signs with (default: its last key listed).
     ``keys_dir`` adds keys from files (a mounted Kubernetes Secret): ``<dir>/<sender>/<key_id>``
     or ``<dir>/<sender>.<key_id>``, each file holding one secret. A verifier accepts any key of
-    the sender, which is what makes rotation possible."""
-
-    # off: nothing is checked; warn: a bad or missing signature is logged (bus.unauthenticated)
-    # and the message runs; require: it is dead-lettered as unauthenticated, no model call.
-    verify: VerifyMode = "off"
-    # per-robot override of ``verify`` (robot name -> mode). In settings, not in the robot's
-    # spec: specs live in Redis, where a writer could switch its own check off.
-    robots: dict[str, VerifyMode] = Field(default_factory=dict)
-    keys: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
-    current: dict[str, str] = Field(default_factory=dict)
-    keys_dir: str | None = None
-    # seconds between re-reads of keys_dir (a rotated Secret shows up without a restart)
-    reload_interval: float = 30.0
-
-    def mode_for(self, robot: str) -> VerifyMode:
-        return self.robots.get(robot, self.verify)
+    the sender, which is what makes rotation possible. (Fields: :class:`SigningCore`.)"""
 
 
 class BudgetSettings(BaseModel):
@@ -323,8 +257,14 @@ class Endpoint(BaseModel):
     api_key: SecretStr | None = None
 
 
-class Settings(BaseSettings):
-    """All of robot-lab's settings; see the module docstring for the layering."""
+warnings.filterwarnings(
+    "ignore", message='Field name "redis_url" in "Settings" shadows an attribute in parent "CoreSettings"')
+
+
+class Settings(BaseSettings, CoreSettings):
+    """All of robot-lab's settings; see the module docstring for the layering. The top-level
+    plain fields (and ``default_model``, ``cluster_keys``, ``embedded``) come from
+    :class:`CoreSettings`."""
 
     model_config = SettingsConfigDict(
         env_prefix="ROBOT_LAB_",
@@ -333,73 +273,23 @@ class Settings(BaseSettings):
         validate_default=True,
     )
 
-    model: str | None = None
-    provider: str | None = None
-    # One model call: each request times out after request_timeout s; at most max_retries
-    # more requests follow (litellm itself never retries); all of it within call_deadline s.
-    request_timeout: float = 120.0
-    call_deadline: float = Field(default=300.0, gt=0)
-    max_retries: int = 3
-    retry_interval: float = 1.0
-    retry_backoff_factor: float = 2.0
-    retry_interval_randomness: float = 0.5
-    allow_model_requests: bool = True
     # Per-model endpoints (docs/robot.md, "Pointing a robot at a server"); a robot's own
     # api_base / api_key win.
     endpoints: dict[str, Endpoint] = Field(default_factory=dict)
 
+    # CoreSettings declares it; here it gets its aliases (REDIS_URL), which only pydantic's Field
+    # can give (pydantic's warning about redeclaring an inherited field is filtered above)
     redis_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("ROBOT_LAB_REDIS_URL", "REDIS_URL", "redis_url")
+        default=CoreSettings.redis_url, validation_alias=AliasChoices(*CoreSettings.ENV_ALIASES["redis_url"])
     )
-    key_prefix: str = "robot_lab"
-    # Redis Cluster: wrap each robot / run / scope in a hash tag so multi-key scripts stay in
-    # one slot. Implied by a redis+cluster:// URL; set it when a proxy hides the cluster.
-    cluster: bool = False
-    app: str | None = None
-    # Worker health: seconds between heartbeats (Redis key TTL = 3 beats) and the folder of
-    # the heartbeat files `robot-lab health` reads (liveness probes); None = a folder per user and
-    # key prefix, <tmp>/robot-lab-health-<uid>/<prefix> (workers/health.py).
-    worker_heartbeat: float = 5.0
-    health_dir: str | None = None
-    # Riding out Redis outages (restart, failover): long-running loops retry with a capped
-    # exponential backoff with jitter, first delay ~redis_retry_initial, at most redis_retry_max.
-    redis_retry_initial: float = 0.2
-    redis_retry_max: float = 5.0
-    # seconds to open a connection to Redis: TCP connect and, for rediss://, the TLS handshake
-    # (a rediss:// URL on a plain Redis port would otherwise wait forever for a ServerHello)
-    redis_connect_timeout: float = Field(default=10.0, gt=0)
-    # Critical writes (a task's recorded result, memory compare-and-set) wait until this many
-    # replicas acknowledged them (Redis WAIT, at most redis_wait_timeout_ms), so a failover
-    # right after cannot lose them. 0 = off (Redis replication is asynchronous). Not applied
-    # on Redis Cluster clients (connection.durable explains why).
-    redis_wait_replicas: int = 0
-    redis_wait_timeout_ms: int = 500
 
     template_path: list[str] = Field(default_factory=lambda: ["prompts"])
     # the Ruby gem's max_iterations bounded its network's router loop; networks here are DAGs
     # (no loop to bound), so setting it is an error rather than a silent no-op.
     max_iterations: int | None = None
-    # The bottom of the run cascade: a tool loop always ends (the Ruby gem's max_tool_iterations).
-    max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
-    # stored conversation history (bus conversations continued on any worker): at most this
-    # many messages are kept, the oldest turns dropped whole; 0 = no cap
-    conversation_max_messages: int = 200
-    # ... and at most this many bytes of JSON (the oldest turns dropped whole; a single turn
-    # larger than this is kept alone); 0 = no cap
-    conversation_max_bytes: int = Field(default=1_048_576, ge=0)
-    # seconds a stored conversation lives after its last save (each save renews it)
-    conversation_ttl: int = Field(default=7 * 86_400, ge=1)
     # The global parents of a run's `tools` / `mcp` "inherit" (the Ruby gem's config.tools / .mcp).
     tools: str | list[str] = "none"
     mcp: str | list[str] = "none"
-    # MCP connections a process shares between the robots it builds per task / slot
-    # (runtime/mcp/pool.py): at most this many robot server sets kept, each closed when idle.
-    mcp_pool_size: int = Field(default=32, ge=1)
-    mcp_idle_timeout: float = Field(default=300.0, gt=0)
-
-    log_level: str = "INFO"
-    log_format: Literal["auto", "json", "console"] = "auto"
-
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     skills: SkillsSettings = Field(default_factory=SkillsSettings)
     bus: BusSettings = Field(default_factory=BusSettings)
@@ -419,13 +309,6 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("max_tool_rounds")
-    @classmethod
-    def _positive_rounds(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"max_tool_rounds must be >= 1, got {value}")
-        return value
-
     @classmethod
     def settings_customise_sources(
         cls,
@@ -443,40 +326,8 @@ class Settings(BaseSettings):
             YamlConfigSettingsSource(settings_cls, yaml_file=user_config_file()),
         )
 
-    def default_model(self) -> str:
-        """``model`` if set, else the first provider whose key is present, else scripted."""
-        if self.model:
-            return self.model
-        for env_key, model in PROVIDER_DEFAULT_MODELS:
-            if os.environ.get(env_key):
-                return model
-        return SCRIPTED_DEFAULT_MODEL
 
-    @property
-    def cluster_keys(self) -> bool:
-        """Whether keys need cluster hash tags (``cluster`` or a ``redis+cluster://`` URL)."""
-        return self.cluster or is_cluster_url(self.redis_url)
-
-    @property
-    def embedded(self) -> bool:
-        """No REDIS_URL: run on in-process fakeredis."""
-        return not self.redis_url
-
-
-# ROBOT_LAB_* variables read outside Settings (by one module each), so not misspellings.
-OTHER_VARIABLES = frozenset({
-    "ROBOT_LAB_DEMO_DELAY_MS", "ROBOT_LAB_TASK_LEASE_MS", "ROBOT_LAB_TASK_MAX_ATTEMPTS",
-    "ROBOT_LAB_DASHBOARD_TOKEN", "ROBOT_LAB_SCRIPTS_DIR", "ROBOT_LAB_SCRIPTED_RECORD",
-    "ROBOT_LAB_WORKER_PREFIX",
-    # read by examples/node/publish.mjs (a signing Node publisher), not by Python
-    "ROBOT_LAB_FROM", "ROBOT_LAB_KEY", "ROBOT_LAB_KEY_ID",
-})
-# Test and benchmark knobs, and the Redis ACL passwords `robot-lab acl --apply` reads: never settings.
-OTHER_PREFIXES = ("ROBOT_LAB_TEST_", "ROBOT_LAB_PROPERTY_", "ROBOT_LAB_FUZZ_", "ROBOT_LAB_SCREENSHOTS", "ROBOT_LAB_BENCH_",
-                  "ROBOT_LAB_ACL_PASSWORD_")
-
-
-def _setting_paths(model: type[BaseModel], prefix: str = "") -> tuple[set[str], set[str]]:
+def setting_paths(model: type[BaseModel], prefix: str = "") -> tuple[set[str], set[str]]:
     """The env names (upper case, without ``ROBOT_LAB_``) the fields of ``model`` answer to
     (``BUS``, ``BUS__MAXLEN``, ...), and those of them that are dicts (any sub-key goes)."""
     paths: set[str] = set()
@@ -486,54 +337,9 @@ def _setting_paths(model: type[BaseModel], prefix: str = "") -> tuple[set[str], 
         paths.add(path)
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            sub_paths, sub_dicts = _setting_paths(annotation, f"{path}__")
+            sub_paths, sub_dicts = setting_paths(annotation, f"{path}__")
             paths |= sub_paths
             dicts |= sub_dicts
         elif get_origin(annotation) is dict:
             dicts.add(path)
     return paths, dicts
-
-
-def unknown_variables(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
-    """``ROBOT_LAB_*`` variables that no setting reads (a misspelling is otherwise silently
-    ignored), each with the closest known name, or None. Values are never looked at."""
-    env = os.environ if environ is None else environ
-    known, dicts = _setting_paths(Settings)
-    # compared without the common prefix, which would make every name look close
-    candidates = sorted(known | {v[len("ROBOT_LAB_"):] for v in OTHER_VARIABLES})
-    unknown: list[tuple[str, str | None]] = []
-    for name in sorted(env):
-        upper = name.upper()
-        if not upper.startswith("ROBOT_LAB_") or upper in OTHER_VARIABLES or upper.startswith(OTHER_PREFIXES):
-            continue
-        path = upper[len("ROBOT_LAB_"):]
-        if path in known or any(path.startswith(f"{d}__") for d in dicts):
-            continue
-        close = difflib.get_close_matches(path, candidates, n=1, cutoff=0.75)
-        unknown.append((name, f"ROBOT_LAB_{close[0]}" if close else None))
-    return unknown
-
-
-_settings: Settings | None = None
-
-
-def get_settings() -> Settings:
-    """The process-wide settings, built on first use."""
-    global _settings
-    if _settings is None:
-        _settings = Settings()
-    return _settings
-
-
-def configure(**overrides: Any) -> Settings:
-    """Replace the process-wide settings (the Ruby gem's ``RobotLab.configure``)."""
-    global _settings
-    _settings = Settings(**overrides)
-    return _settings
-
-
-def reload_settings() -> Settings:
-    """Re-read files and environment (the Ruby gem's ``reload_config!``)."""
-    global _settings
-    _settings = None
-    return get_settings()
