@@ -1,6 +1,6 @@
 """Start-up cost: the CLI against ``rq info``, a first run in a fresh process, a worker's readiness.
 
-    python bench/startup.py [--repeat 5] [--url redis://...] [--peer] [--compare TREE] [--bytecode]
+    python bench/startup.py [--repeat 5] [--url redis://...] [--peer] [--compare TREE] [--no-bytecode]
 
 Every figure is the CPU time (user + system) of a fresh process, the median of ``--repeat``
 rounds in which the commands alternate, so a change in the machine's load hits every side
@@ -10,8 +10,10 @@ stopped after).
 
 Bytecode: rq's modules are compiled once, at install; robot-lab's (a source checkout) are
 compiled again by every process when ``PYTHONDONTWRITEBYTECODE`` is set, as in some sandboxes
-(~0.03 s per CLI command). The header says which; ``--bytecode`` drops the variable for the
-children, so the warm-up writes robot-lab's ``__pycache__`` as an installed package has it.
+(~0.03 s per CLI command). By default (a) drops the variable for the children, so the warm-up
+writes robot-lab's ``__pycache__`` as an installed package has it (and as any user's second
+command finds it); ``--no-bytecode`` keeps it (each process compiles robot-lab again). The
+header says which.
 ``--compare TREE`` runs each robot-lab command of (a) on another checkout too (say the tree
 before a change: ``git worktree add --detach /tmp/before BASE``), right after this tree's, in
 the same rounds.
@@ -230,8 +232,9 @@ def main() -> None:
     parser.add_argument("--skip-workers", action="store_true", help="leave out (c)")
     parser.add_argument("--compare", metavar="TREE", default=None,
                         help="also run (a)'s robot-lab commands on this checkout, interleaved (before/after)")
-    parser.add_argument("--bytecode", action="store_true",
-                        help="(a) without PYTHONDONTWRITEBYTECODE: robot-lab's bytecode cached, as rq's is")
+    parser.add_argument("--bytecode", action=argparse.BooleanOptionalAction, default=True,
+                        help="(a) without PYTHONDONTWRITEBYTECODE: robot-lab's bytecode cached, as rq's is "
+                             "(default); --no-bytecode: every process compiles robot-lab again")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from tests.redis_server import RedisServer  # the suite's private server (a free port, no disk)
