@@ -20,7 +20,12 @@ on 1, 2 and 4 worker processes (timed once they are all up), wall times and spee
 processes -- raw rq no-op jobs on plain rq workers against a robot-lab fan-out on robot-lab's
 rq loop -- in ``--fleet-rounds`` alternating rounds, wall time from the first enqueue / the
 submit to the last result (target <= 1.3x), and whether any task ran twice (attempts > 1 or
-``task.retrying``: a lease lost under load re-runs a task so). ``--only fleet`` runs just (e).
+``task.retrying``: a lease lost under load re-runs a task so); with each side's CPU per task:
+the worker processes (read from /proc/<pid>/stat before and after), Redis, and this process
+(the enqueue or the submit, and the wait), whose ratio moves less with other sessions' load
+than the wall ratio. ``--only fleet`` runs just (e). Unlike (a), whose jobs are enqueued one
+round trip each inside the timed part (~0.3 ms of a ~5 ms job), (e)'s raw side pipelines its
+enqueue, so (d)'s ratio is the kinder of the two (docs/networks.md, "Benchmarks").
 """
 
 from __future__ import annotations
