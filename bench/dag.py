@@ -20,7 +20,12 @@ on 1, 2 and 4 worker processes (timed once they are all up), wall times and spee
 processes -- raw rq no-op jobs on plain rq workers against a robot-lab fan-out on robot-lab's
 rq loop -- in ``--fleet-rounds`` alternating rounds, wall time from the first enqueue / the
 submit to the last result (target <= 1.3x), and whether any task ran twice (attempts > 1 or
-``task.retrying``: a lease lost under load re-runs a task so). ``--only fleet`` runs just (e).
+``task.retrying``: a lease lost under load re-runs a task so); with each side's CPU per task:
+the worker processes (read from /proc/<pid>/stat before and after), Redis, and this process
+(the enqueue or the submit, and the wait), whose ratio moves less with other sessions' load
+than the wall ratio. ``--only fleet`` runs just (e). Unlike (a), whose jobs are enqueued one
+round trip each inside the timed part (~0.3 ms of a ~5 ms job), (e)'s raw side pipelines its
+enqueue, so (d)'s ratio is the kinder of the two (docs/networks.md, "Benchmarks").
 """
 
 from __future__ import annotations
@@ -106,14 +111,22 @@ def bench_robot_lab(connection, keys, n: int, stream: bool, own: bool = False) -
     return elapsed / n
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` of this machine has used (None: gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def redis_cpu_seconds(connection) -> float | None:  # type: ignore[no-untyped-def]
     """CPU seconds the Redis server has used, when it runs on this machine (else None)."""
     try:
         pid = int(connection.info("server")["process_id"])
         if "redis" not in Path(f"/proc/{pid}/comm").read_text():
             return None  # another pid namespace (a container): not our server
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(pid)
     except Exception:
         return None
 
@@ -249,9 +262,35 @@ def _stop(procs: list[Any]) -> None:
         p.join(10)
 
 
-def fleet_raw(url: str, n: int, workers: int) -> float:
-    """Wall time of ``n`` raw rq no-op jobs through ``workers`` plain rq worker processes
-    (from the first enqueue to the last job finished)."""
+class FleetClock:
+    """Wall time and CPU time of one side of (e), from its first enqueue / submit to its last
+    result: the worker processes (each from /proc/<pid>/stat), Redis (when it runs on this
+    machine) and this process (the enqueue or submit and the wait)."""
+
+    def __init__(self, connection, procs: list[Any]) -> None:  # type: ignore[no-untyped-def]
+        self.connection, self.pids = connection, [p.pid for p in procs]
+        self.wall = self.workers = self.own = 0.0
+        self.redis: float | None = None
+
+    def __enter__(self) -> FleetClock:
+        self._workers = [process_cpu_seconds(pid) or 0.0 for pid in self.pids]
+        self._redis, self._own, self._wall = redis_cpu_seconds(self.connection), time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.wall = time.perf_counter() - self._wall
+        self.own = time.process_time() - self._own
+        self.workers = sum((process_cpu_seconds(pid) or 0.0) - before for pid, before in zip(self.pids, self._workers))
+        after = redis_cpu_seconds(self.connection)
+        self.redis = None if after is None or self._redis is None else after - self._redis
+
+    def cpu(self) -> float:
+        return self.workers + (self.redis or 0.0) + self.own
+
+
+def fleet_raw(url: str, n: int, workers: int) -> FleetClock:
+    """``n`` raw rq no-op jobs through ``workers`` plain rq worker processes (from the first
+    enqueue to the last job finished)."""
     import redis
     from rq import Queue
     from rq.registry import FinishedJobRegistry
@@ -264,24 +303,23 @@ def fleet_raw(url: str, n: int, workers: int) -> float:
         connection = redis.Redis.from_url(url)
         queue = Queue(name, connection=connection, serializer=JobSerializer)
         finished = FinishedJobRegistry(name, connection=connection)
-        started = time.perf_counter()
-        pipe = connection.pipeline()
-        for _ in range(n):
-            queue.enqueue_call(func="__main__.noop", result_ttl=60, pipeline=pipe)
-        pipe.execute()
-        while finished.count < n:
-            time.sleep(0.005)
-        elapsed = time.perf_counter() - started
+        with FleetClock(connection, procs) as clock:
+            pipe = connection.pipeline()
+            for _ in range(n):
+                queue.enqueue_call(func="__main__.noop", result_ttl=60, pipeline=pipe)
+            pipe.execute()
+            while finished.count < n:
+                time.sleep(0.005)
         queue.delete(delete_jobs=True)
-        return elapsed
+        return clock
     finally:
         _stop(procs)
 
 
-def fleet_lab(url: str, keys, n: int, workers: int) -> tuple[float, int, int]:  # type: ignore[no-untyped-def]
-    """Wall time of an ``n``-task fan-out (no-op scripted model) through ``workers``
-    robot-lab worker processes, and what ran more than once: tasks with more than one
-    attempt, and ``task.retrying`` events (a lost lease re-runs a task so)."""
+def fleet_lab(url: str, keys, n: int, workers: int) -> tuple[FleetClock, int, int]:  # type: ignore[no-untyped-def]
+    """An ``n``-task fan-out (no-op scripted model) through ``workers`` robot-lab worker
+    processes, and what ran more than once: tasks with more than one attempt, and
+    ``task.retrying`` events (a lost lease re-runs a task so)."""
     import redis
 
     from robot_lab.network.coordinator import Coordinator
@@ -290,14 +328,13 @@ def fleet_lab(url: str, keys, n: int, workers: int) -> tuple[float, int, int]:  
     net, robot = fan_network(n, "scripted/text:ok", uuid.uuid4().hex[:6])
     procs = _fleet(url, _serve, lambda: (url, f"robot:{robot}", keys.prefix), f"robot:{robot}", workers)
     try:
-        started = time.perf_counter()
-        handle = Coordinator(connection=connection, keys=keys).submit(net, "go", stream=False)
-        result = handle.wait(timeout=600)
-        elapsed = time.perf_counter() - started
+        with FleetClock(connection, procs) as clock:
+            handle = Coordinator(connection=connection, keys=keys).submit(net, "go", stream=False)
+            result = handle.wait(timeout=600)
         assert result.status == "completed", result.status
         twice = sum(1 for a in handle.store.attempts().values() if a > 1)
         retried = sum(1 for e in handle.events() if e.event == "task.retrying")
-        return elapsed, twice, retried
+        return clock, twice, retried
     finally:
         _stop(procs)
 
@@ -390,19 +427,33 @@ def main() -> None:
 
 def fleet(url: str, keys, args) -> None:  # type: ignore[no-untyped-def]
     """(e): the same number of no-op tasks through the same number of worker processes, raw
-    rq against robot-lab, alternating rounds; the ratio is the median of each round's."""
+    rq against robot-lab, alternating rounds; the ratio is the median of each round's. The
+    CPU of each side (workers, Redis, this process) is printed too: on a shared machine a
+    burst of someone else's load lengthens one side's wall time, hardly its CPU time."""
     n, workers = args.fleet_tasks, args.fleet_workers
-    ratios, raws, labs, twice, retried = [], [], [], 0, 0
+    rounds: list[tuple[FleetClock, FleetClock]] = []
+    twice = retried = 0
+    loads = [os.getloadavg()[0]]
     for _ in range(args.fleet_rounds):
         raw = fleet_raw(url, n, workers)
         lab, t, r = fleet_lab(url, keys, n, workers)
-        raws.append(raw)
-        labs.append(lab)
-        ratios.append(lab / raw)
+        rounds.append((raw, lab))
         twice, retried = twice + t, retried + r
+        loads.append(os.getloadavg()[0])
+    ratios = [lab.wall / raw.wall for raw, lab in rounds]
     print(f"(e) {n} tasks through {workers} worker processes, median of {args.fleet_rounds} alternating rounds: "
-          f"raw rq {median(raws):.2f} s, robot-lab {median(labs):.2f} s (ratio {median(ratios):.2f}x; "
-          f"target <= 1.3x; rounds {', '.join(f'{x:.2f}' for x in ratios)})")
+          f"raw rq {median([raw.wall for raw, _ in rounds]):.2f} s, robot-lab {median([lab.wall for _, lab in rounds]):.2f} s "
+          f"(ratio {median(ratios):.2f}x; target <= 1.3x; rounds {', '.join(f'{x:.2f}' for x in ratios)}; "
+          f"load {min(loads):.1f}-{max(loads):.1f})")
+
+    def per_task(clocks: list[FleetClock], part: str) -> str:
+        values = [getattr(c, part) for c in clocks]
+        return "n/a" if any(v is None for v in values) else f"{median(values) * 1000 / n:.2f}"
+
+    for title, side in (("raw rq", [raw for raw, _ in rounds]), ("robot-lab", [lab for _, lab in rounds])):
+        print(f"    CPU, {title}: workers {per_task(side, 'workers')} + Redis {per_task(side, 'redis')} + "
+              f"this process {per_task(side, 'own')} ms/task")
+    print(f"    CPU ratio (all three): {median([lab.cpu() / raw.cpu() for raw, lab in rounds]):.2f}x")
     print(f"    tasks run more than once: {twice} (attempts > 1), task.retrying events: {retried}")
 
 

@@ -342,3 +342,76 @@ def test_enqueueing_a_wide_fan_out_asks_the_server_version_once_per_queue(redis_
     counts = [Queue(f"robot:{r}", connection=rq_connection(redis_client), serializer=JobSerializer).count
               for r in robots]
     assert counts == [20, 20]
+
+
+def test_a_wide_fan_out_is_enqueued_in_chunks_so_workers_start_early(redis_client, monkeypatch):
+    """A task's end that enqueues many jobs sends them ENQUEUE_CHUNK at a time (the first
+    ones are on the queue while the rest are built), all of them, in order."""
+    from redis.client import Pipeline
+
+    from robot_lab.keys import Keys
+    from robot_lab.network import enqueue
+    from robot_lab.network.serializer import JobSerializer
+    from robot_lab.rq_connection import rq_connection
+
+    monkeypatch.setattr(enqueue, "ENQUEUE_CHUNK", 16)
+    queued_at_each_send: list[int] = []
+    name = f"chunk-{uid()}"
+    queue = Queue(f"robot:{name}", connection=rq_connection(redis_client), serializer=JobSerializer)
+    real = Pipeline.execute
+
+    def execute(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if any(queue.key in map(str, command[0]) for command in self.command_stack):  # ours, not another thread's
+            queued_at_each_send.append(queue.count)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Pipeline, "execute", execute)
+    run_id = f"chunk-{uid()}"
+    items = [(f"t{i}", f"rl-{run_id}-t{i}-1", name) for i in range(40)]
+    enqueue_jobs(redis_client, Keys(prefix="x"), run_id, items)
+    monkeypatch.setattr(Pipeline, "execute", real)
+    assert queued_at_each_send == [0, 16, 32]  # three round trips; jobs already queued before the last
+    assert queue.job_ids == [job_id for _, job_id, _ in items]
+
+
+def test_wait_without_on_event_reads_the_stream_in_batches_and_sees_the_end(redis_client, monkeypatch):
+    """``wait()`` with no ``on_event`` reads the events of a run that is still going at most
+    once per WAIT_COALESCE (not once per event as they come) and returns its result once
+    it is over; on a run that is over already it returns at once."""
+    import time
+
+    from robot_lab.network import coordinator as coordinator_module
+
+    net = create_network("batched")
+    bot = robot("batched", "scripted/sleep:20")  # events keep coming for a while, a few at a time
+    for i in range(24):
+        net.task(f"t{i}", bot, depends_on=f"t{i - 1}" if i else None)
+    coordinator = Coordinator(connection=redis_client)
+    handle = coordinator.submit(net, "go")
+    reads: list[int] = []
+    store_r = handle.store.r
+    real_xread = store_r.xread
+    monkeypatch.setattr(store_r, "xread", lambda *a, **k: reads.append(1) or real_xread(*a, **k))
+    monkeypatch.setattr(coordinator_module, "WAIT_COALESCE", 0.25)
+    done = threading.Event()
+
+    def work() -> None:  # the tasks run while wait() waits
+        with EmbeddedWorkers(redis_client, [bot.name], threads=1):
+            done.wait(60)
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    started = time.monotonic()
+    try:
+        result = handle.wait(timeout=60)
+    finally:
+        elapsed = time.monotonic() - started
+        done.set()
+        worker.join(10)
+    assert result.status == "completed" and len(result.context) == 24
+    total_events = len(handle.events())
+    # one read per coalescing window (and the last one, that sees the end), whatever the pace
+    assert len(reads) <= elapsed / 0.25 + 3 < total_events / 3, (len(reads), elapsed, total_events)
+    reads.clear()
+    assert handle.wait(timeout=5).status == "completed"  # over already: seen on the first look
+    assert reads == []

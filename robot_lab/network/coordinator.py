@@ -39,11 +39,19 @@ if TYPE_CHECKING:
 log = get_logger("robot_lab.coordinator")
 
 SWEEP_EVERY = 0.5  # seconds between sweeps of a followed run
-# A sweep reads every queued and running task of the run (states, leases, rq job statuses), so
-# a paced sweep of a wide run waits this long per such task (at least SWEEP_EVERY): a
+# A sweep reads every queued and running task of the run (states, leases, rq job statuses:
+# ~40 us of client and Redis CPU per task), so a paced sweep of a wide run waits this long
+# per such task (at least SWEEP_EVERY), which keeps sweeping under ~2% of a core: a
 # 5000-task fan-out swept twice a second spent a core's fifth on it, in the coordinator and
-# in every worker, while a lost worker is found only once its lease (5 s) expired anyway.
-SWEEP_MS_PER_TASK = 1.0
+# in every worker, and at 1 ms per task sweeps were still ~5% of the CPU of a 1000-task
+# fan-out on 4 workers (bench/dag.py (e)), while a lost worker is found only once its lease
+# (5 s) expired anyway.
+SWEEP_MS_PER_TASK = 2.0
+# RunHandle.wait() with no on_event reads the run's events at most this often while they keep
+# coming (seconds): the end is seen that much late at most.
+WAIT_COALESCE = 0.02
+
+
 def is_embedded(connection: RedisClient) -> bool:
     """True for the in-process fakeredis (embedded mode)."""
     return type(connection).__module__.startswith("fakeredis")
@@ -122,25 +130,15 @@ class RunHandle:
 
         A Redis outage (restart, failover) is waited out with backoff and one ``redis.lost``
         / ``redis.back`` log line pair; the events are read on from where they stopped."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        rounds = _Rounds(self, timeout, sweep)
         last = "0-0"
-        last_sweep = 0.0
-        outage = OutageTracker("coordinator")
+
+        def read() -> tuple[list[tuple[str, RunEvent]], bool]:
+            entries = self.store.events(last, block_ms=None if last == "0-0" else block_ms)
+            return entries, not entries and self.store.status() not in ("running", "unknown")
+
         while True:
-            try:
-                entries = self.store.events(last, block_ms=None if last == "0-0" else block_ms)
-                if sweep and time.monotonic() - last_sweep >= SWEEP_EVERY:
-                    last_sweep = time.monotonic()
-                    self.coordinator.sweep_run(self.run_id, paced=True)
-                over = not entries and self.store.status() not in ("running", "unknown")
-            except Exception as exc:
-                if not is_outage(exc):
-                    raise
-                outage.lost(exc)
-                entries, over = [], False
-                outage.pause()
-            else:
-                outage.back()
+            entries, over = rounds.next(read)
             for index, (entry_id, event) in enumerate(entries):
                 last = entry_id
                 yield event
@@ -149,16 +147,49 @@ class RunHandle:
                     return
             if over:
                 return
-            if deadline is not None and time.monotonic() > deadline:
-                raise AwaitTimeout(f"run {self.run_id} did not finish within {timeout} s")
+            rounds.check_deadline()
 
     def wait(self, timeout: float | None = None, *, on_event: Callable[[RunEvent], Any] | None = None,
              ) -> NetworkResult:
         """Block until the run is over (sweeping for lost workers meanwhile)."""
-        for event in self.follow(timeout=timeout):
-            if on_event is not None:
+        if on_event is None:
+            self._await_end(timeout)
+        else:
+            for event in self.follow(timeout=timeout):
                 on_event(event)
         return OutageTracker("coordinator").call(self.result)
+
+    def _await_end(self, timeout: float | None, block_ms: int = 500) -> None:
+        """:meth:`follow`'s end, without its events: a waiter that wants none reads the stream
+        in batches (at most one read per ``WAIT_COALESCE`` seconds while events keep coming)
+        and decodes one event per read. Following every event of a 1000-task fan-out cost
+        the waiting process ~1.7 reads and six decoded events per task, on the cores the
+        workers need (bench/dag.py (e)); the end is seen at most ``WAIT_COALESCE`` late."""
+        rounds = _Rounds(self, timeout, True)
+        stream = self.store.keys.run_events(self.run_id)
+        last: str | None = None  # None: where the stream is now (a finished run ends there at once)
+
+        def read() -> tuple[list[Any], bool]:
+            nonlocal last
+            if last is None:
+                entries = self.store.r.xrevrange(stream, count=1)
+            else:
+                raw = self.store.r.xread({stream: last}, block=block_ms)
+                entries = raw[0][1] if raw else []
+            # the end as follow() sees it: the last event read is stream.ended and the run is not
+            # running (a re-run task makes a finished run run again), or none came and it is over
+            over = (bool(entries) and _event_name(entries[-1]) == "stream.ended" and self.store.status() != "running"
+                    or not entries and last is not None and self.store.status() not in ("running", "unknown"))
+            last = _s(entries[-1][0]) if entries else last or "0-0"
+            return entries, over
+
+        while True:
+            entries, over = rounds.next(read)
+            if over:
+                return
+            rounds.check_deadline()
+            if entries:
+                time.sleep(WAIT_COALESCE)
 
     def result(self) -> NetworkResult:
         meta = self.store.meta()
@@ -187,6 +218,39 @@ class RunHandle:
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id}>"
+
+
+class _Rounds:
+    """The rounds of a follower (:meth:`RunHandle.follow`, :meth:`RunHandle.wait`): each reads
+    the stream, then sweeps the run when its pace allows; a Redis outage is waited out (one
+    ``redis.lost`` / ``redis.back`` pair) and the round comes back empty; past the deadline
+    :meth:`check_deadline` raises."""
+
+    def __init__(self, handle: RunHandle, timeout: float | None, sweep: bool) -> None:
+        self.handle, self.timeout, self.sweep = handle, timeout, sweep
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.last_sweep = 0.0
+        self.outage = OutageTracker("coordinator")
+
+    def next(self, read: Callable[[], tuple[list[Any], bool]]) -> tuple[list[Any], bool]:
+        """``read()``'s (entries, over), or ([], False) after an outage."""
+        try:
+            entries, over = read()
+            if self.sweep and time.monotonic() - self.last_sweep >= SWEEP_EVERY:
+                self.last_sweep = time.monotonic()
+                self.handle.coordinator.sweep_run(self.handle.run_id, paced=True)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            self.outage.lost(exc)
+            self.outage.pause()
+            return [], False
+        self.outage.back()
+        return entries, over
+
+    def check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise AwaitTimeout(f"run {self.handle.run_id} did not finish within {self.timeout} s")
 
 
 class Coordinator:
@@ -397,6 +461,11 @@ class Coordinator:
                         "created_at": float(meta[2] or 0)})
         return out
 
+
+
+def _event_name(entry: Any) -> str:
+    """The event name of a raw stream entry (one decode)."""
+    return msgspec.json.decode(entry[1][b"event"], type=RunEvent).event
 
 
 def _text(value: Any) -> str | None:

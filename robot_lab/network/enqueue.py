@@ -21,6 +21,11 @@ if TYPE_CHECKING:
 
 JOB_FUNC = "robot_lab.workers.run_task"
 DEFAULT_JOB_TIMEOUT = 600
+# Jobs per round trip when a task's end enqueues many (a fan-out): building 1000 rq jobs takes
+# ~0.1 s of CPU, and in one pipeline every other worker waited for all of them
+# (bench/dag.py (e)). A crash between chunks leaves the rest queued in the run and not in
+# rq, which the sweeper's repair of queued tasks re-enqueues (as for a crash before any).
+ENQUEUE_CHUNK = 64
 
 
 def enqueue_jobs(connection: RedisClient, keys: Keys, run_id: str, items: list[tuple[str, str, str]],
@@ -41,6 +46,7 @@ def enqueue_jobs(connection: RedisClient, keys: Keys, run_id: str, items: list[t
 
     connection = rq_connection(connection)  # on Redis Cluster: the node of rq's slot
     pipe = connection.pipeline()
+    queued = 0
     # One Queue per robot queue: each rq Queue asks the server's version once (an INFO), so a
     # Queue per task would cost a 200-wide fan-out 200 extra round trips.
     queues: dict[str, Queue] = {}
@@ -64,6 +70,9 @@ def enqueue_jobs(connection: RedisClient, keys: Keys, run_id: str, items: list[t
             description=f"robot-lab task {task} of run {run_id} ({robot})",
             pipeline=pipe,
         )
+        queued += 1
+        if queued % ENQUEUE_CHUNK == 0:  # the first jobs of a wide fan-out run while the rest are built
+            pipe.execute()
     pipe.execute()
 
 

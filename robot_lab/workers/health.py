@@ -48,6 +48,10 @@ log = get_logger("robot_lab.health")
 RQ_WORKER_TTL = 45
 LOOP_SLACK = 30.0
 JOB_SLACK = 60.0
+# rq's bookkeeping of a busy worker (LoopProgress): its key beaten, its suspension flag read,
+# at most this often (seconds).
+BEAT_EVERY = 1.0
+SUSPENSION_EVERY = 1.0
 
 Check = Callable[[], "str | None"]
 
@@ -66,14 +70,45 @@ def health_dir() -> Path:
 
 class LoopProgress:
     """Mixin for rq workers: remember when the work loop last came around and which job it
-    holds, so a heartbeat thread can tell "busy" from "wedged"."""
+    holds, so a heartbeat thread can tell "busy" from "wedged".
+
+    It also keeps rq's per-job bookkeeping of the worker itself sparse (as the in-flight
+    worker does, workers/inflight.py): rq beats the worker key three times per job (an HSET
+    and two EXPIREs each, one round trip apiece), writes ``state idle`` before every dequeue
+    although the job's end just wrote it, and reads the suspension flag before every job --
+    11 of a robot-lab worker's ~17 round trips per no-op task, and what made 4 worker
+    processes on 2 cores 1.8-2x raw rq (bench/dag.py (e)). Here the key is beaten at most
+    every ``BEAT_EVERY`` seconds (it lives ``worker_ttl`` + 60 s), the state is written when
+    it changes, and ``rq suspend`` is seen within ``SUSPENSION_EVERY`` seconds."""
 
     loop_beat: float = 0.0
     busy: tuple[str, float, float | None] | None = None
+    _key_beaten: float = float("-inf")  # when the worker key was last beaten (monotonic)
+    _state_written: str | None = None
+    _suspension_checked: float = float("-inf")
 
-    def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
-        self.loop_beat = time.monotonic()
-        return super().heartbeat(*args, **kwargs)  # type: ignore[misc]
+    def heartbeat(self, timeout: Any = None, pipeline: Any = None) -> Any:
+        now = time.monotonic()
+        self.loop_beat = now
+        if timeout is None and pipeline is None:
+            if now - self._key_beaten < BEAT_EVERY:
+                return None
+            self._key_beaten = now
+        return super().heartbeat(timeout, pipeline=pipeline)  # type: ignore[misc]
+
+    def set_state(self, state: Any, pipeline: Any = None) -> Any:
+        if state == self._state_written:
+            self._state = state  # type: ignore[attr-defined]
+            return None
+        self._state_written = state
+        return super().set_state(state, pipeline=pipeline)  # type: ignore[misc]
+
+    def check_for_suspension(self, burst: bool) -> Any:
+        now = time.monotonic()
+        if now - self._suspension_checked < SUSPENSION_EVERY:
+            return None
+        self._suspension_checked = now
+        return super().check_for_suspension(burst)  # type: ignore[misc]
 
     def execute_job(self, job: Any, queue: Any) -> Any:
         timeout = job.timeout if isinstance(job.timeout, (int, float)) and job.timeout > 0 else None

@@ -100,6 +100,7 @@ def warm_up(models: Iterable[str] | None = None, *, background: bool = False) ->
     except Exception as exc:  # warming up is an optimisation only
         log.warning("worker.warm_up_failed", error=f"{type(exc).__name__}: {exc}")
     from robot_lab.network import task_job  # noqa: F401  (the job's imports, before the first job)
+    from robot_lab.runtime import robot  # noqa: F401  (what the first task imports: ~50 ms of CPU)
 
 
 

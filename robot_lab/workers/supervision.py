@@ -249,6 +249,7 @@ class RidesOutages:
 
     outage: OutageTracker
     loop_beat: float
+    _state_written: str | None = None  # the worker state last written (workers that skip rewrites)
 
     def _tracker(self) -> OutageTracker:
         tracker = getattr(self, "outage", None)
@@ -287,6 +288,7 @@ class RidesOutages:
             if not is_outage(exc):
                 raise
             self._state = state  # the Redis copy is cosmetic; the next round writes it again
+            self._state_written = None  # (a worker that writes only changes: write it again)
             self._tracker().lost(exc)
             return None
 
@@ -305,6 +307,7 @@ class RidesOutages:
         except Exception as exc:
             if not is_outage(exc):
                 raise
+            self._state_written = None  # the job's end (state idle) may not have been written
             self._tracker().lost(exc)
             log.warning("worker.job_interrupted", job_id=job.id, queue=queue.name, error=describe(exc))
             self._ride_out(lambda: _requeue_interrupted(job, queue))
