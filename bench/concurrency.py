@@ -246,9 +246,7 @@ def main() -> None:
     args = parser.parse_args()
 
     server = RedisServer()
-    url = args.url or server.start(private=True)
-    if not url:
-        raise SystemExit(f"no --url, no REDIS_URL and no private server: {server.reason}")
+    url = server.bench_url(args.url)
     prefix = f"bench-conc-{uuid.uuid4().hex[:8]}"
     os.environ["ROBOT_LAB_KEY_PREFIX"] = prefix
     os.environ["REDIS_URL"] = url

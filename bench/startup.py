@@ -240,9 +240,7 @@ def main() -> None:
     from tests.redis_server import RedisServer  # the suite's private server (a free port, no disk)
 
     server = RedisServer()
-    url = args.url or server.start(private=True)
-    if not url:
-        raise SystemExit(f"no --url, no REDIS_URL and no private server: {server.reason}")
+    url = server.bench_url(args.url)
     try:
         cli_phase(url, args.repeat, args.bytecode, args.compare)
         run_phase(args.repeat, args.peer)

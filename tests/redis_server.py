@@ -71,6 +71,14 @@ class RedisServer:
         self.reason = ""
         self.dir: str | None = None
 
+    def bench_url(self, url: str | None) -> str:
+        """A benchmark's Redis: ``url`` (its ``--url`` / REDIS_URL) when given, else a private
+        server started here (``stop()`` it after); exits saying why when neither is there."""
+        found = url or self.start(private=True)
+        if not found:
+            raise SystemExit(f"no --url, no REDIS_URL and no private server: {self.reason}")
+        return found
+
     def start(self, *, private: bool = False) -> str | None:
         """The test server's URL; ``private=True`` always starts a new server (for tests that
         change server-wide state, such as ACL users) and leaves the environment alone."""

@@ -99,12 +99,8 @@ class DeferredWrites:
 
     def replay(self, pipe: Any) -> None:
         """Queue the writes on ``pipe`` (the caller sets ``written`` once it executed): the
-        non-transactional pipeline's own stack takes them as they were queued (redis-py's
-        ``pipeline_execute_command`` appends the same ``(args, options)``), not built again."""
-        if getattr(pipe, "transaction", True) or getattr(pipe, "watching", False) or not hasattr(pipe, "command_stack"):
-            for args, options in self.commands:
-                pipe.execute_command(*args, **options)
-            return
+        pipeline's stack takes them as they were queued (redis-py's ``pipeline_execute_command``
+        appends the same ``(args, options)``), not built again."""
         pipe.command_stack.extend(self.commands)
 
     def flush(self, connection: Any) -> None:
