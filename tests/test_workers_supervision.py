@@ -181,3 +181,37 @@ def test_supervised_poller_rides_out_outages_and_reports_other_failures():
     assert poller.poll(block_ms=10) == 1
     assert not loop.outage.down and loop.failing is None and loop.problem() is None
     assert [e for e, _ in loop.outage.log.lines] == ["redis.lost", "redis.back"]
+
+
+def test_a_poller_whose_consumer_group_cannot_be_created_is_never_reported_serving():
+    """The CI failure of stop 35: a round counts as progress from its start, so the probe
+    read "ok" between the first round's start and the poller naming the wrong-typed key.
+    Here the probe is taken inside that round (the real BusPoller on fakeredis, its inbox
+    a string) and after it."""
+    import fakeredis
+
+    from robot_lab.bus import BusPoller
+
+    client = fakeredis.FakeRedis()
+    poller = BusPoller("bad", redis=client)
+    client.set(poller.bus.keys.inbox("bad"), "not a stream")
+    stop = threading.Event()
+    loops = Loops()
+    loops.started()
+    loop = loops.add("bus-bad", idle_limit=60)
+    seen: list[str | None] = []
+    register = poller.bus.register
+
+    def probing_register(robot: str) -> None:
+        seen.append(loops.problem())  # the heartbeat thread's view, mid-round
+        register(robot)
+
+    poller.bus.register = probing_register  # type: ignore[method-assign]
+    supervise_poller(poller, loop, stop, handler_limit=60)
+    with pytest.raises(rx.ResponseError):
+        poller.poll(block_ms=0)
+    seen.append(loops.problem())  # after the round, before run_forever names the key
+    assert seen == [f"{STARTING}bus-bad", f"{STARTING}bus-bad"], seen
+    client.delete(poller.bus.keys.inbox("bad"))  # the operator's fix
+    poller.poll(block_ms=0)
+    assert poller.registered and loops.problem() is None

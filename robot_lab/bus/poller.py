@@ -342,6 +342,12 @@ class BusPoller(Intake, Handling, Reclaim):
             self._thread = None
 
     @property
+    def registered(self) -> bool:
+        """Whether this poller's first round got as far as its consumer group (the robot is
+        served from here on); a worker's health probe says "starting" until then."""
+        return self._started
+
+    @property
     def running(self) -> bool:
         return bool(self._thread and self._thread.is_alive())
 

@@ -209,6 +209,9 @@ def supervise_poller(poller: Any, loop: Loop, stop: threading.Event, *,
 
     poller.poll = poll
     loop.checks.append(lambda: _wrong_type_keys(loop.name, poller))
+    # A round counts as progress from its start, so without this the probe said "ok" during
+    # a first round whose consumer group cannot be created, before the poller named the key.
+    loop.checks.append(lambda: None if getattr(poller, "registered", True) else f"{STARTING}{loop.name}")
     if getattr(poller, "in_flight", 1) > 1:  # handlers run on the poller's threads, not in poll()
         loop.checks.append(lambda: _stuck_handler(loop.name, poller, handler_limit))
     return poller
