@@ -51,7 +51,7 @@ def test_light_values_are_the_full_settings_values_or_none(monkeypatch: pytest.M
     rng = random.Random(30)
     names = [f"ROBOT_LAB_{f.upper()}" for f in core_fields()] + ["REDIS_URL", "robot_lab_key_prefix"]
     answered = refused = 0
-    for _ in range(300):
+    for _ in range(500):
         env = {name: rng.choice(TRICKY) for name in rng.sample(names, rng.randint(1, 4))}
         light = light_values(env)
         with monkeypatch.context() as m:

@@ -173,6 +173,11 @@ class CoreSettings:
 
     log_level: str = "INFO"
     log_format: Literal["auto", "json", "console"] = "auto"
+    # The global parents of a run's `tools` / `mcp` "inherit" (the Ruby gem's config.tools /
+    # .mcp). Light only at their defaults: a value from the environment (a name or a JSON
+    # list) is pydantic-settings' to parse, so it builds the full Settings.
+    tools: str | list[str] = "none"
+    mcp: str | list[str] = "none"
 
     def default_model(self) -> str:
         """``model`` if set, else the first provider whose key is present, else scripted."""
@@ -369,8 +374,8 @@ def light_values(environ: Mapping[str, str] | None = None) -> dict[str, Any] | N
     values: dict[str, Any] = {}
     try:
         for field, hint in fields.items():
-            raw = found[field][1] if field in found else getattr(CoreSettings, field)
-            values[field] = _convert(hint, raw)
+            # a default is a value of its type already (and may be one _convert cannot parse)
+            values[field] = _convert(hint, found[field][1]) if field in found else getattr(CoreSettings, field)
     except _NotPlain:
         return None
     return values

@@ -287,9 +287,6 @@ class Settings(BaseSettings, CoreSettings):
     # the Ruby gem's max_iterations bounded its network's router loop; networks here are DAGs
     # (no loop to bound), so setting it is an error rather than a silent no-op.
     max_iterations: int | None = None
-    # The global parents of a run's `tools` / `mcp` "inherit" (the Ruby gem's config.tools / .mcp).
-    tools: str | list[str] = "none"
-    mcp: str | list[str] = "none"
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     skills: SkillsSettings = Field(default_factory=SkillsSettings)
     bus: BusSettings = Field(default_factory=BusSettings)
