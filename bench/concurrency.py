@@ -12,6 +12,12 @@ One ``robot-lab worker BOT --in-flight N`` process serves a robot whose scripted
 (b) network: a fan-out network of ``--count`` parallel tasks on that robot. Latency =
     ``task.completed`` event - submit.
 
+(c) with ``--peer-python PYTHON`` (an interpreter with arq installed; arq pins redis-py < 6,
+    so a venv of its own): (b) and the same fan-out on one arq worker (bench/peer_arq_fanout.py:
+    every job in flight on asyncio, a job body of nothing but the sleep) in ``--peer-rounds``
+    alternating rounds; medians of wall, submit, ratio to ideal and worker CPU per item, and
+    robot-lab / arq.
+
 For each: wall time (first publish / submit to last reply / result), msgs/s, p50/p99 latency
 and the peak RSS of the worker's process tree (VmHWM of each process, reset before the
 phase), beside the ideal (one model latency plus the time it took to publish / submit) and
@@ -235,6 +241,43 @@ def sequential_rate(client, url: str, prefix: str, bot, count: int, tmp: Path) -
     return a["wall"] / count, b["wall"] / count
 
 
+def peer_comparison(client, bot, pid: int, url: str, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
+    """robot-lab's fan-out and arq's (bench/peer_arq_fanout.py, one arq worker with every job
+    in flight on asyncio, a job body of nothing but the sleep) in alternating rounds; medians."""
+    import json
+    import statistics
+
+    ours: list[dict[str, float]] = []
+    theirs: list[dict[str, float]] = []
+    for _ in range(args.peer_rounds):
+        cpu = cpu_seconds(pid)
+        figures = network_phase(client, bot, args.count)
+        figures["worker_cpu"] = cpu_seconds(pid) - cpu
+        ours.append(figures)
+        out = subprocess.run([args.peer_python, str(ROOT / "bench" / "peer_arq_fanout.py"), "--url", url,
+                              "--count", str(args.count), "--sleep-ms", str(args.sleep_ms)],
+                             capture_output=True, text=True, timeout=900)
+        if out.returncode != 0:
+            raise SystemExit(f"peer run failed: {out.stderr[-2000:]}")
+        theirs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    sleep = args.sleep_ms / 1000
+
+    def med(rows: list[dict[str, float]], what: str) -> float:
+        return statistics.median(r[what] for r in rows)
+
+    print(f"\n(c) the same fan-out beside arq, median of {args.peer_rounds} alternating rounds "
+          f"(load {os.getloadavg()[0]:.2f}):")
+    print(f"  {'':12} {'wall':>8} {'submit':>8} {'after submit':>13} {'ratio to ideal':>15} {'worker CPU/item':>16}")
+    for name, rows in (("robot-lab", ours), ("arq", theirs)):
+        wall, pub = med(rows, "wall"), med(rows, "published")
+        ratio = statistics.median(r["wall"] / (sleep + r["published"]) for r in rows)
+        print(f"  {name:12} {wall:7.2f}s {pub:7.2f}s {wall - pub:12.2f}s {ratio:14.2f}x "
+              f"{med(rows, 'worker_cpu') / args.count * 1000:13.1f} ms")
+    print(f"  robot-lab / arq: wall {med(ours, 'wall') / med(theirs, 'wall'):.2f}x, worker CPU per item "
+          f"{med(ours, 'worker_cpu') / med(theirs, 'worker_cpu'):.2f}x (an arq job here is only the sleep; "
+          f"a robot-lab task runs a robot, journals its step and records its result exactly once)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("REDIS_URL"))
@@ -243,6 +286,10 @@ def main() -> None:
     parser.add_argument("--sleep-ms", type=int, default=400)
     parser.add_argument("--sequential-count", type=int, default=10)
     parser.add_argument("--only", choices=["all", "network"], default="all")
+    parser.add_argument("--peer-python", metavar="PYTHON",
+                        help="an interpreter with arq installed: the same fan-out on one arq worker, side by side")
+    parser.add_argument("--peer-rounds", type=int, default=3,
+                        help="with --peer-python: alternating rounds of robot-lab's fan-out and arq's (medians)")
     args = parser.parse_args()
 
     server = RedisServer()
@@ -289,6 +336,8 @@ def main() -> None:
                     f"this process (submit, follow, sweeps) {time.process_time() - mine:.2f} s"
                 report(title.format(n=args.count), figures, args.count, sleep, per_item, peak_rss(proc.pid),
                        threads(proc.pid), cpu_seconds(proc.pid) - cpu, others)
+            if args.peer_python:
+                peer_comparison(client, bot, proc.pid, url, args)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
