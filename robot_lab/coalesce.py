@@ -85,6 +85,24 @@ class Coalescer:
         self.round_trips = 0  # merged round trips sent (tests and benches read these)
         self.calls = 0
 
+    def lead_alone(self) -> bool:
+        """Take the lead when nobody leads and nobody waits (True): the caller then sends its
+        own command as a plain one and must :meth:`release` the lead after. Callers that come
+        meanwhile queue and go out together after it, as behind any leader."""
+        with self._lock:
+            if self._leading or self._waiting:
+                return False
+            self._leading = True
+            return True
+
+    def release(self) -> None:
+        """Free the lead taken by :meth:`lead_alone` and wake the next waiting caller."""
+        with self._lock:
+            self._leading = False
+            nxt = self._waiting[0] if self._waiting else None
+        if nxt is not None:
+            nxt.ring()
+
     def execute(self, pipe: Any, raise_on_error: bool = True) -> list[Any]:
         """``pipe.execute(raise_on_error)`` for a non-transactional pipeline of ``client``."""
         call = _Call(list(pipe.command_stack))
@@ -214,6 +232,60 @@ def execute(pipe: Any, raise_on_error: bool = True, *, client: Any = None) -> li
     if coalescer is None or getattr(pipe, "transaction", False) or getattr(pipe, "watching", False):
         return pipe.execute(raise_on_error=raise_on_error)
     return coalescer.execute(pipe, raise_on_error=raise_on_error)
+
+
+def call(client: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """``getattr(client, name)(*args, **kwargs)`` -- one command (``"get"``, ``"set"``,
+    ``"hgetall"``...) -- riding the round trip other threads have on the wire, if any.
+
+    The reply, and an error reply's exception (the very exception the command raises on its
+    own, not annotated as a pipeline's), are the command's own; a connection error reaches
+    this caller as it would have on its own round trip. A lone caller (nobody leads, nobody
+    waits: an ``--in-flight 1`` worker, a script) takes the lead and sends the plain command:
+    a one-command pipeline costs more interpreter time than the command (about 140 us against
+    90), with nothing to share the round trip with. Where the client cannot coalesce it runs
+    as a plain command."""
+    coalescer = coalescer_for(client)
+    if coalescer is None:
+        return getattr(client, name)(*args, **kwargs)
+    if coalescer.lead_alone():
+        try:
+            return getattr(client, name)(*args, **kwargs)
+        finally:
+            coalescer.release()
+    pipe = pipeline(client)
+    getattr(pipe, name)(*args, **kwargs)
+    reply = coalescer.execute(pipe, raise_on_error=False)[0]
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def script(lua: Any, keys: list[Any], args: list[Any], *, client: Any = None) -> Any:
+    """``lua(keys=keys, args=args)`` (a ``register_script`` Script, on ``client``, default
+    the one it was registered with) riding the round trip other threads have on the wire, as
+    :func:`call`: the merged pipeline carries its ``EVALSHA``. A server that does not know the
+    script answers NOSCRIPT without running it; the script then runs on its own, which loads
+    it (redis-py's own recovery), so a flushed script cache costs one extra round trip."""
+    target = client if client is not None else lua.registered_client
+    coalescer = coalescer_for(target)
+    if coalescer is None:
+        return lua(keys=keys, args=args, client=target)
+    if coalescer.lead_alone():
+        try:
+            return lua(keys=keys, args=args, client=target)
+        finally:
+            coalescer.release()
+    pipe = pipeline(target)
+    pipe.evalsha(lua.sha, len(keys), *keys, *args)
+    reply = coalescer.execute(pipe, raise_on_error=False)[0]
+    if isinstance(reply, Exception):
+        from redis.exceptions import NoScriptError  # lazy: start-up time
+
+        if isinstance(reply, NoScriptError):
+            return lua(keys=keys, args=args, client=target)
+        raise reply
+    return reply
 
 
 def _client_of(pipe: Any) -> Any:

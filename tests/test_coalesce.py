@@ -213,3 +213,109 @@ def test_only_plain_clients_coalesce(redis_client: Any) -> None:
     plain.ping()
     assert coalesce.execute(plain) == [True]
     assert coalescer_for(redis_client).calls == 1
+
+
+# --- one command: coalesce.call / coalesce.script ------------------------------------------
+def held_group(redis_client: Any, monkeypatch: pytest.MonkeyPatch, hold: threading.Event) -> Coalescer:
+    """A group commit for ``redis_client`` (as ``coalescer_for`` hands out) whose round trips
+    wait for ``hold``; its first caller's pipeline is on the wire when this returns."""
+    group = Coalescer(slow_client(redis_client, hold))
+    monkeypatch.setitem(coalesce._coalescers, redis_client, group)
+    first = redis_client.pipeline(transaction=False)
+    first.ping()
+    leader = threading.Thread(target=group.execute, args=(first,), daemon=True)
+    leader.start()
+    until(lambda: group.calls == 1 and not group._waiting and group._leading)
+    return group
+
+
+def test_single_commands_behind_a_round_trip_on_the_wire_share_the_next_one(
+        redis_client: Any, key_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    hold = threading.Event()
+    group = held_group(redis_client, monkeypatch, hold)
+    redis_client.set(f"{key_prefix}:text", "not a number")
+    n = 12
+    results: list[Any] = [None] * n
+    errors: list[BaseException | None] = [None] * n
+
+    def one(i: int) -> None:
+        try:
+            if i == 3:  # an error reply: the command's own exception, not a pipeline's
+                results[i] = coalesce.call(redis_client, "incr", f"{key_prefix}:text")
+            elif i % 2:
+                results[i] = coalesce.call(redis_client, "set", f"{key_prefix}:s{i}", i, nx=True, ex=60)
+            else:
+                results[i] = coalesce.call(redis_client, "hgetall", f"{key_prefix}:none{i}")
+        except BaseException as exc:  # noqa: BLE001
+            errors[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    until(lambda: group.calls == n + 1)  # every one queued behind the round trip on the wire
+    hold.set()
+    join(threads)
+    assert group.round_trips == 2  # the first caller's own, then all twelve together
+    assert isinstance(errors[3], redis.ResponseError) and not str(errors[3]).startswith("Command #")
+    assert [errors[i] for i in range(n) if i != 3] == [None] * (n - 1)
+    assert [results[i] for i in range(1, n, 2) if i != 3] == [True] * 5  # SET's own reply type
+    assert [results[i] for i in range(0, n, 2)] == [{}] * 6  # HGETALL's: the response callback ran
+    assert redis_client.ttl(f"{key_prefix}:s1") > 0
+
+
+def test_a_lone_command_goes_out_as_a_plain_command_holding_the_lead(
+        redis_client: Any, key_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    group = Coalescer(redis_client)
+    monkeypatch.setitem(coalesce._coalescers, redis_client, group)
+    seen: list[bool] = []
+    real = redis_client.execute_command
+
+    def spy(*args: Any, **options: Any) -> Any:
+        seen.append(group._leading)  # others arriving now queue behind it
+        return real(*args, **options)
+
+    monkeypatch.setattr(redis_client, "execute_command", spy)
+    assert coalesce.call(redis_client, "set", f"{key_prefix}:lone", "x") is True
+    assert coalesce.call(redis_client, "get", f"{key_prefix}:lone") == b"x"
+    assert seen == [True, True] and group.calls == 0 and not group._leading
+    with pytest.raises(redis.ResponseError):
+        coalesce.call(redis_client, "incr", f"{key_prefix}:lone")
+    assert not group._leading  # freed after an error too
+    assert coalesce.call(object.__new__(FakeClient), "get", "k") == "plain"  # not a redis.Redis
+
+
+class FakeClient:
+    def get(self, key: str) -> str:
+        return "plain"
+
+
+def test_scripts_behind_a_round_trip_share_the_next_one_and_an_unknown_script_loads_itself(
+        redis_client: Any, key_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import uuid
+
+    known = redis_client.register_script("return {KEYS[1], ARGV[1]}")
+    known(keys=["k"], args=["warm"])  # loaded
+    unknown = redis_client.register_script(f"-- {uuid.uuid4()}\nreturn redis.call('INCR', KEYS[1])")
+    failing = redis_client.register_script("return redis.error_reply('NOPE no')")
+    hold = threading.Event()
+    group = held_group(redis_client, monkeypatch, hold)
+    out: dict[str, Any] = {}
+
+    def run(name: str, lua: Any, keys: list[Any], args: list[Any]) -> None:
+        try:
+            out[name] = coalesce.script(lua, keys, args)
+        except BaseException as exc:  # noqa: BLE001
+            out[name] = exc
+
+    threads = [threading.Thread(target=run, args=("known", known, [f"{key_prefix}:a"], ["x"])),
+               threading.Thread(target=run, args=("unknown", unknown, [f"{key_prefix}:n"], [])),
+               threading.Thread(target=run, args=("failing", failing, [], []))]
+    for t in threads:
+        t.start()
+    until(lambda: group.calls == 4)
+    hold.set()
+    join(threads)
+    assert out["known"] == [f"{key_prefix}:a".encode(), b"x"]
+    assert out["unknown"] == 1 and redis_client.get(f"{key_prefix}:n") == b"1"  # ran once: NOSCRIPT ran nothing
+    assert isinstance(out["failing"], redis.ResponseError) and "NOPE" in str(out["failing"])
+    assert group.round_trips == 2

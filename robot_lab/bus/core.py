@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis as _redis
 
+from robot_lab import coalesce
 from robot_lab.bus import stream_scripts as scripts
 from robot_lab.bus.dlq import DeadLetters
 from robot_lab.bus.names import check_robot_name
@@ -305,7 +306,8 @@ class Bus(Requests, Outbox, DeadLetters):
         if mode == "strict":
             entry = self.redis.xadd(inbox, {"envelope": data}, nomkstream=True)
         else:
-            entry = self._append_reply(keys=[inbox], args=[data, int(self.settings.reply_ttl)])
+            # a served message's reply: with other handlers' round trips (robot_lab.coalesce)
+            entry = coalesce.script(self._append_reply, [inbox], [data, int(self.settings.reply_ttl)])
         if not entry:
             return None
         maxlen = self._trim_due(robot)

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 import redis as _redis
 
+from robot_lab import coalesce
 from robot_lab.errors import SchemaError
 from robot_lab.logging import get_logger, log_context
 from robot_lab.outage import is_outage, outage_cause
@@ -285,10 +286,10 @@ class Handling(PollerState):
         # one round trip per message. A crash before that round trip redelivers the entry,
         # exactly like a crash between handler and XACK would. A handler thread (in flight)
         # acks at once: the polling thread may be blocked in a wait for new entries.
-        if d.conversation:
-            self.bus._complete(keys=self.conv_keys, args=[self.robot, d.entry_id, d.conversation])
+        if d.conversation:  # (in flight, with other handlers' round trips: robot_lab.coalesce)
+            coalesce.script(self.bus._complete, self.conv_keys, [self.robot, d.entry_id, d.conversation])
         elif self._pool_mode:
-            self.redis.xack(self.inbox, self.robot, d.entry_id)
+            coalesce.call(self.redis, "xack", self.inbox, self.robot, d.entry_id)
         else:
             with self._lock:
                 self._ack_queue.append(d.entry_id)

@@ -34,6 +34,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any
 
+from robot_lab import coalesce
 from robot_lab.errors import InputRequired
 from robot_lab.inputs import Answer, InputStore
 from robot_lab.logging import get_logger
@@ -67,14 +68,28 @@ def find(poller: Any, msg: RobotMessage) -> tuple[Parked | None, str | None]:
     its conversation waits on a request that ``msg`` does not answer; else ``(None, None)``."""
     r = poller.redis
     if msg.in_reply_to:
-        raw = r.get(_key(poller, msg.in_reply_to))
+        raw = coalesce.call(r, "get", _key(poller, msg.in_reply_to))
         if raw is not None:
             return Parked(msg.in_reply_to, decode_message(raw)), None
-    if msg.conversation_id and msg.kind == "message" and not msg.in_reply_to:  # never a reply: no ping-pong
-        waiting = r.get(_conv_key(poller, msg.conversation_id))
-        if waiting is not None:
-            return None, waiting.decode() if isinstance(waiting, bytes) else str(waiting)
+    key = waiting_key(poller, msg)
+    if key is not None:
+        return None, waiting_request(coalesce.call(r, "get", key))
     return None, None
+
+
+def waiting_key(poller: Any, msg: RobotMessage) -> str | None:
+    """The key :func:`find` reads for a message without ``in_reply_to`` (the request its
+    conversation waits on), or None when it reads nothing for it."""
+    if msg.conversation_id and msg.kind == "message" and not msg.in_reply_to:  # never a reply: no ping-pong
+        return _conv_key(poller, msg.conversation_id)
+    return None
+
+
+def waiting_request(raw: bytes | str | None) -> str | None:
+    """The request id a conversation waits on, from the value of its :func:`waiting_key`."""
+    if raw is None:
+        return None
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def is_wake(poller: Any, msg: RobotMessage) -> bool:

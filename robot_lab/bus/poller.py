@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 import redis as _redis
 
+from robot_lab import coalesce
 from robot_lab.connection import is_cluster_client
 from robot_lab.errors import BusError, InputRequired
 from robot_lab.logging import get_logger
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 log = get_logger("robot_lab.bus.poller")
 
 Handler = Callable[[Delivery], Any]
+_UNREAD: Any = object()  # a read not made (yet)
 
 
 def flatten_content(content: str | Mapping[str, Any]) -> str:
@@ -236,7 +238,9 @@ class BusPoller(Intake, Handling, Reclaim):
         that answers a parked one runs that one again (:mod:`robot_lab.bus.parking`)."""
         msg = d.message
         assert msg is not None
-        parked, waits_on = parking.find(self, msg)
+        r = self.redis
+        record_key = self.bus.keys.replied_for(self.robot, record_key_part(msg))
+        parked, waits_on, recorded = self._first_reads(msg, record_key)
         wake = parked is not None and self.verify == "require" and bool(
             self.bus.keyring.problem(d.fields.get(b"envelope", b""), msg))  # let in by intake as a wake
         if wake:
@@ -262,10 +266,9 @@ class BusPoller(Intake, Handling, Reclaim):
             if reply is not None:
                 self._send_reply(d, reply)
                 return
-        r = self.redis
-        record_key = self.bus.keys.replied_for(self.robot, record_key_part(msg))
         fp = fingerprint(msg)
-        recorded = r.get(record_key)
+        if recorded is _UNREAD:
+            recorded = coalesce.call(r, "get", record_key)  # with other handlers' round trips (in flight)
         if recorded is not None:
             theirs, body = read_record(recorded)
             if theirs not in (None, fp):
@@ -283,7 +286,8 @@ class BusPoller(Intake, Handling, Reclaim):
             if not (exc.request or {}).get("id"):
                 raise  # nothing recorded the request (no durable id): a failure like any other
             question = parking.park(self, msg, parked.original if parked else msg, exc)
-            r.set(record_key, make_record(fp, encode_message(question)), nx=True, ex=int(self.bus.settings.record_ttl))
+            coalesce.call(r, "set", record_key, make_record(fp, encode_message(question)), nx=True,
+                          ex=int(self.bus.settings.record_ttl))
             self._send_reply(d, question)
             return
         if parked is not None:
@@ -293,12 +297,13 @@ class BusPoller(Intake, Handling, Reclaim):
             content = getattr(content, "reply", None) if hasattr(content, "reply") else str(content)
         ttl = int(self.bus.settings.record_ttl)
         if content is None or not auto_reply:
-            r.set(record_key, make_record(fp, b""), nx=True, ex=ttl)
+            coalesce.call(r, "set", record_key, make_record(fp, b""), nx=True, ex=ttl)
             return
         reply: RobotMessage | None = self.bus.build_reply(msg, content, from_=self.robot)
         if files and reply is not None:
             reply.extensions["attachments"] = files  # what the run wrote (robot_lab.bus.reply_files)
-        if not r.set(record_key, make_record(fp, encode_message(reply)), nx=True, ex=ttl):  # type: ignore[arg-type]
+        if not coalesce.call(r, "set", record_key, make_record(fp, encode_message(reply)), nx=True,  # type: ignore[arg-type]
+                             ex=ttl):
             # another consumer handled it meanwhile: send the reply it recorded, not ours
             theirs, body = read_record(r.get(record_key) or b"")
             if theirs not in (None, fp):
@@ -307,6 +312,26 @@ class BusPoller(Intake, Handling, Reclaim):
             reply = decode_message(body) if body else None
         if reply is not None:
             self._send_reply(d, reply)
+
+    def _first_reads(self, msg: RobotMessage, record_key: str) -> tuple[Any, str | None, Any]:
+        """``parking.find(msg)`` and, in the same round trip where find has nothing to read
+        first (no ``in_reply_to``: the common case), the reply record: ``(parked, waits_on,
+        record)``, the record ``_UNREAD`` when it was not read. One round trip less per
+        message; a record read that fails is read again where it was read before (its error
+        raises there, as it did)."""
+        if msg.in_reply_to:  # find reads the parked message first; the record waits for it
+            return (*parking.find(self, msg), _UNREAD)
+        key = parking.waiting_key(self, msg)
+        pipe = coalesce.pipeline(self.redis)
+        if key is not None:
+            pipe.get(key)
+        pipe.get(record_key)
+        replies = coalesce.execute(pipe, raise_on_error=False)
+        if key is not None and isinstance(replies[0], Exception):
+            raise replies[0]  # find's own read failed: as before
+        recorded = replies[-1]
+        return (None, parking.waiting_request(replies[0]) if key is not None else None,
+                _UNREAD if isinstance(recorded, Exception) else recorded)
 
     def _send_reply(self, d: Delivery, reply: RobotMessage) -> None:
         """Send a reply; one that cannot be routed dead-letters the message with it."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from robot_lab import coalesce
 from robot_lab.connection import durable
 from robot_lab.errors import RobotLabError
 from robot_lab.memory import lua as memory_lua
@@ -187,9 +188,11 @@ class Values:
     # --- reads ----------------------------------------------------------------------------
     def read_raw(self, names: list[str]) -> dict[str, Any]:
         """``{key: raw bytes or None}`` in one round trip."""
+        # with other threads' round trips (robot_lab.coalesce): each run of an in-flight
+        # worker reads its robot's learnings
         if len(names) == 1:
-            return {names[0]: self.redis.hget(self.keys.hash, names[0])}
-        return dict(zip(names, self.redis.hmget(self.keys.hash, names)))
+            return {names[0]: coalesce.call(self.redis, "hget", self.keys.hash, names[0])}
+        return dict(zip(names, coalesce.call(self.redis, "hmget", self.keys.hash, names)))
 
     async def aread_raw(self, aredis: Any, names: list[str]) -> dict[str, Any]:
         """:meth:`read_raw` on an asyncio client of the same server."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from robot_lab import coalesce
 from robot_lab.keys import Keys, default_keys
 
 
@@ -38,12 +39,20 @@ class ConversationStore:
     def _kept(self, messages: list[dict[str, Any]]) -> bytes:
         return msgspec.json.encode(cap_bytes(window(messages, self.max_messages), self.max_bytes))
 
+    # load and save ride other threads' round trips (robot_lab.coalesce): an in-flight worker
+    # runs hundreds of conversations at once, each one GET before its run and one SET after
     def load(self, robot: str, conversation_id: str) -> list[dict[str, Any]]:
-        raw = self.redis.get(self.keys.conversation(robot, conversation_id))
+        raw = coalesce.call(self.redis, "get", self.keys.conversation(robot, conversation_id))
+        return self.decode(raw)
+
+    @staticmethod
+    def decode(raw: bytes | str | None) -> list[dict[str, Any]]:
+        """A stored history (the value of ``Keys.conversation``) as a message list."""
         return list(msgspec.json.decode(raw)) if raw else []
 
     def save(self, robot: str, conversation_id: str, messages: list[dict[str, Any]]) -> None:
-        self.redis.set(self.keys.conversation(robot, conversation_id), self._kept(messages), ex=self.ttl)
+        coalesce.call(self.redis, "set", self.keys.conversation(robot, conversation_id), self._kept(messages),
+                      ex=self.ttl)
 
     async def aload(self, robot: str, conversation_id: str) -> list[dict[str, Any]]:
         """:meth:`load` on the asyncio twin of this store's client (``Robot.arun``)."""

@@ -55,7 +55,7 @@ class Journal:
         """Every recorded step (one HGETALL -- or what the owner read with another round trip,
         ``preloaded`` -- then cached for the run)."""
         if self._steps is None:
-            self._steps = self._parse(self.redis.hgetall(self.key))
+            self._steps = self._parse(coalesce.call(self.redis, "hgetall", self.key))  # with other runs' reads
         return self._steps
 
     def replay(self, index: int, kind: str, name: str, digest: str) -> dict[str, Any] | None:

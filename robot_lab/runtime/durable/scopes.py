@@ -141,10 +141,11 @@ def current_step() -> StepInfo:
 SERVED_PREFIX = "bus:"  # durable ids of served bus messages: bus:<robot>:<from>:<id> (bus/poller.py)
 
 
-def local_scope(durable_id: str) -> DurableScope:
+def local_scope(durable_id: str, preloaded: Any = None) -> DurableScope:
     """The scope of a ``run(durable_id=...)``: journal and requests on the configured Redis
     (embedded fakeredis without ``REDIS_URL``), 7 days. Ids starting ``bus:`` are served bus
-    messages, whose requests are answered by ``answer`` envelopes (bus/parking.py)."""
+    messages, whose requests are answered by ``answer`` envelopes (bus/parking.py).
+    ``preloaded``: the journal's hash, read by the caller with other reads (Journal)."""
     from robot_lab.connection import get_redis
     from robot_lab.keys import default_keys
     from robot_lab.settings import get_settings
@@ -152,7 +153,7 @@ def local_scope(durable_id: str) -> DurableScope:
     redis, keys = get_redis(), default_keys()
     ttl = 7 * 86_400
     journal = Journal(redis, keys.durable_steps(durable_id), ttl, scope=f"durable:{durable_id}",
-                      on_divergence=get_settings().durable.on_divergence)
+                      on_divergence=get_settings().durable.on_divergence, preloaded=preloaded)
     served = durable_id.startswith(SERVED_PREFIX)  # a served bus message: never a terminal prompt
     owner = ({"kind": "message", "robot": durable_id.split(":")[1], "durable_id": durable_id} if served
              else {"kind": "local", "durable_id": durable_id})

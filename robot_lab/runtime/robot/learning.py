@@ -39,6 +39,11 @@ class Learning:
         self._memory = memory
         self._preloaded = raw
 
+    def discard_preload(self) -> None:
+        """Forget a preloaded value no :meth:`load` used (a run that never got as far): the
+        next run of this robot must read afresh, not what was stored then."""
+        self._preloaded = _UNREAD
+
     @property
     def robot(self) -> RobotParts:
         robot = self._robot()

@@ -122,10 +122,61 @@ async def run_in_conversation(robot: RobotParts, conversation_id: str, message: 
     see each other's messages; the robot's own messages are untouched."""
     store = ConversationStore()
     system = robot.messages[:1] if robot.instructions is not None else []
-    loaded = await io.either(store.load, store.aload, robot.name, conversation_id)
+    if io is SYNC:
+        loaded = read_ahead(robot, store, conversation_id, kwargs)
+    else:
+        loaded = await io.either(store.load, store.aload, robot.name, conversation_id)
     history = [m for m in loaded if m.get("role") != "system"]
-    with conversation_scope(robot, [*system, *history], conversation_id):
-        result = await io.run(robot, message, **kwargs)
-        await io.either(store.save, store.asave, robot.name, conversation_id,
-                        [m for m in robot.messages if m.get("role") != "system"])
-        return result
+    try:
+        with conversation_scope(robot, [*system, *history], conversation_id):
+            result = await io.run(robot, message, **kwargs)
+            await io.either(store.save, store.asave, robot.name, conversation_id,
+                            [m for m in robot.messages if m.get("role") != "system"])
+            return result
+    finally:
+        robot._learning.discard_preload()
+
+
+def read_ahead(robot: RobotParts, store: ConversationStore, conversation_id: str,
+               kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversation's history, and in the same round trip (with other threads' round
+    trips: robot_lab.coalesce) the two reads the run makes next: the step journal of a
+    ``durable_id`` given as a string (a served bus message's; ``kwargs`` then carries the
+    scope, journal preloaded) and the robot's stored learnings (preloaded for the run's one
+    read). An in-flight worker serving a thousand conversations makes two round trips less
+    per message. A read of another client (a memory or journal elsewhere) is left to the run,
+    and so is a read answered with an error: the run's own read raises it where it did; the
+    history's error raises here, as the plain read did."""
+    from robot_lab import coalesce  # lazy: start-up time
+
+    redis = store.redis
+    pipe = coalesce.pipeline(redis)
+    pipe.get(store.keys.conversation(robot.name, conversation_id))
+    durable_id = kwargs.get("durable_id")
+    scope_id = durable_id if isinstance(durable_id, str) else None  # (execute: local_scope(durable_id))
+    steps_key = None
+    if scope_id is not None:
+        from robot_lab.connection import get_redis  # lazy: start-up time
+        from robot_lab.keys import default_keys
+
+        steps_key = default_keys().durable_steps(scope_id)  # local_scope's journal
+
+        if get_redis() is redis:  # local_scope's journal is on this very client
+            pipe.hgetall(steps_key)
+        else:
+            steps_key = None
+    learning = robot._learning
+    memory = learning.memory  # Learning.load reads it each run (learnings in hand or not)
+    values = getattr(memory, "_values", None)
+    if values is not None and values.redis is redis:
+        pipe.hget(values.keys.hash, "learnings")
+    else:
+        memory = None
+    replies = coalesce.execute(pipe, raise_on_error=False)
+    if isinstance(replies[0], Exception):
+        raise replies[0]
+    if steps_key is not None and not isinstance(replies[1], Exception):
+        kwargs["durable_id"] = local_scope(scope_id, preloaded=replies[1])  # type: ignore[arg-type]
+    if memory is not None and not isinstance(replies[-1], Exception):
+        learning.preload(memory, replies[-1])
+    return store.decode(replies[0])

@@ -56,6 +56,14 @@ class Learner(Protocol):
 
     def inject(self, message: str | None) -> str | None: ...
 
+    # one_run.read_ahead: the stored learnings read with the run's first round trip
+    @property
+    def memory(self) -> Any: ...
+
+    def preload(self, memory: Any, raw: bytes | str | None) -> None: ...
+
+    def discard_preload(self) -> None: ...
+
 
 class RobotParts(RunnableRobot, Protocol):
     """The Robot as its collaborators see it (the comment on each member names its readers)."""
