@@ -291,6 +291,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
                 outage = outage or OutageTracker(f"task-{task}")
                 outage.lost(exc)
                 outage.call(store.r.ping)
+                _flush_journal(work)  # the next attempt replays the steps done
                 return {"task": task, "status": "interrupted"}
             if retryable(exc) and _retries_left() > 0:
                 log.warning("task.retrying", error=f"{type(exc).__name__}: {exc}")
@@ -491,8 +492,8 @@ def _memory_events(robot: str, memory: Any, since: int) -> list[tuple[str, dict[
 
 
 def _flush_journal(work: TaskWork) -> None:
-    """Write the task's pending last step when it ends without a result (parks, retries):
-    the next attempt replays it."""
+    """Write the task's pending last step when it ends without a result (parks, retries,
+    an outage that interrupted it): the next attempt replays it."""
     if work.journal is None:
         return
     try:
