@@ -458,3 +458,28 @@ def test_a_model_steps_journal_record_is_asdict_of_its_response() -> None:
     record["tool_calls"][0]["arguments"]["a"][1]["b"] = 9
     assert response.tool_calls[0].arguments == {"a": [1, {"b": 2}]}
     assert response_from(json.loads(json.dumps(asdict(response)))) == response
+
+
+def test_a_deferred_last_step_waits_for_its_owners_round_trip(redis_client) -> None:
+    """``defer_last``: a ``last`` step stays pending until the owner's pipeline
+    (``queue_pending``/``sent``), the next step's write, or ``flush``; others go out at once."""
+    from robot_lab.runtime.durable.journal import Journal
+
+    key = default_keys().durable_steps(uid())
+    journal = Journal(redis_client, key, 60, scope="s", defer_last=True)
+    journal.write(0, {"kind": "model", "status": "done"}, last=True)
+    assert redis_client.hgetall(key) == {} and journal.steps()[0]["kind"] == "model"
+    pipe = redis_client.pipeline(transaction=False)
+    assert journal.queue_pending(pipe) == 2
+    pipe.execute()
+    journal.sent()
+    assert set(redis_client.hgetall(key)) == {b"0"} and journal.pending == {}
+    journal.write(1, {"kind": "model"}, last=True)
+    journal.write(2, {"kind": "tool"})  # not last: written now, with the pending one
+    assert set(redis_client.hgetall(key)) == {b"0", b"1", b"2"} and journal.queue_pending(pipe) == 0
+    journal.write(3, {"kind": "model"}, last=True)
+    journal.flush()
+    assert b"3" in redis_client.hgetall(key) and redis_client.ttl(key) > 0
+    plain = Journal(redis_client, key + "x", 60, scope="s")  # not deferring: every step at once
+    plain.write(0, {"kind": "model"}, last=True)
+    assert set(redis_client.hgetall(key + "x")) == {b"0"}

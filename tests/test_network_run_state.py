@@ -367,3 +367,52 @@ def test_a_task_after_routed_tasks_runs_when_the_activated_one_ran(redis_client)
     store.start_task("sentiment", items[0][1], "w", 5000, [])
     store.complete("sentiment", items[0][1], result("calm"))
     assert store.status() == "completed" and store.states()["sentiment"] == "done"
+
+
+def _steps_pipelines(monkeypatch) -> list[list[str]]:  # type: ignore[no-untyped-def]
+    """Every coalesced pipeline that writes a step journal, as its command names."""
+    from robot_lab import coalesce
+
+    seen: list[list[str]] = []
+    real = coalesce.execute
+
+    def spy(pipe, *args, **kwargs):  # type: ignore[no-untyped-def]
+        commands = [(str(c[0][0]), str(c[0][1])) for c in pipe.command_stack]
+        if any(name == "HSET" and ":steps:" in key for name, key in commands):
+            seen.append([name for name, _ in commands])
+        return real(pipe, *args, **kwargs)
+
+    monkeypatch.setattr(coalesce, "execute", spy)
+    return seen
+
+
+def test_a_tasks_last_model_step_is_journaled_in_its_results_round_trip(redis_client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A model reply that asks for no tool ends the task: its journal record goes out ahead
+    of the result script in the same pipeline, not in a round trip of its own."""
+    seen = _steps_pipelines(monkeypatch)
+    bot = build(f"hp-{uid()}", model="scripted/echo")
+    net = create_network("last")
+    net.task("only", bot)
+    with EmbeddedWorkers(redis_client, [bot.name], threads=1):
+        done = Coordinator(connection=redis_client).submit(net, "hi").wait(timeout=60)
+    assert done.context["only"].reply == "echo: hi"
+    assert seen and all(names[:3] == ["HSET", "EXPIRE", "EVALSHA"] for names in seen), seen
+
+
+def test_a_model_step_asking_for_a_tool_is_in_the_journal_before_the_tool_runs(redis_client) -> None:  # type: ignore[no-untyped-def]
+    from robot_lab.llm.recording import clear_recorded_calls, recorded_calls
+    from robot_lab.llm.scripted import register_script
+
+    script = f"journal-{uid()}"
+    register_script(script, {"turns": [{"tool_calls": [{"name": "journal_steps", "arguments": {}}]},
+                                       {"reply": "done"}]})
+    bot = build(f"hp-{uid()}", model=f"scripted/{script}",
+                local_tools=["tests.fixtures.durable_tools:journal_steps"])
+    net = create_network("tooled")
+    net.task("only", bot, tools="inherit")
+    clear_recorded_calls()
+    with EmbeddedWorkers(redis_client, [bot.name], threads=1):
+        done = Coordinator(connection=redis_client).submit(net, "hi").wait(timeout=60)
+    assert done.context["only"].reply == "done"
+    assert done.context["only"].tool_calls[0].content == {"data": "0"}  # the step that asked, already in Redis
+    assert sum(1 for c in recorded_calls() if c["robot"] == bot.name) == 2

@@ -223,3 +223,28 @@ def test_under_require_only_coordinator_signed_jobs_run(real_redis_url: str, key
     assert worker.poll() is None
     client.close()
 
+
+
+def test_a_policed_job_reads_rqs_timestamps_as_rq_does_without_strptime(real_client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """RobotLabJob.restore parses the timestamps rq writes itself (the same aware datetimes
+    as rq's str_to_date), and leaves any other form to rq's own parse."""
+    import rq.job
+    from rq import Queue
+    from rq.job import Job
+
+    job = Queue(f"robot:ts-{uid()}", connection=real_client, serializer=JobSerializer).enqueue_call(
+        func=JOB_FUNC, args=["p", "r", "t", "j"])
+    real_client.hset(job.key, mapping={"started_at": "2026-01-02T03:04:05.000006Z",
+                                       "last_heartbeat": "2026-01-02T03:04:05Z"})  # rq's older form
+    raw = real_client.hgetall(job.key)
+    expected = Job(job.id, connection=real_client, serializer=JobSerializer)
+    expected.restore(raw)
+    real = rq.job.str_to_date
+    parsed: list[Any] = []
+    monkeypatch.setattr(rq.job, "str_to_date", lambda v: parsed.append(v) or real(v))
+    ours = job_class()(job.id, connection=real_client, serializer=JobSerializer)
+    ours.restore(raw)
+    for name in ("created_at", "enqueued_at", "started_at", "last_heartbeat"):
+        assert getattr(ours, name) == getattr(expected, name) and getattr(ours, name).tzinfo is not None
+    assert ours.ended_at is None and ours.args == expected.args
+    assert parsed == [b"2026-01-02T03:04:05Z"]  # only the form rq writes no more went through strptime

@@ -325,3 +325,40 @@ def test_the_worker_computes_a_protocols_members_once_and_isinstance_answers_the
     assert after == before * 3
     assert before == [True, False, True, False, False, False, False, True, False, False]
     assert sorted(c.__name__ for c in walks) == ["Serializer", "Sized"]  # once per protocol
+
+
+def test_a_task_jobs_execution_id_costs_no_system_call(real_client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """rq's Execution.create takes its id from uuid4 (an os.urandom system call, which hands
+    the interpreter lock away); the task lifecycle makes the same records with a uuid4 from
+    robot_lab.randomness's buffer."""
+    import rq.executions
+    from rq import Queue
+    from rq.job import Job
+
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
+    from robot_lab.network.serializer import JobSerializer
+    from robot_lab.runtime.robot import build
+
+    def no_syscall():  # type: ignore[no-untyped-def]
+        raise AssertionError("uuid4 called")
+
+    monkeypatch.setattr(rq.executions, "uuid4", no_syscall)
+    bot = build(f"exec-{uuid.uuid4().hex[:6]}", model="scripted/echo")
+    net = create_network("exec")
+    for i in range(3):
+        net.task(f"t{i}", bot)
+    handle = Coordinator(connection=real_client).submit(net, "hi")
+    queue = Queue(f"robot:{bot.name}", connection=real_client, serializer=JobSerializer)
+    try:
+        worker = in_flight_worker_class()([queue], connection=real_client, serializer=JobSerializer, in_flight=3)
+        worker.work(burst=True, logging_level="WARNING")
+        assert handle.status == "completed"
+        job_ids = [v.decode() for v in real_client.hvals(handle.store.key + ":jobs")]
+        results = [Job.fetch(j, connection=real_client, serializer=JobSerializer).latest_result() for j in job_ids]
+        assert [r.return_value["status"] for r in results] == ["ok"] * 3
+        ids = [uuid.UUID(hex=r.execution_id) for r in results]
+        assert all(i.version == 4 for i in ids) and len(set(ids)) == 3
+        assert len(queue.started_job_registry) == 0 and len(queue.finished_job_registry) == 3
+    finally:
+        queue.delete(delete_jobs=True)

@@ -72,7 +72,8 @@ def task_scope(store: RunStore, task: str, robot: str, events: Any, preloaded: A
 
     scope_id = f"run:{store.run_id}:{task}"
     journal = Journal(store.r, store.keys.run_steps(store.run_id, task), RUN_TTL, scope=scope_id,
-                      on_divergence=get_settings().durable.on_divergence, preloaded=preloaded)
+                      on_divergence=get_settings().durable.on_divergence, preloaded=preloaded,
+                      defer_last=True)  # the last step goes out with the result (RunStore.complete)
     owner = {"kind": "task", "run_id": store.run_id, "task": task, "robot": robot}
     return DurableScope(id=scope_id, journal=journal, inputs=InputStore(store.r, store.keys), owner=owner,
                         emit=events.owe, ttl=RUN_TTL)

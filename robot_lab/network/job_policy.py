@@ -20,7 +20,9 @@ A refused job fails (reason ``JobRefused: ...`` in rq's failed registry, never r
 
 from __future__ import annotations
 
+import datetime
 import functools
+import re
 from typing import Any
 
 from robot_lab.logging import get_logger
@@ -84,6 +86,24 @@ def check_job(job: Any) -> None:
     raise JobRefused(reason)
 
 
+# The timestamps of rq's job hash, as rq writes them (rq.utils.utcformat: '%Y-%m-%dT%H:%M:%S.%fZ').
+_JOB_DATES = ("created_at", "enqueued_at", "started_at", "ended_at", "last_heartbeat")
+_RQ_TIMESTAMP = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
+def rq_timestamp(value: Any) -> datetime.datetime | None:
+    """``rq.utils.str_to_date(value)`` for a timestamp in the exact form rq writes, without
+    ``strptime`` (~10 us each, two per job fetched: a tenth of the in-flight worker's batch
+    fetch); None for anything else, which the caller leaves to rq."""
+    raw = value.encode() if isinstance(value, str) else value
+    if not isinstance(raw, bytes) or _RQ_TIMESTAMP.fullmatch(raw) is None:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(raw[:26].decode()).replace(tzinfo=datetime.timezone.utc)
+    except ValueError:  # a month 13: rq's own parse raises the same way
+        return None
+
+
 @functools.cache
 def job_class() -> type:
     """The policed rq job class (built once, on first use: rq is imported lazily)."""
@@ -95,6 +115,23 @@ def job_class() -> type:
         def perform(self) -> Any:
             check_job(self)
             return super().perform()
+
+        def restore(self, raw_data: Any) -> Any:
+            """rq's restore, with the timestamps in rq's own form parsed by
+            :func:`rq_timestamp` (same values; any other form goes through rq's parse)."""
+            data, dates = dict(raw_data), {}
+            for name in _JOB_DATES:
+                for key in (name.encode(), name):
+                    value = data.get(key)
+                    if value:
+                        parsed = rq_timestamp(value)
+                        if parsed is not None:
+                            dates[name] = parsed
+                            del data[key]
+            result = super().restore(data)
+            for name, parsed in dates.items():
+                setattr(self, name, parsed)
+            return result
 
     RobotLabJob.__module__ = __name__
     return RobotLabJob

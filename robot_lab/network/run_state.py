@@ -145,23 +145,37 @@ class RunStore:
         return transitions.run_script(self.r, script, keys, self.run_id, *argv)
 
     def _eval_then(self, after: Any, script: str, *argv: Any, leases: tuple[str, ...] = (),
-                   critical: bool = False) -> Any:
+                   critical: bool = False, before: Any = None) -> Any:
         """:meth:`_eval`, with ``after``'s writes queued behind the script in its pipeline
         (one round trip) where that keeps the script's guarantees: one server for every key
-        (not Cluster) and, for a ``critical`` script, no replicas to wait for."""
-        if after is None or is_cluster_client(self.r) or (critical and waits_for_replicas(self.r)):
+        (not Cluster) and, for a ``critical`` script, no replicas to wait for. ``before`` (a
+        step journal: ``queue_pending``, ``sent``, ``flush``) queues its writes ahead of the
+        script there; elsewhere it flushes them first."""
+        if (after is None and before is None) or is_cluster_client(self.r) or (
+                critical and waits_for_replicas(self.r)):
+            if before is not None:
+                before.flush()
             return self._eval(script, *argv, leases=leases, critical=critical)
         keys = self._script_keys(leases)
         pipe = coalesce.pipeline(self.r)
+        skip = before.queue_pending(pipe) if before is not None else 0
         pipe.evalsha(transitions.sha_of(script), len(keys), *keys, self.run_id, *argv)
-        after.queue(pipe)
+        if after is not None:
+            after.queue(pipe)
         replies = coalesce.execute(pipe, raise_on_error=False)  # with other tasks' results
+        if before is not None:
+            ahead, replies = replies[:skip], replies[skip:]
+            failed = next((r for r in ahead if isinstance(r, Exception)), None)
+            if failed is not None:  # the script ran all the same: its outcome no longer needs them
+                log.warning("run.journal_write_failed", error=f"{type(failed).__name__}: {failed}")
+            before.sent()
         first = replies[0]
-        failed = next((r for r in replies[1:] if isinstance(r, Exception)), None)
-        if failed is None:
-            after.written = True
-        else:  # not the script's: the caller writes them again on its own
-            log.warning("run.piped_writes_failed", error=f"{type(failed).__name__}: {failed}")
+        if after is not None:
+            failed = next((r for r in replies[1:] if isinstance(r, Exception)), None)
+            if failed is None:
+                after.written = True
+            else:  # not the script's: the caller writes them again on its own
+                log.warning("run.piped_writes_failed", error=f"{type(failed).__name__}: {failed}")
         if isinstance(first, NoScriptError):  # first use on this server: EVAL caches it
             return self._eval(script, *argv, leases=leases, critical=critical)
         if isinstance(first, Exception):
@@ -286,13 +300,16 @@ class RunStore:
         input: str | None = None,
         events: list[tuple[str, dict[str, Any] | None]] = (),  # type: ignore[assignment]
         after: Any = None,
+        journal: Any = None,
     ) -> tuple[str, list[str], list[tuple[str, str, str]]]:
         """Record the result (and the ``input`` its robot received) and advance. ``events`` are
         the task's events still unsent (its last ``text.delta``, ``memory.changed``): emitted
         first, in the same script. ``after`` (an object with ``queue(pipe)`` and ``written``)
         queues more writes behind the script in the same pipeline -- not on Redis Cluster
         nor while results wait for replicas (``redis_wait_replicas``), where ``written``
-        stays False and the caller writes them itself. Returns (status, ignored activations,
+        stays False and the caller writes them itself. ``journal`` (the task's step journal)
+        writes its pending steps ahead of the script, in the same round trip where ``after``
+        could go (else in one of their own first). Returns (status, ignored activations,
         jobs to enqueue)."""
         outcome = "failed" if result.failed else "done"
         owed = [part for event, data in events for part in (event, json.dumps(data) if data else "")]
@@ -311,6 +328,7 @@ class RunStore:
             *owed,
             leases=(task,),
             critical=True,  # a recorded result must survive a failover: it is paid for
+            before=journal if journal is not None and journal.pending else None,
         )
         status = _decode(raw[0])
         if status != "ok":

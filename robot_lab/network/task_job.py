@@ -173,6 +173,7 @@ class TaskWork:
     input: str | None = None
     owed: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
     steps: Any = None  # the step journal, read with the claim (None: not read)
+    journal: Any = None  # the task's step journal (its last step goes out with the result)
 
 
 # The run record's fields a task reads with its claim ("spec" too while this process has not
@@ -278,6 +279,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         try:
             result, activate = _run_task_hooks(store, graph, task, job_id, worker, work)
         except InputRequired as exc:  # a person must answer: the task parks, this job ends
+            _flush_journal(work)
             _send_owed(store, task, robot_name, work)
             return waiting.park(store, task, job_id, exc)
         except Exception as exc:
@@ -289,9 +291,11 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
                 outage = outage or OutageTracker(f"task-{task}")
                 outage.lost(exc)
                 outage.call(store.r.ping)
+                _flush_journal(work)  # the next attempt replays the steps done
                 return {"task": task, "status": "interrupted"}
             if retryable(exc) and _retries_left() > 0:
                 log.warning("task.retrying", error=f"{type(exc).__name__}: {exc}")
+                _flush_journal(work)
                 _send_owed(store, task, robot_name, work)
                 store.release(task, job_id, f"{type(exc).__name__}: {exc}")
                 raise  # rq's Retry re-enqueues the same job id
@@ -332,7 +336,8 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
             rq_finish.pending = {"task": task, "status": "ok", "failed": result.failed}
         status, ignored, items = outage.call(
             lambda: store.complete(task, job_id, result, activate=activate, data=data, usage=usage,
-                                   input=work.input, events=work.owed, after=rq_finish))
+                                   input=work.input, events=work.owed, after=rq_finish,
+                                   journal=work.journal))
         if ignored:
             log.warning("task.activation_ignored", names=ignored, routes=spec.routes)
         if status == "ok":
@@ -431,6 +436,8 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
     since = memory.version if work.since is None else work.since
     writes = local_writes(memory.scope)
     budgets = _run_budgets(store, combined, job_id, worker)
+    scope = waiting.task_scope(store, task, spec.robot, deltas, work.steps)
+    work.journal = scope.journal
     try:
         with robot.shared_mcp():  # a robot per task: its MCP servers are the process's, not its own
             result = robot.run(
@@ -447,7 +454,7 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
                 network_hooks=network_hooks,
                 budgets=budgets,
                 doom_loop=_run_doom_loop(store, combined),
-                durable_id=waiting.task_scope(store, task, spec.robot, deltas, work.steps),  # step journal, human input
+                durable_id=scope,  # step journal, human input
                 **context,
             )
     finally:
@@ -482,6 +489,17 @@ def _memory_events(robot: str, memory: Any, since: int) -> list[tuple[str, dict[
     except Exception as exc:  # events are a side channel: never lose the task's result over them
         log.warning("task.memory_events_failed", error=f"{type(exc).__name__}: {exc}")
         return []
+
+
+def _flush_journal(work: TaskWork) -> None:
+    """Write the task's pending last step when it ends without a result (parks, retries,
+    an outage that interrupted it): the next attempt replays it."""
+    if work.journal is None:
+        return
+    try:
+        work.journal.flush()
+    except Exception as exc:  # then the next attempt makes that model call again
+        log.warning("task.journal_flush_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def _send_owed(store: RunStore, task: str, robot: str, work: TaskWork) -> None:

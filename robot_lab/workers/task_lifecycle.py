@@ -38,6 +38,29 @@ def task_job_lifecycle(base: type) -> type:
 
     log = get_logger("robot_lab.worker")
 
+    def _create_execution(job: Any, ttl: int, pipe: Any, worker_name: str) -> Any:
+        """``Execution.create(job, ttl, pipeline=pipe, worker_name=worker_name)``, the same
+        records (execution hash, the job's execution registry, the started registry, the
+        worker's execution index), with its uuid4 id from robot_lab.randomness: rq's
+        ``uuid4()`` is an ``os.urandom`` system call, which hands the interpreter lock to
+        another of a thousand threads and queues this one behind them (issue 30)."""
+        import uuid
+
+        from rq.executions import ExecutionRegistry
+
+        from robot_lab.randomness import random_bytes
+
+        execution = Execution(id=uuid.UUID(bytes=random_bytes(16), version=4).hex, job_id=job.id,
+                              connection=job.connection, worker_name=worker_name)
+        execution._job = job
+        execution.save(ttl=ttl, pipeline=pipe)
+        ExecutionRegistry(job_id=job.id, connection=pipe).add(execution=execution, ttl=ttl, pipeline=pipe)
+        job.started_job_registry.add_execution(execution, pipeline=pipe, ttl=ttl, xx=False)
+        if worker_name:  # the worker's execution index; its heartbeat keeps the TTL refreshed
+            pipe.sadd(execution.worker_executions_key, execution.composite_key)
+            pipe.expire(execution.worker_executions_key, ttl + 60)
+        return execution
+
     class TaskJobLifecycle(base):  # type: ignore[misc, valid-type]
         def execute_job(self, job: Any, queue: Any) -> Any:
             if job.func_name != JOB_FUNC:
@@ -83,7 +106,7 @@ def task_job_lifecycle(base: type) -> type:
             from robot_lab.network.task_job import DeferredWrites  # lazy: start-up time
 
             pipe = self.connection.pipeline(transaction=False)
-            execution = Execution.create(job, self.get_heartbeat_ttl(job), pipeline=pipe, worker_name=self.name)
+            execution = _create_execution(job, self.get_heartbeat_ttl(job), pipe, self.name)
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
             job.prepare_for_execution(self.name, pipeline=pipe)
             pipe.persist(job.key)

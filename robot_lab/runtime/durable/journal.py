@@ -39,13 +39,17 @@ class Journal:
     """One scope's steps in the Redis hash ``key`` (read once, written per step)."""
 
     def __init__(self, redis: Any, key: str, ttl: int, *, scope: str, on_divergence: str = "error",
-                 preloaded: Mapping[Any, Any] | None = None) -> None:
+                 preloaded: Mapping[Any, Any] | None = None, defer_last: bool = False) -> None:
         self.redis = redis
         self.key = key
         self.ttl = int(ttl)
         self.scope = scope
         self.on_divergence = on_divergence
         self._steps: dict[int, dict[str, Any]] | None = None if preloaded is None else self._parse(preloaded)
+        # The owner sends a step written with ``last=True`` with its own next round trip (see
+        # :meth:`write`): a network task, with its result.
+        self.defer_last = defer_last
+        self.pending: dict[str, str] = {}  # field -> JSON of steps recorded here, not yet in Redis
 
     @staticmethod
     def _parse(raw: Mapping[Any, Any]) -> dict[int, dict[str, Any]]:
@@ -78,17 +82,48 @@ class Journal:
             return None
         raise StepDivergence(f"{detail}; set durable.on_divergence=live to continue live from this step")
 
-    def write(self, index: int, record: dict[str, Any]) -> None:
-        """Record step ``index`` (and refresh the hash's expiry)."""
-        pipe = coalesce.pipeline(self.redis)
-        pipe.hset(self.key, str(index), json.dumps(record, separators=(",", ":"), default=str))
-        pipe.expire(self.key, self.ttl)
-        coalesce.execute(pipe)  # with other runs' steps; on the server when this returns
+    def write(self, index: int, record: dict[str, Any], *, last: bool = False) -> None:
+        """Record step ``index`` (and refresh the hash's expiry), on the server when this
+        returns -- except a ``last`` step (a model reply asking for no tool: the run ends
+        unless its loop goes on) in a ``defer_last`` journal: it stays :attr:`pending` and
+        goes out with the owner's next round trip (:meth:`queue_pending`; a network task's
+        result, one round trip per task less), or with the next step's write, or
+        :meth:`flush` before the next step runs. Nothing runs between such a step and that
+        round trip that a replay would protect (no tool, no other step), so a crash between
+        them costs this one model call again, as a crash just before a write does."""
+        value = json.dumps(record, separators=(",", ":"), default=str)
+        self.pending[str(index)] = value
+        if not (last and self.defer_last):
+            self.flush()
         self.steps()[index] = record
+
+    def queue_pending(self, pipe: Any) -> int:
+        """Queue the pending steps' write on ``pipe`` (the owner's round trip); returns how
+        many commands it queued (0: none pending). Call :meth:`sent` once they are written."""
+        if not self.pending:
+            return 0
+        pipe.hset(self.key, mapping=dict(self.pending))
+        pipe.expire(self.key, self.ttl)
+        return 2
+
+    def sent(self) -> None:
+        """The pending steps queued by :meth:`queue_pending` are on the server."""
+        self.pending.clear()
+
+    def flush(self) -> None:
+        """Write the pending steps now, in a round trip of their own (none pending: no-op)."""
+        if not self.pending:
+            return
+        pipe = coalesce.pipeline(self.redis)
+        self.queue_pending(pipe)
+        coalesce.execute(pipe)  # with other runs' steps; on the server when this returns
+        self.sent()
 
     def drop_from(self, index: int) -> None:
         """Forget steps ``index`` and later (a diverged scope continues live)."""
         later = [str(i) for i in self.steps() if i >= index]
+        for field in later:
+            self.pending.pop(field, None)
         if later:
             self.redis.hdel(self.key, *later)
         for i in [i for i in self.steps() if i >= index]:

@@ -5,7 +5,8 @@ Without a durable scope it only numbers steps and runs them (plus approvals and
 journal: a finished step is *replayed* (its recorded result returned, no model call, no
 tool call, no streamed text, no tool events); otherwise it runs live, emitting
 ``step.started`` then ``step.completed`` (or ``step.failed``), and its result is written to
-the journal before the loop goes on. A tool step that needs a person's answer records an
+the journal before the loop goes on (a model reply asking for no tool, in a network task:
+with the task's result, see ``Journal.write``). A tool step that needs a person's answer records an
 input request, journals the step as ``waiting`` and raises :class:`InputRequired`; the scope's
 owner parks the run, and the next attempt replays up to that step and runs it with the answer.
 """
@@ -87,6 +88,8 @@ class StepRunner:
         if record is not None and record.get("status") == "done":
             self.replayed = True
             return response_from(record["result"])
+        if self.scope.journal.pending:  # the step before (a last one, after all) is in Redis first
+            await io.blocking(self.scope.journal.flush)
         started = self._started(index, "model", model)
         try:
             response = await call()
@@ -95,7 +98,9 @@ class StepRunner:
             raise
         result = response_record(response) if type(response) is LLMResponse else asdict(response)
         tokens = {"input_tokens": response.input_tokens, "output_tokens": response.output_tokens}
-        await io.blocking(self._done, index, "model", model, digest, started, result, tokens)
+        # a reply asking for no tool is the run's last step unless its loop goes on (Journal.write)
+        await io.blocking(self._done, index, "model", model, digest, started, result, tokens,
+                          last=not response.tool_calls)
         return response
 
     async def tool(self, tool: Any, name: str, arguments: dict[str, Any],
@@ -116,6 +121,8 @@ class StepRunner:
             asks = Asks(list(record.get("requests") or []) if record is not None else [])
         step = StepInfo(index, "tool", name, f"{scope.id}:{index}" if scope else None,
                         scope.id if scope else None, asks)
+        if scope is not None and scope.journal.pending:  # every step before it is in Redis first
+            await io.blocking(scope.journal.flush)
         started = self._started(index, "tool", name) if scope is not None else time.monotonic()
         token = _step.set(step)
         try:
@@ -172,11 +179,11 @@ class StepRunner:
                                    "error": f"{type(exc).__name__}: {exc}"[:500]})
 
     def _done(self, index: int, kind: str, name: str, digest: str, started: float, result: Any,
-              tokens: dict[str, int] | None) -> None:
+              tokens: dict[str, int] | None, last: bool = False) -> None:
         assert self.scope is not None
         duration = round(time.monotonic() - started, 4)
         self.scope.journal.write(index, {"kind": kind, "name": name, "hash": digest, "status": "done",
-                                         "result": result, "duration": duration})
+                                         "result": result, "duration": duration}, last=last)
         self._emit("step.completed", {"index": index, "kind": kind, "name": name, "duration": duration,
                                       **(tokens or {})})
 
