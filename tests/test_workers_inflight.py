@@ -362,3 +362,23 @@ def test_a_task_jobs_execution_id_costs_no_system_call(real_client, monkeypatch)
         assert len(queue.started_job_registry) == 0 and len(queue.finished_job_registry) == 3
     finally:
         queue.delete(delete_jobs=True)
+
+
+def test_the_switch_interval_grows_with_the_slots_between_cpythons_default_and_50_ms():
+    """A few thousand warm threads waking together livelocked a worker on their GIL requests
+    (bench/concurrency.py --count 5000, a second round: 112 ms CPU per task); the in-flight
+    worker lengthens the interval with its slots."""
+    import sys
+
+    from robot_lab.workers.inflight import tune_switch_interval
+
+    saved = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        assert tune_switch_interval(16) == 0.005 and sys.getswitchinterval() == 0.005  # small workers: unchanged
+        assert abs(tune_switch_interval(1000) - 0.01) < 1e-9
+        assert abs(sys.getswitchinterval() - 0.01) < 1e-6
+        assert tune_switch_interval(5000) == 0.05
+        assert tune_switch_interval(100_000) == 0.05  # capped
+    finally:
+        sys.setswitchinterval(saved)

@@ -147,6 +147,7 @@ def in_flight_worker_class() -> type:
             from robot_lab.network.lease import set_process_slots  # lazy: start-up time
 
             set_process_slots(self.in_flight)  # leases long enough for this many tasks' GIL turns
+            tune_switch_interval(self.in_flight)
             self.on_stop = on_stop
             self.loop_beat = 0.0
             self._jobs: dict[str, tuple[float, float | None]] = {}  # job id -> (started, timeout)
@@ -432,6 +433,31 @@ def in_flight_worker_class() -> type:
 # CPU went to the collector (gc.callbacks, bench/concurrency.py). Larger saves more CPU and
 # holds more garbage: at 10000 the fan-out's peak RSS grew ~10 MB.
 GC_YOUNG = 4_000
+
+
+SWITCH_PER_SLOT = 10e-6  # seconds of interpreter switch interval per in-flight slot
+SWITCH_MAX = 0.05
+
+
+def tune_switch_interval(slots: int) -> float:
+    """Lengthen the interpreter's switch interval with the slots of this process (10 us per
+    slot, between CPython's 5 ms and 50 ms); returns it.
+
+    Every thread waiting for the GIL wakes once per switch interval to ask the holder to let
+    go. When a few thousand tasks wake together (a second 5000-task fan-out on a worker whose
+    threads are all warm: their model calls end within a few ms of each other), those
+    wake-ups alone -- thousands of runnable threads, a load average in the thousands -- left
+    the holder little time to run: 112 ms of CPU per task and a 302 s drain instead of ~20 s,
+    every lease lost and the run's tasks requeued (bench/concurrency.py --count 5000,
+    repeated rounds). At 50 ms the same round took 19 s at 3.8 ms per task. A thread that
+    blocks (Redis, the model, a sleep) still lets go at once; only a thread computing pure
+    Python for longer than the interval is asked to yield later, which is why it grows with
+    the slots rather than being long for every worker."""
+    import sys
+
+    interval = min(SWITCH_MAX, max(sys.getswitchinterval(), slots * SWITCH_PER_SLOT))
+    sys.setswitchinterval(interval)
+    return interval
 
 
 def tune_gc() -> None:
