@@ -221,14 +221,19 @@ class SentinelSet(_Servers):
         return self.url
 
     def _wait_ready(self, timeout: float) -> None:
-        """Until the replica is in sync and every sentinel knows the replica and the others."""
+        """Until the replica is in sync and every sentinel knows the replica and the others.
+
+        A sentinel learns of replicas from the primary's INFO (every 10 s, the first soon
+        after it connects): one that had not yet, when a test kills the primary, has no
+        replica to promote and never will (the primary that would name it is gone) -- the
+        failover test waited its 90 s in vain on a loaded CI machine."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 info = redis.Redis(port=self.primary_port).info("replication")
                 synced = info.get("connected_slaves") == 1 and info.get("slave0", {}).get("state") == "online"
-                known = all(redis.Redis(port=p).sentinel_master(self.service)["num-other-sentinels"] == 2
-                            for p in self.sentinel_ports)
+                views = [redis.Redis(port=p).sentinel_master(self.service) for p in self.sentinel_ports]
+                known = all(v["num-other-sentinels"] == 2 and v["num-slaves"] == 1 for v in views)
                 if synced and known:
                     return
             except (redis.RedisError, KeyError):
