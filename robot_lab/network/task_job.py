@@ -436,9 +436,9 @@ def _run_robot(store: RunStore, graph: Any, task: str, job_id: str, worker: str,
     since = memory.version if work.since is None else work.since
     writes = local_writes(memory.scope)
     budgets = _run_budgets(store, combined, job_id, worker)
-    scope = waiting.task_scope(store, task, spec.robot, deltas, work.steps)
-    work.journal = scope.journal
-    try:
+    try:  # (the scope inside: a failing journal read still releases the budget holds)
+        scope = waiting.task_scope(store, task, spec.robot, deltas, work.steps)
+        work.journal = scope.journal
         with robot.shared_mcp():  # a robot per task: its MCP servers are the process's, not its own
             result = robot.run(
                 message,
