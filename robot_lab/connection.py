@@ -454,6 +454,20 @@ def get_redis(url: str | None = None) -> redis.Redis:
     return client
 
 
+def adopt_default(client: Any) -> None:
+    """Make ``client`` what :func:`get_redis` returns in a process configured with no Redis
+    URL (no ``REDIS_URL``), unless that process already has its default.
+
+    A worker started with ``robot-lab worker --url URL`` or ``rq worker --url URL`` and no
+    ``REDIS_URL`` takes its jobs and messages from URL, but everything a robot reaches
+    through the default client -- its memory and learnings, conversations, budget ledgers --
+    went to an in-process fakeredis of its own: lost with the process, shared with no other
+    worker, and its first use imported fakeredis and numpy (~0.3 s of CPU) under a task's
+    lease. The worker's Redis is the one its runs live on, as the embedded mode's worker
+    is the embedded server. A configured ``REDIS_URL`` is left alone (it names the default)."""
+    _clients.setdefault("embedded", client)
+
+
 def reset_embedded() -> None:
     """Forget the embedded server and cached clients (tests, ``demo`` reruns)."""
     global _embedded_server

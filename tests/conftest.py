@@ -102,6 +102,11 @@ def _isolated_settings(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.setattr(settings, "_settings", None)
+    from robot_lab import connection
+
+    # a task run in-process on a real Redis makes that client the default of a process with no
+    # REDIS_URL (connection.adopt_default): it must not outlive the test that ran it
+    monkeypatch.setattr(connection, "_clients", dict(connection._clients))
     yield
     monkeypatch.setattr(settings, "_settings", None)
 

@@ -1,6 +1,6 @@
 """The light settings path (settings/core.py): the values it serves are the ones the full
 pydantic Settings gives for the same layers, it steps aside whenever it cannot be sure, and
-CoreSettings / BusCore / SigningCore stay the one definition of their fields."""
+CoreSettings / BusCore / SigningCore / DurableCore stay the one definition of their fields."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from robot_lab.settings import (
     BusCore,
     BusSettings,
     CoreSettings,
+    DurableCore,
+    DurableSettings,
     LightSettings,
     Settings,
     SigningCore,
@@ -91,6 +93,9 @@ def test_get_settings_is_light_until_something_else_is_read(monkeypatch: pytest.
     assert isinstance(bus, BusCore) and not isinstance(bus, BusSettings) and settings.bus is bus
     assert vars(bus) == BusSettings().model_dump() and vars(signing) == SigningSettings().model_dump()
     assert signing.mode_for("anyone") == "off"
+    durable = settings.durable  # what every network task reads (its journal's on_divergence)
+    assert isinstance(durable, DurableCore) and not isinstance(durable, DurableSettings)
+    assert vars(durable) == DurableSettings().model_dump() and durable.answerers is not DurableCore.answerers
     bus.maxlen = 77  # what was read (and changed) is what the full settings hold
     monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", "changed-since")
     assert settings.sandbox.timeout == 60.0  # a section of its own: the full Settings now
@@ -118,7 +123,8 @@ def test_the_pydantic_models_declare_the_core_fields_as_the_cores_do() -> None:
     """One definition: Settings, BusSettings and SigningSettings take their fields (type,
     default) from CoreSettings, BusCore and SigningCore, and redeclare none but redis_url
     (which gets its REDIS_URL alias there)."""
-    for core, model in ((CoreSettings, Settings), (BusCore, BusSettings), (SigningCore, SigningSettings)):
+    for core, model in ((CoreSettings, Settings), (BusCore, BusSettings), (SigningCore, SigningSettings),
+                        (DurableCore, DurableSettings)):
         for name in core.__annotations__:
             if name == "ENV_ALIASES":
                 continue

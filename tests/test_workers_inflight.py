@@ -382,3 +382,60 @@ def test_the_switch_interval_grows_with_the_slots_between_cpythons_default_and_5
         assert tune_switch_interval(100_000) == 0.05  # capped
     finally:
         sys.setswitchinterval(saved)
+
+
+_ARENAS_CHILD = r"""
+import ctypes, sys, threading
+from robot_lab.workers.inflight import cap_malloc_arenas
+print("capped" if (sys.argv[1] == "cap" and cap_malloc_arenas()) else "uncapped", flush=True)
+barrier = threading.Barrier(8)
+keep = []
+def work():  # a thread's first malloc takes an arena (a new one while glibc's limit allows)
+    keep.append(bytearray(100_000)); keep.append([bytes(2000) for _ in range(50)])
+    barrier.wait()
+threads = [threading.Thread(target=work) for _ in range(8)]
+[t.start() for t in threads]; [t.join() for t in threads]
+ctypes.CDLL(None).malloc_stats()  # "Arena N:" per arena, on stderr
+"""
+
+
+def _arenas(mode: str, env: dict[str, str]) -> tuple[str, int]:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _ARENAS_CHILD, mode], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip(), sum(1 for line in out.stderr.splitlines() if line.startswith("Arena "))
+
+
+def test_an_in_flight_worker_caps_mallocs_arenas_unless_the_operator_set_them() -> None:
+    """Many task threads, two glibc arenas (peak RSS of a wide fan-out, bench/concurrency.py);
+    MALLOC_ARENA_MAX in the environment wins. Real threads in a fresh process, counted by
+    glibc's own malloc_stats."""
+    import os
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc's malloc only")
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    said, capped = _arenas("cap", env)
+    assert said == "capped" and 1 <= capped <= 2
+    said, uncapped = _arenas("none", env)
+    assert said == "uncapped" and uncapped > 2  # the test can fail: without the cap, a thread gets an arena
+    said, chosen = _arenas("cap", dict(env, MALLOC_ARENA_MAX="4"))
+    assert said == "uncapped" and 2 < chosen <= 4  # the operator's 4, not our 2
+
+
+def test_the_worker_process_caps_arenas_only_when_it_runs_many_things_at_once(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from robot_lab.errors import ConfigurationError
+    from robot_lab.workers import process
+
+    calls: list[int] = []
+    monkeypatch.setattr(process, "cap_malloc_arenas", lambda: calls.append(1) or True)
+    monkeypatch.setattr(process, "connect", lambda url: (_ for _ in ()).throw(ConfigurationError("stop here")))
+    for in_flight, expected in ((1, 0), (8, 1)):
+        calls.clear()
+        with pytest.raises(ConfigurationError, match="stop here"):
+            process.run_worker(["billing"], url="redis://127.0.0.1:1/0", in_flight=in_flight)
+        assert len(calls) == expected

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from robot_lab.connection import get_redis
+from robot_lab.connection import adopt_default, get_redis
 from robot_lab.errors import ConfigurationError, InputRequired, retryable
 from robot_lab.keys import Keys, default_keys  # default_keys: Memory.for_robot's layout
 from robot_lab.logging import get_logger, log_context
@@ -80,7 +80,9 @@ def _current_job() -> Any:
 
 def _connection(job: Any = None) -> Any:
     if job is not None:
-        return data_connection(job.connection)  # the cluster client behind rq's node connection
+        data = data_connection(job.connection)  # the cluster client behind rq's node connection
+        adopt_default(data)  # `rq worker --url` with no REDIS_URL: the robot's memory is here too
+        return data
 
     return get_redis()
 

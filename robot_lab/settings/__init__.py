@@ -39,6 +39,7 @@ from robot_lab.settings.core import (  # the public names of robot_lab.settings 
     SCRIPTED_DEFAULT_MODEL,
     LIGHT_SECTIONS,
     BusCore,
+    DurableCore,
     CoreSettings,
     SigningCore,
     VerifyMode,
@@ -73,7 +74,7 @@ _EXPORTS: dict[str, str] = {name: _MODELS for name in (
     "SigningSettings", "BudgetSettings", "DurableSettings", "WorkerSettings", "A2ASettings", "Endpoint",
 )}
 __all__ = [
-    "A2ASettings", "BudgetSettings", "BusSettings", "BusCore", "CoreSettings", "DEFAULT_MATCH_RULES",
+    "A2ASettings", "BudgetSettings", "BusSettings", "BusCore", "CoreSettings", "DurableCore", "DEFAULT_MATCH_RULES",
     "DEFAULT_MAX_TOOL_ROUNDS", "DurableSettings", "Endpoint", "LightSettings", "MatchRule", "OTHER_PREFIXES",
     "OTHER_VARIABLES", "PROVIDER_DEFAULT_MODELS", "SAFE_SKILL_ENV", "SCRIPTED_DEFAULT_MODEL", "SandboxSettings",
     "Settings", "SigningCore", "SigningSettings", "SkillGrant", "SkillsSettings", "VerifyMode", "WorkerSettings", "configure",
@@ -84,7 +85,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)
 
 class LightSettings:
     """The process settings while only CoreSettings fields are configured: their values, the
-    defaults of the ``bus`` and ``signing`` sections (instances of BusCore / SigningCore), and
+    defaults of the ``bus``, ``signing`` and ``durable`` sections (BusCore / SigningCore / DurableCore), and
     on the first read of any other name the full ``Settings`` built with those same values
     (later reads of every name, core fields and sections included, go to it)."""
 
@@ -92,7 +93,7 @@ class LightSettings:
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         object.__setattr__(self, "_values", dict(values))
-        object.__setattr__(self, "_sections", {})  # name -> its defaults (BusCore, SigningCore), as read
+        object.__setattr__(self, "_sections", {})  # name -> its defaults (BusCore, SigningCore, DurableCore), as read
         object.__setattr__(self, "_full", None)
         object.__setattr__(self, "_lock", threading.Lock())
 

@@ -258,8 +258,29 @@ class SigningCore:
         return self.robots.get(robot, self.verify)
 
 
-# Sections whose defaults LightSettings serves without pydantic (what a Bus reads when built)
-LIGHT_SECTIONS: dict[str, type] = {"bus": BusCore, "signing": SigningCore}
+class DurableCore:
+    """The fields of ``DurableSettings`` (the ``durable`` section: step journals and human
+    input, docs/durable.md), declared without pydantic like :class:`BusCore`: every network
+    task reads ``on_divergence`` for its journal, and a worker that configured no ``durable``
+    setting should not build the whole pydantic Settings for it on its first task."""
+
+    # A replayed step whose request differs from the journal: "error" fails the run naming
+    # the step; "live" drops the journal from that step on and continues live.
+    on_divergence: Literal["error", "live"] = "error"
+    # Seconds an input request waits before its default answer (or, with none, a task
+    # failure); None waits as long as the run's keys live (7 days). Per tool, robot, task
+    # or run: the ``input_timeout`` tool attribute / RunConfig field wins.
+    input_timeout: float | None = None
+    # A denied approval: "refuse" gives the model a refusal text, "fail" fails the task.
+    on_deny: Literal["refuse", "fail"] = "refuse"
+    # Under signing.verify=require: robot -> senders (fnmatch globs) whose signed `answer`
+    # envelopes may answer that robot's requests; "*" names every robot.
+    answerers: dict[str, list[str]] = {}
+
+
+# Sections whose defaults LightSettings serves without pydantic (what a Bus reads when built,
+# what a network task reads)
+LIGHT_SECTIONS: dict[str, type] = {"bus": BusCore, "signing": SigningCore, "durable": DurableCore}
 
 
 def section_defaults(core: type) -> Any:

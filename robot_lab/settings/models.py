@@ -29,6 +29,7 @@ from pydantic_settings import (
 from robot_lab.settings.core import (
     SAFE_SKILL_ENV,
     BusCore,
+    DurableCore,
     CoreSettings,
     SigningCore,
     project_config_file,
@@ -193,21 +194,8 @@ class BudgetSettings(BaseModel):
     wait_timeout: float = Field(default=120.0, ge=0)
 
 
-class DurableSettings(BaseModel):
-    """Step journals and human input (docs/durable.md)."""
-
-    # A replayed step whose request differs from the journal: "error" fails the run naming
-    # the step; "live" drops the journal from that step on and continues live.
-    on_divergence: Literal["error", "live"] = "error"
-    # Seconds an input request waits before its default answer (or, with none, a task
-    # failure); None waits as long as the run's keys live (7 days). Per tool, robot, task
-    # or run: the ``input_timeout`` tool attribute / RunConfig field wins.
-    input_timeout: float | None = None
-    # A denied approval: "refuse" gives the model a refusal text, "fail" fails the task.
-    on_deny: Literal["refuse", "fail"] = "refuse"
-    # Under signing.verify=require: robot -> senders (fnmatch globs) whose signed `answer`
-    # envelopes may answer that robot's requests; "*" names every robot.
-    answerers: dict[str, list[str]] = Field(default_factory=dict)
+class DurableSettings(BaseModel, DurableCore):
+    """Step journals and human input (docs/durable.md; fields: :class:`DurableCore`)."""
 
 
 class WorkerSettings(BaseModel):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from robot_lab.app import load_app
 from robot_lab.bus import BusPoller
-from robot_lab.connection import connect
+from robot_lab.connection import adopt_default, connect
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
@@ -48,7 +48,7 @@ from robot_lab.workers.health import (
     WorkerHeartbeat,
     rq_loop_problem,
 )
-from robot_lab.workers.inflight import RobotPool, in_flight_worker_class
+from robot_lab.workers.inflight import RobotPool, cap_malloc_arenas, in_flight_worker_class
 from robot_lab.workers.supervision import Loops, RidesOutages, supervise_poller
 
 if TYPE_CHECKING:
@@ -144,6 +144,7 @@ def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool, loops: 
     from rq import Queue  # lazy: start-up time
 
     data = connect(url)
+    adopt_default(data)  # --url without REDIS_URL: the robots' memory lives there too
     connection = rq_connection(data)  # on Redis Cluster: a plain client of rq's slot owner
     qs = [Queue(q, connection=connection, serializer=JobSerializer) for q in queues]
     if in_flight > 1:
@@ -300,9 +301,12 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
     in_flight = settings.worker.in_flight if in_flight is None else in_flight
     if in_flight < 1:
         raise ConfigurationError(f"--in-flight must be >= 1, got {in_flight}")
+    if in_flight > 1:
+        cap_malloc_arenas()  # before any thread: many threads, few arenas (workers/inflight.py)
     app_path = app_path or settings.app
     app = load_app(app_path) if app_path else None
     connection = connect(url)
+    adopt_default(connection)  # --url without REDIS_URL: the served robots' memory lives there too
     keys = default_keys()
     specs = resolve_worker_robots(robots, connection=connection, keys=keys, app=app)
     if app is not None:

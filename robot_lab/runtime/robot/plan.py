@@ -171,6 +171,8 @@ def bind_memory(robot: RobotParts, memory: Any, network: Any = None) -> Any:
             default = None
     if memory is None:
         return default if default is not None else own_memory(robot)
-    from robot_lab.memory.store import resolve_memory  # lazy: start-up time (redis-py)
+    from robot_lab.memory.store import Memory, resolve_memory  # lazy: start-up time (redis-py)
 
+    if isinstance(memory, Memory):  # it replaces the default (a network task's run memory): the
+        return memory  # robot's own is not opened for nothing (a Memory per task, on a worker)
     return resolve_memory(memory, default if default is not None else robot.memory)
