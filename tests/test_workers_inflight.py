@@ -439,3 +439,23 @@ def test_the_worker_process_caps_arenas_only_when_it_runs_many_things_at_once(mo
         with pytest.raises(ConfigurationError, match="stop here"):
             process.run_worker(["billing"], url="redis://127.0.0.1:1/0", in_flight=in_flight)
         assert len(calls) == expected
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_taken_before_the_blocking_dequeue_is_not_left_waiting_in_it(queue) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM while the loop is between rq's stop check and its blocking dequeue (start-up:
+    the first dequeue tunes the collector) only marks the stop; the loop must not then block
+    in rq's BLMOVE for its whole timeout (minutes: `robot-lab worker` stopped right after rq
+    listed it hung 5 times in 6)."""
+    import time
+
+    from rq.exceptions import StopRequested
+
+    worker = _worker(queue, 4)
+    worker._shutdown()  # the signal handler's work, with the main thread not yet waiting
+    assert worker._stop_requested
+    started = time.monotonic()
+    with pytest.raises(StopRequested):
+        # the loop's own timeout (rq's BLMOVE on an empty queue: minutes)
+        worker.dequeue_job_and_maintain_ttl(worker.dequeue_timeout)
+    assert time.monotonic() - started < 10

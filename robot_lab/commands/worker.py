@@ -17,7 +17,9 @@ from robot_lab.errors import ConfigurationError
 @click.option("--concurrency", "-c", type=int, default=1, show_default=True,
               help="rq worker processes (each runs --in-flight tasks at once)")
 @click.option("--app", "app_path", default=None, help="App import path (default: ROBOT_LAB_APP)")
-@click.option("--url", default=None, help="Redis URL (default: REDIS_URL)")
+@click.option("--url", default=None,
+              help="Redis URL (default: REDIS_URL); without REDIS_URL also the Redis of what the robots "
+                   "keep (memory, conversations, learnings)")
 @click.option("--burst", is_flag=True, help="Quit when the queues are empty")
 @click.option("--no-bus", is_flag=True, help="Do not poll the robots' bus inboxes")
 @click.option("--spawned", is_flag=True, help="Also serve robots spawned at run time (Robot.spawn)")
