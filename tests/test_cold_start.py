@@ -165,8 +165,10 @@ def test_status_with_a_robot_names_its_queues_without_loading_the_dag_engine(rea
     ours = {name for name in modules if name.startswith("robot_lab.")}
     assert "robot_lab.network.enqueue" in ours  # it named the robot's queue
     assert not {"robot_lab.network.dsl", "robot_lab.network.dag", "robot_lab.network.coordinator"} & ours, sorted(ours)
-    # it built a Bus (inbox statistics) on the bus and signing sections' defaults: no models
-    assert "robot_lab.bus.core" in ours and "robot_lab.settings.models" not in ours
+    # it read the inbox's statistics (bus/inbox_stats.py) without building a Bus (envelope
+    # schemas, msgspec, signing), on the bus section's defaults: no models
+    assert "robot_lab.bus.inbox_stats" in ours and "robot_lab.settings.models" not in ours
+    assert not {"robot_lab.bus.core", "robot_lab.schemas"} & ours and "msgspec" not in modules, sorted(ours)
     assert not NO_MODELS & {name.split(".")[0] for name in modules}, sorted(NO_MODELS & modules)
 
 

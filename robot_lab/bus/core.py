@@ -28,7 +28,7 @@ from robot_lab.bus import stream_scripts as scripts
 from robot_lab.bus.dlq import DeadLetters
 from robot_lab.bus.names import check_robot_name
 from robot_lab.bus.outbox import Outbox
-from robot_lab.bus.records import InboxStats
+from robot_lab.bus.inbox_stats import InboxStats
 from robot_lab.bus.requests import Requests
 from robot_lab.bus.keyring import Keyring, default_keyring
 from robot_lab.connection import async_client_for, get_redis
@@ -404,28 +404,6 @@ class Bus(Requests, Outbox, DeadLetters):
     # --- statistics -------------------------------------------------------------------
     def stats(self, robots: Iterable[str] | None = None) -> list[InboxStats]:
         """Per robot: length, groups, consumers, pending, lag and DLQ size (XINFO)."""
-        names = list(robots) if robots is not None else self.robots()
-        rows: list[InboxStats] = []
-        for robot in names:
-            inbox = self.keys.inbox(robot)
-            try:
-                info = self.redis.xinfo_stream(inbox)
-                groups = self.redis.xinfo_groups(inbox)
-            except _redis.ResponseError:  # no such key
-                rows.append(InboxStats(robot, 0, 0, 0, 0, None, self.dlq_size(robot)))
-                continue
-            lags = [g.get("lag") for g in groups]
-            lag = None if any(v is None for v in lags) else sum(int(v) for v in lags)
-            rows.append(
-                InboxStats(
-                    robot=robot,
-                    length=int(info.get("length", 0)),
-                    groups=len(groups),
-                    consumers=sum(int(g.get("consumers", 0)) for g in groups),
-                    pending=sum(int(g.get("pending", 0)) for g in groups),
-                    lag=lag,
-                    dlq=self.dlq_size(robot),
-                    last_entry=_s(info.get("last-generated-id")),
-                )
-            )
-        return rows
+        from robot_lab.bus.inbox_stats import inbox_stats
+
+        return inbox_stats(self.redis, self.keys, list(robots) if robots is not None else self.robots())

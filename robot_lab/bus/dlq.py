@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-import redis as _redis
 
 from robot_lab.bus.records import DeadLetter
 from robot_lab.errors import BusError
@@ -37,12 +36,9 @@ class DeadLetters:
         return DeadLetter.from_entry(*entries[0])
 
     def dlq_size(self, robot: str) -> int:
-        try:
-            return int(self.redis.xlen(self.keys.dlq(robot)))
-        except _redis.ResponseError as exc:  # a wrong-typed DLQ: reported by bus/key_types.py
-            if "WRONGTYPE" not in str(exc):
-                raise
-            return 0
+        from robot_lab.bus.inbox_stats import dlq_size
+
+        return dlq_size(self.redis, self.keys, robot)
 
     def replay_dead_letters(self, robot: str, ids: Iterable[str] | None = None) -> list[str]:
         """Put dead letters back on the inbox as new entries (fresh delivery count) and

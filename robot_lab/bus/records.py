@@ -79,21 +79,6 @@ class OutboxEntry:
     replied_at: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class InboxStats:
-    """One row of ``robot-lab bus stats`` (from XINFO STREAM / GROUPS and the DLQ length)."""
-
-    robot: str
-    length: int
-    groups: int
-    consumers: int
-    pending: int
-    lag: int | None
-    dlq: int
-    last_entry: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def dumps(data: Any) -> str:

@@ -15,10 +15,12 @@ the pending entry and heart-beats it (idle time under the visibility timeout).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from robot_lab.bus.core import Bus
 from robot_lab.text.strings import as_str as _s
+
+if TYPE_CHECKING:
+    from robot_lab.bus.core import Bus
 
 
 def queue_range(conversation_id: str) -> tuple[bytes, bytes]:

@@ -314,10 +314,9 @@ def robot_rows(connection: RedisClient, keys: Keys, robots: list[str], workers: 
     from rq import Queue  # lazy: start-up time
     from rq.registry import FailedJobRegistry, StartedJobRegistry  # lazy: start-up time
 
-    from robot_lab.bus.core import Bus  # lazy: start-up time (not the poller's modules)
+    from robot_lab.bus.inbox_stats import inbox_stats  # lazy: start-up time (no Bus: schemas, signing)
 
-    bus = Bus(redis=connection, keys=keys)
-    inbox = {s.robot: s for s in bus.stats(robots)} if robots else {}
+    inbox = {s.robot: s for s in inbox_stats(connection, keys, robots)}
     registered = rq_registrations(connection, [queue_name(r) for r in robots], {w["name"] for w in workers})
     rows = []
     rq = rq_connection(connection)
@@ -358,11 +357,14 @@ def stalled_conversation_problems(connection: RedisClient, keys: Keys, robots: l
 
     if not robots:
         return []
-    from robot_lab.bus.core import Bus  # lazy: start-up time
+    from types import SimpleNamespace
+
     from robot_lab.bus.key_types import is_wrong_type
     from robot_lab.bus.stalls import stalled_conversations  # lazy: start-up time
+    from robot_lab.settings import get_settings
 
-    bus = Bus(connection, keys=keys)
+    # what stalled_conversations reads of a Bus, without building one (schemas, signing)
+    bus = SimpleNamespace(redis=connection, keys=keys, settings=get_settings().bus)
     found = []
     for robot in robots:
         try:
