@@ -460,8 +460,8 @@ def adopt_default(client: Any) -> None:
 
     A worker started with ``robot-lab worker --url URL`` or ``rq worker --url URL`` and no
     ``REDIS_URL`` takes its jobs and messages from URL, but everything a robot reaches
-    through the default client -- its memory and learnings, conversations, budget ledgers --
-    went to an in-process fakeredis of its own: lost with the process, shared with no other
+    through the default client -- its own memory and learnings, conversations, a served
+    robot's inbox registration -- went to an in-process fakeredis of its own: lost with the process, shared with no other
     worker, and its first use imported fakeredis and numpy (~0.3 s of CPU) under a task's
     lease. The worker's Redis is the one its runs live on, as the embedded mode's worker
     is the embedded server. A configured ``REDIS_URL`` is left alone (it names the default)."""
