@@ -80,11 +80,13 @@ class ElasticPool:
             try:
                 thread.start()
             except RuntimeError as exc:  # a thread limit: the threads running serve the rest
+                # Logged before the thread leaves the set: a shutdown waiting for it returns
+                # only after the warning is out.
+                log.warning("threads.pool_start_failed", pool=self.name, threads=len(self._threads) - 1,
+                            error=f"{type(exc).__name__}: {exc}")
                 with self._lock:
                     self._threads.discard(thread)
                     self._owed = 0
-                log.warning("threads.pool_start_failed", pool=self.name, threads=len(self._threads),
-                            error=f"{type(exc).__name__}: {exc}")
                 return
 
     def _serve(self) -> None:

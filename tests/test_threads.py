@@ -98,13 +98,26 @@ def test_pool_shares_use_one_pool_and_each_waits_for_its_own_work() -> None:
     assert rq_share._pool is bus_share._pool  # one pool for the process
     ran: dict[str, set[str]] = {"rq": set(), "bus": set()}
     gate = threading.Event()
+    entered = threading.Condition()
+
+    def bus_job() -> None:  # holds its thread until five run at once: the burst starts >= 5
+        with entered:
+            ran["bus"].add(threading.current_thread().name)
+            entered.notify_all()
+            entered.wait_for(lambda: len(ran["bus"]) >= 5, timeout=10)
+
     for _ in range(8):
-        bus_share.submit(lambda: ran["bus"].add(threading.current_thread().name))
-    deadline = time.monotonic() + 10
-    while len(ran["bus"]) < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+        bus_share.submit(bus_job)
     bus_share.shutdown(wait=True)  # its burst is over
-    before = {t.name for t in threading.enumerate() if t.name.startswith("pool_")}
+    pool = bus_share._pool
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the starter has started every thread the burst owed
+        with pool._lock:
+            if pool._owed == 0 and all(t.ident is not None for t in pool._threads):
+                before = {t.name for t in pool._threads}
+                break
+        time.sleep(0.01)
+    assert len(before) >= 5  # idle now: the rq share's five jobs need no new thread
     blocked = threading.Event()
     rq_share.submit(lambda: (blocked.set(), gate.wait(10)))
     for _ in range(4):
