@@ -85,7 +85,7 @@ def test_run_embedded_exits_3_and_names_the_failed_task(_fresh_embedded, monkeyp
     assert data["status"] == "completed_with_errors" and data["states"]["bad"] == "failed"
     assert f"Error: run {data['run_id']}: 1 task(s) failed: bad (Error: InferenceError:" in out.output
     listed = CliRunner().invoke(main, ["runs", "--status", "completed_with_errors", "--json"])
-    assert [r["run_id"] for r in json.loads(listed.output)] == [data["run_id"]]
+    assert [r["run_id"] for r in json.loads(listed.stdout)] == [data["run_id"]]
 
 
 @pytest.mark.slow

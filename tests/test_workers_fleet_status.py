@@ -87,7 +87,7 @@ def test_status_cli_json_and_table(redis_client, key_prefix):
     bus.publish(robot, "waiting")
     result = CliRunner().invoke(main, ["status", "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["prefix"] == key_prefix
     row = _row(data, robot)
     assert row["bus_length"] == 1 and row["bus_lag"] == 1 and row["queue"] == f"robot:{robot}"
@@ -117,8 +117,8 @@ def test_runs_lists_tokens_cost_and_duration(redis_client, key_prefix, monkeypat
     assert row["run_id"] == result.run_id and row["status"] == "completed" and row["network"] == "tally"
     assert row["tasks"] == 2 and row["done"] == 2 and row["tokens"] == tokens > 0
     assert row["duration"] is not None and row["duration"] > 0
-    out = CliRunner().invoke(main, ["runs", "--json"])
-    assert out.exit_code == 0 and json.loads(out.output)[0]["run_id"] == result.run_id
+    out = CliRunner().invoke(main, ["runs", "--json"])  # stdout: an embedded worker may still be logging
+    assert out.exit_code == 0 and json.loads(out.stdout)[0]["run_id"] == result.run_id
     assert CliRunner().invoke(main, ["runs", "--status", "running", "--json"]).output.strip() == "[]"
     table = CliRunner().invoke(main, ["runs"], env={"COLUMNS": "200"})
     assert result.run_id in table.output and "completed" in table.output
