@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from redis.exceptions import NoScriptError
 
-from robot_lab import coalesce
+from robot_lab import coalesce, folded_writes
 from robot_lab.connection import durable, is_cluster_client, waits_for_replicas
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
@@ -174,7 +174,8 @@ class RunStore:
             failed = next((r for r in replies[1:] if isinstance(r, Exception)), None)
             if failed is None:
                 after.written = True
-            else:  # not the script's: the caller writes them again on its own
+            elif not folded_writes.missing(failed, self.r):  # (missing: folded writes, no script yet)
+                # not the script's: the caller writes them again on its own
                 log.warning("run.piped_writes_failed", error=f"{type(failed).__name__}: {failed}")
         if isinstance(first, NoScriptError):  # first use on this server: EVAL caches it
             return self._eval(script, *argv, leases=leases, critical=critical)
@@ -256,6 +257,7 @@ class RunStore:
         that pipeline (not on Redis Cluster, whose pipelines refuse scripts: there the caller
         writes them itself; ``TaskStart.before_written`` says which)."""
         argv = (task, job_id, worker, lease_ms, json.dumps(fields))
+        before_ran = False
         if is_cluster_client(self.r):  # redis-py's cluster pipeline refuses scripts: two round trips
             first = self._eval(transitions.START_TASK, *argv, leases=(task,))
             replies = [first]
@@ -276,11 +278,14 @@ class RunStore:
             for reply in replies:
                 if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
                     raise reply
+            # a ``before`` folded into a script the server lacks (robot_lab/folded_writes.py) did
+            # not run: the caller writes it itself
+            before_ran = not any([folded_writes.missing(reply, self.r) for reply in replies[:skip]])
             replies = replies[skip:]
             first = replies[0]
             if isinstance(first, NoScriptError):  # first use on this server: EVAL caches it
                 first = self._eval(transitions.START_TASK, *argv, leases=(task,))
-        written = before is not None and not is_cluster_client(self.r)
+        written = before is not None and not is_cluster_client(self.r) and before_ran
         status = _decode(first[0])
         if status != "ok":
             return TaskStart(status, before_written=written)

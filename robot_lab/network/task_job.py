@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from robot_lab.connection import adopt_default, get_redis
+from robot_lab import folded_writes
+from robot_lab.connection import adopt_default, get_redis, is_cluster_client
 from robot_lab.errors import ConfigurationError, InputRequired, retryable
 from robot_lab.keys import Keys, default_keys  # default_keys: Memory.for_robot's layout
 from robot_lab.logging import get_logger, log_context
@@ -100,16 +101,16 @@ class DeferredWrites:
         self.written = False
 
     def replay(self, pipe: Any) -> None:
-        """Queue the writes on ``pipe`` (the caller sets ``written`` once it executed): the
-        pipeline's stack takes them as they were queued (redis-py's ``pipeline_execute_command``
-        appends the same ``(args, options)``), not built again."""
-        pipe.command_stack.extend(self.commands)
+        """Queue the writes on ``pipe`` (the caller sets ``written`` once it executed), as
+        they were queued (not built again), folded into one script call
+        (robot_lab/folded_writes.py)."""
+        folded_writes.queue(pipe, self.commands)
 
     def flush(self, connection: Any) -> None:
         if self.written:
             return
         pipe = connection.pipeline(transaction=False)
-        self.replay(pipe)
+        pipe.command_stack.extend(self.commands)  # as queued: redis-py's stack entries
         pipe.execute()
         self.written = True
 
@@ -197,8 +198,13 @@ class FinishWrites:
         self.written = False  # set by RunStore.complete once the pipeline went out
 
     def queue(self, pipe: Any) -> None:
+        """Queue the records on ``pipe``, folded into one script call (robot_lab/folded_writes.py)."""
         self.value = self.pending
+        mark = len(pipe.command_stack)
         self._queue(pipe, self.pending)
+        commands = pipe.command_stack[mark:]
+        del pipe.command_stack[mark:]
+        folded_writes.queue(pipe, commands)
 
 
 def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int,
@@ -224,8 +230,11 @@ def _start(store: RunStore, task: str, job_id: str, worker: str, lease_ms: int,
     before = rq_start.replay if rq_start is not None and not rq_start.written else None
     start = store.start_task(task, job_id, worker, lease_ms, RUN_FIELDS if graph is not None else [*RUN_FIELDS, "spec"],
                              also=also, before=before)
-    if before is not None and start.before_written:
-        rq_start.written = True  # type: ignore[union-attr]
+    if before is not None:
+        if start.before_written:
+            rq_start.written = True  # type: ignore[union-attr]
+        elif not is_cluster_client(store.r):  # folded into a script the server lacked: on their own now
+            rq_start.flush(store.r)  # type: ignore[union-attr]
     return start, (start.also if also is not None and start.also else None)
 
 

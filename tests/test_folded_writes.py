@@ -1,0 +1,90 @@
+"""rq's start and finish records of a task job travel as one script call each
+(robot_lab/folded_writes.py): the same writes as a pipeline's, a failure still reported,
+and a server without the script cached still gets every record."""
+
+from __future__ import annotations
+
+import uuid
+
+import fakeredis
+import pytest
+
+from robot_lab import folded_writes
+
+
+def _stack(client, build):  # type: ignore[no-untyped-def]
+    pipe = client.pipeline(transaction=False)
+    build(pipe)
+    return list(pipe.command_stack)
+
+
+def test_folded_commands_run_in_order_and_a_failing_one_does_not_stop_the_rest(real_client, key_prefix) -> None:  # type: ignore[no-untyped-def]
+    a, b, s = f"{key_prefix}:fold:a", f"{key_prefix}:fold:b", f"{key_prefix}:fold:s"
+    real_client.set(s, "a string")
+    real_client.script_load(folded_writes.APPLY)
+    commands = _stack(real_client, lambda p: (p.hset(a, mapping={"x": "1", "y": 2}), p.expire(a, 60),
+                                              p.hset(s, "f", "v"),  # WRONGTYPE: fails
+                                              p.zadd(b, {"m": 1.5}), p.hincrby(a, "y", 3)))
+    pipe = real_client.pipeline(transaction=False)
+    assert folded_writes.queue(pipe, commands)
+    assert len(pipe.command_stack) == 1  # one command for redis-py to pack and parse
+    [reply] = pipe.execute(raise_on_error=False)
+    assert isinstance(reply, Exception) and "WRONGTYPE" in str(reply)
+    assert real_client.hgetall(a) == {b"x": b"1", b"y": b"5"} and 0 < real_client.ttl(a) <= 60
+    assert real_client.zscore(b, "m") == 1.5 and real_client.get(s) == b"a string"
+    assert not folded_writes.queue(pipe, [])  # nothing to fold: nothing queued
+
+
+def test_a_server_without_the_script_runs_none_of_them_and_gets_it_for_next_time() -> None:
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    commands = _stack(client, lambda p: p.set("k", "v"))
+    pipe = client.pipeline(transaction=False)
+    folded_writes.queue(pipe, commands)
+    [reply] = pipe.execute(raise_on_error=False)
+    assert folded_writes.missing(reply, client)  # NOSCRIPT: nothing ran ...
+    assert client.get("k") is None
+    assert client.script_exists(folded_writes.APPLY_SHA) == [True]  # ... and the script is loaded now
+    folded_writes.queue(pipe, commands)
+    [reply] = pipe.execute(raise_on_error=False)
+    assert not folded_writes.missing(reply, client) and client.get("k") == b"v"
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_the_in_flight_worker_leaves_rqs_records_whether_or_not_the_script_was_cached(cached, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A fresh server (no script cached: the first tasks' records go the plain way) and a warm
+    one end with the same rq records: every job finished with its result, in the finished
+    registry, nothing started, no execution left, the worker's count right."""
+    from rq import Queue
+    from rq.job import Job
+
+    from robot_lab.network.coordinator import Coordinator
+    from robot_lab.network.dsl import create_network
+    from robot_lab.network.serializer import JobSerializer
+    from robot_lab.runtime.robot import build
+    from robot_lab.workers.inflight import in_flight_worker_class
+
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    if cached:
+        client.script_load(folded_writes.APPLY)
+    bot = build(f"fold-{uuid.uuid4().hex[:6]}", model="scripted/echo")
+    net = create_network("fold")
+    net.task("a", bot)
+    with net.parallel("fan", depends_on="a"):
+        for i in range(3):
+            net.task(f"b{i}", bot)
+    handle = Coordinator(connection=client).submit(net, "hi")
+    queue = Queue(f"robot:{bot.name}", connection=client, serializer=JobSerializer)
+    worker = in_flight_worker_class()([queue], connection=client, serializer=JobSerializer, in_flight=4)
+    worker.work(burst=True, logging_level="WARNING")
+    assert handle.status == "completed"
+    job_ids = [v.decode() for v in client.hvals(handle.store.key + ":jobs")]
+    jobs = [Job.fetch(j, connection=client, serializer=JobSerializer) for j in job_ids]
+    assert [job.get_status() for job in jobs] == ["finished"] * 4
+    assert [job.latest_result().return_value["status"] for job in jobs] == ["ok"] * 4
+    assert all(job.worker_name == worker.name and job.started_at and job.ended_at for job in jobs)
+    assert sorted(queue.finished_job_registry.get_job_ids()) == sorted(job_ids)
+    assert len(queue.started_job_registry) == 0 and client.llen(queue.intermediate_queue_key) == 0
+    assert not [k for k in client.scan_iter(match="rq:execution:*")]
+    worker.refresh()
+    assert worker.successful_job_count == 4
+    assert client.script_exists(folded_writes.APPLY_SHA) == [True]
