@@ -4,7 +4,7 @@ imports another that imports it back.
 Layers, lowest first (a module may import its own layer and those below it):
 
     foundation  errors, redis_url, settings, connection, keys, logging, tracing, text, outage,
-                observability, threads, inputs, lazy, coalesce,
+                observability, threads, inputs, lazy, coalesce, folded_writes,
                 randomness
     schemas     wire types (and the package facade ``robot_lab``, which imports schemas)
     llm         the model gateway (litellm calls, one retry policy, streaming) and the offline
@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     "robot_lab.keys", "robot_lab.logging", "robot_lab.tracing", "robot_lab.text",
                     "robot_lab.outage", "robot_lab.observability", "robot_lab.rq_connection",
                     "robot_lab.threads", "robot_lab.inputs", "robot_lab.lazy", "robot_lab.coalesce",
-                    "robot_lab.randomness")),
+                    "robot_lab.folded_writes", "robot_lab.randomness")),
     ("schemas", ("robot_lab.schemas",)),
     ("llm", ("robot_lab.llm",)),
     ("bus", ("robot_lab.bus",)),
