@@ -26,6 +26,7 @@ from robot_lab.cli import main
 from robot_lab.keys import Keys
 from robot_lab.schemas import RobotMessage
 from robot_lab.settings import reload_settings
+from robot_lab import folded_writes
 from robot_lab.workers.acl_users import acl_users, apply_users
 from tests.fixtures.secure import APP
 from tests.redis_server import RedisServer, wait_for
@@ -162,10 +163,22 @@ def test_a_worker_logged_in_as_its_user_serves_a_message_end_to_end(server: AclS
     from tests.fixtures.secure import make_app
 
     net = create_network("acl-net")
-    net.task("answer", make_app().build_robot("billing"))
+    billing = make_app().build_robot("billing")
+    net.task("answer", billing)
+    # the second task's rq records travel folded into one script call (the first task loaded
+    # it: robot_lab/folded_writes.py), whose commands the user's key rules check as well
+    net.task("again", billing, depends_on="answer")
     coordinator = Coordinator(connection=server.client("rl-coordinator"), keys=KEYS)
     result = coordinator.submit(net, "a task through ACLs").wait(timeout=60)
     assert result.status == "completed" and result["answer"].reply == "echo: a task through ACLs"
+    assert result["again"].reply.startswith("echo: ")
+    assert admin.script_exists(folded_writes.APPLY_SHA) == [True]
+    from rq import Queue
+
+    from robot_lab.network.serializer import JobSerializer
+
+    queue = Queue("robot:billing", connection=admin, serializer=JobSerializer)
+    assert len(queue.finished_job_registry) == 2 and len(queue.started_job_registry) == 0
     assert worker.poll() is None
     log = Path(worker.log_path).read_text(errors="replace")  # type: ignore[attr-defined]
     assert "NOPERM" not in log and "no permissions" not in log, log[-3000:]
