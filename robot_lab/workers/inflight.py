@@ -437,11 +437,8 @@ def in_flight_worker_class() -> type:
 # task's frames, messages and results alive for the length of a model call, so every young
 # collection walks (and promotes) them again: at a thousand tasks in hand ~25% of the worker's
 # CPU went to the collector (gc.callbacks, bench/concurrency.py). Larger saves more CPU and
-# holds garbage in reference cycles longer: at 10000 the fan-out's peak RSS grew ~10 MB while
-# each task job left ~36 objects in a cycle. A task leaves none now (tests/test_freed_without_gc.py),
-# and at 50000 the collector took 0.18-0.23 s of a 2000-task fan-out's CPU against 0.50-0.53 s at
-# 4000, peak RSS 92-131 MB against 94-125 (4 alternating runs each, run to run as noisy as that).
-GC_YOUNG = 50_000
+# holds more garbage: at 10000 the fan-out's peak RSS grew ~10 MB.
+GC_YOUNG = 4_000
 
 
 SWITCH_PER_SLOT = 10e-6  # seconds of interpreter switch interval per in-flight slot
