@@ -12,9 +12,11 @@ in the pipeline as one ``EVALSHA`` of :data:`APPLY`, which runs each command in 
 What stays the same: the commands are rq's own, built by rq's own functions (only how they
 travel changes); each runs with ``redis.pcall``, so a failing one does not stop the rest, as
 in a non-transactional pipeline, and the call answers an error reply naming the first failure
-(the caller sees an exception, as it would for that command). Only where every key lives on
-one server: a script may touch undeclared keys only outside Redis Cluster, where the callers
-send these writes in a pipeline of their own anyway.
+(the caller sees an exception, as it would for that command). Every key a command names is
+declared in the call's KEYS (a command's first argument; every argument of DEL, UNLINK,
+EXISTS, TOUCH), as EVAL's contract asks and servers that enforce it (Dragonfly) require. Only
+where every key lives on one server: on Redis Cluster, where rq's keys sit in other slots,
+the callers send these writes in a pipeline of their own.
 
 A server that has not cached the script yet (first use, a restart, ``SCRIPT FLUSH``) answers
 ``NOSCRIPT`` without running any of them: :func:`missing` tells the caller (which then writes
@@ -41,13 +43,24 @@ return 1
 APPLY_SHA = hashlib.sha1(APPLY.encode()).hexdigest()
 
 
-def flatten(commands: Iterable[tuple[tuple[Any, ...], Any]]) -> list[Any]:
-    """``[len(args), *args]`` of each ``(args, options)`` of a pipeline's command stack."""
+_ALL_KEYS = frozenset({"DEL", "UNLINK", "EXISTS", "TOUCH"})  # commands whose every argument is a key
+
+
+def flatten(commands: Iterable[tuple[tuple[Any, ...], Any]]) -> tuple[list[Any], list[Any]]:
+    """The keys the commands name, and ``[len(args), *args]`` of each ``(args, options)`` of
+    a pipeline's command stack."""
+    keys: list[Any] = []
     flat: list[Any] = []
     for args, _options in commands:
         flat.append(len(args))
         flat.extend(args)
-    return flat
+        if len(args) > 1:
+            name = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
+            if name.upper() in _ALL_KEYS:
+                keys.extend(args[1:])
+            else:
+                keys.append(args[1])
+    return keys, flat
 
 
 def queue(pipe: Any, commands: list[tuple[tuple[Any, ...], Any]]) -> bool:
@@ -55,7 +68,8 @@ def queue(pipe: Any, commands: list[tuple[tuple[Any, ...], Any]]) -> bool:
     as one script call; False (nothing queued) when there are none."""
     if not commands:
         return False
-    pipe.evalsha(APPLY_SHA, 0, *flatten(commands))
+    keys, flat = flatten(commands)
+    pipe.evalsha(APPLY_SHA, len(keys), *keys, *flat)
     return True
 
 

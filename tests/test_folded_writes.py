@@ -35,6 +35,18 @@ def test_folded_commands_run_in_order_and_a_failing_one_does_not_stop_the_rest(r
     assert not folded_writes.queue(pipe, [])  # nothing to fold: nothing queued
 
 
+def test_every_key_a_command_names_is_declared(real_client) -> None:  # type: ignore[no-untyped-def]
+    commands = _stack(real_client, lambda p: (p.hset("h", "f", "v"), p.expire("h", 5), p.delete("d1", "d2"),
+                                              p.zadd("z", {"m": 1}), p.lrem("l", 1, "x")))
+    keys, flat = folded_writes.flatten(commands)
+    assert [k if isinstance(k, str) else k.decode() for k in keys] == ["h", "h", "d1", "d2", "z", "l"]
+    assert flat[0] == 4 and flat[1:5] == ["HSET", "h", "f", "v"]
+    pipe = real_client.pipeline(transaction=False)
+    folded_writes.queue(pipe, commands)
+    [(args, _)] = pipe.command_stack
+    assert args[:3] == ("EVALSHA", folded_writes.APPLY_SHA, 6) and list(args[3:9]) == keys
+
+
 def test_a_server_without_the_script_runs_none_of_them_and_gets_it_for_next_time() -> None:
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     commands = _stack(client, lambda p: p.set("k", "v"))
