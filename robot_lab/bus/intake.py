@@ -99,7 +99,31 @@ class Intake(PollerState):
 
     def _replay_own(self) -> int:
         """On start: entries this consumer name still has pending from an earlier life."""
-        done, cursor = 0, "0-0"
+        done, _ = self._read_own_pending(set(self._held))
+        if self._held:
+            log.info("bus.replayed_own_pending", robot=self.robot, consumer=self.consumer, count=len(self._held))
+        return done
+
+    def _replay_orphans(self) -> int:
+        """After a round that failed on a key of the wrong type: the READ script delivers
+        entries (XREADGROUP) before it queues their conversations, so a failure there leaves
+        entries pending on this consumer that this poller never saw -- they would wait for the
+        stale-entry claim (``claim_interval``, tens of seconds) after the key is fixed. Read
+        them back now. Nothing is taken twice: acks queued here go out first, and an entry
+        leaves ``_held`` only after its ack (or dead letter) is on the server, so an entry
+        pending at the read and not held at the snapshot before it was never seen here."""
+        self.flush_acks()
+        with self._lock:
+            held = set(self._held)
+        done, taken = self._read_own_pending(held)
+        if taken:
+            log.info("bus.orphans_replayed", robot=self.robot, consumer=self.consumer, count=taken)
+        return done
+
+    def _read_own_pending(self, held: set[str]) -> tuple[int, int]:
+        """This consumer's pending entries not in ``held``, taken into hand; returns (resolved
+        at intake, taken)."""
+        done, taken, cursor = 0, 0, "0-0"
         for _ in range(10_000):
             res = self.redis.xreadgroup(self.robot, self.consumer, {self.inbox: cursor}, count=self.batch_size)
             entries = res[0][1] if res else []
@@ -108,14 +132,13 @@ class Intake(PollerState):
             counts = self._delivery_counts([_s(i) for i, _ in entries])
             for entry_id, fields in entries:
                 entry = _s(entry_id)
-                if entry not in self._held:
+                if entry not in held and entry not in self._held:
                     done += self._intake(entry, fields, counts.get(entry, 2), None)
+                    taken += 1
             cursor = _s(entries[-1][0])
             if len(entries) < self.batch_size:
                 break
-        if self._held:
-            log.info("bus.replayed_own_pending", robot=self.robot, consumer=self.consumer, count=len(self._held))
-        return done
+        return done, taken
 
 
     def _delivery_counts(self, ids: list[str]) -> dict[str, int]:

@@ -167,6 +167,7 @@ class BusPoller(Intake, Handling, Reclaim):
         self._stop_event = threading.Event()
         self.counts = {"acked": 0, "dead": 0, "retried": 0, "reclaimed": 0}
         self.key_problems: list[str] = []  # this robot's keys of the wrong type (bus/key_types.py)
+        self._orphans_due = False  # a round failed on such a key: read this consumer's pending back
 
     # --- handler styles ---------------------------------------------------------------
     def on_message(self, fn: Callable[..., Any], *, manual: bool | None = None) -> BusPoller:
@@ -413,6 +414,7 @@ class BusPoller(Intake, Handling, Reclaim):
                     if not is_wrong_type(exc):
                         raise
                     self._wrong_type(exc)
+                    self._orphans_due = True  # a failed READ may have delivered entries unseen
                     stop.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
         finally:
@@ -477,6 +479,9 @@ class BusPoller(Intake, Handling, Reclaim):
         block = self.block_ms if block_ms is None else block_ms
         self._wake.clear()
         done = self._start_if_needed() + self._collect_finished()
+        if self._orphans_due:
+            self._orphans_due = False
+            done += self._replay_orphans()
         now = time.monotonic()
         if now - self._last_beat >= self.heartbeat_interval:
             self._heartbeat()
