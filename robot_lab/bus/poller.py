@@ -449,6 +449,11 @@ class BusPoller(Intake, Handling, Reclaim):
             return
         if not self.key_problems:
             log.info("bus.wrong_type_key_fixed", robot=self.robot)
+            if self._register:  # the fix of an inbox of the wrong type is to delete it: it comes back, with its group
+                try:
+                    self.bus.register(self.robot)
+                except _redis.RedisError as exc:
+                    log.warning("bus.register_failed", robot=self.robot, error=f"{type(exc).__name__}: {exc}")
 
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         # Never dies: a heartbeat thread that stopped would let every held entry be reclaimed
