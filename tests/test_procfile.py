@@ -53,6 +53,28 @@ def _db_url(url: str, db: int) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"/{db}", parts.query, ""))
 
 
+def _descendants(root: int) -> list[int]:
+    """Live processes below ``root`` (honcho starts each process type in a session of its
+    own, so the session of honcho holds only honcho)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (ProcessLookupError, PermissionError, FileNotFoundError):
+            continue
+        if fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
 def _session_pids(sid: int) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
@@ -99,8 +121,10 @@ def test_honcho_start_runs_the_demo_network_and_stops_cleanly(real_redis_url, ke
     try:
         from rq import Queue, Worker
 
-        def all_listening() -> bool:
-            return all(Worker.all(queue=Queue(f"robot:{r}", connection=conn)) for r in DEMO_ROBOTS)
+        def all_listening() -> bool:  # (this honcho's workers: see below)
+            ours = set(_descendants(honcho.pid))
+            return all(any(w.pid in ours for w in Worker.all(queue=Queue(f"robot:{r}", connection=conn)))
+                       for r in DEMO_ROBOTS)
 
         wait_for(all_listening, timeout=75, interval=0.3)
         run = subprocess.run(
@@ -113,7 +137,11 @@ def test_honcho_start_runs_the_demo_network_and_stops_cleanly(real_redis_url, ke
         assert data["status"] == "completed" and data["final_task"] == "summarize"
         assert data["states"]["technical"] == "done" and data["states"]["billing"] == "skipped"
         assert "Technical: the login crash" in data["reply"] and "urgency: high" in data["reply"]
-        workers = {w.name for r in DEMO_ROBOTS for w in Worker.all(queue=Queue(f"robot:{r}", connection=conn))}
+        # this honcho's workers only: a worker of an earlier run on the same Redis that was
+        # killed (no deregistration) stays listed for rq's worker TTL
+        ours = set(_descendants(honcho.pid))
+        workers = {w.name for r in DEMO_ROBOTS for w in Worker.all(queue=Queue(f"robot:{r}", connection=conn))
+                   if w.pid in ours}
         assert len(workers) == len(DEMO_ROBOTS)  # one process type per robot
 
         # observability of the same run: the classifier (the first type) serves on the base
@@ -138,7 +166,7 @@ def test_honcho_start_runs_the_demo_network_and_stops_cleanly(real_redis_url, ke
         assert "SIGTERM received" in text
         assert all(f"{name}.1 stopped" in text for name in (*DEMO_ROBOTS, *OTHERS))
     finally:
-        for pid in _session_pids(honcho.pid):
+        for pid in {*_session_pids(honcho.pid), *_descendants(honcho.pid)}:  # a failed run leaves none behind
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
