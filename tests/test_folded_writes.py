@@ -4,7 +4,6 @@ and a server without the script cached still gets every record."""
 
 from __future__ import annotations
 
-import uuid
 
 import fakeredis
 import pytest
@@ -66,37 +65,15 @@ def test_the_in_flight_worker_leaves_rqs_records_whether_or_not_the_script_was_c
     """A fresh server (no script cached: the first tasks' records go the plain way) and a warm
     one end with the same rq records: every job finished with its result, in the finished
     registry, nothing started, no execution left, the worker's count right."""
-    from rq import Queue
-    from rq.job import Job
-
-    from robot_lab.network.coordinator import Coordinator
-    from robot_lab.network.dsl import create_network
-    from robot_lab.network.serializer import JobSerializer
-    from robot_lab.runtime.robot import build
     from robot_lab.workers.inflight import in_flight_worker_class
+    from tests.rq_records import network_rq_records
 
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     if cached:
         client.script_load(folded_writes.APPLY)
-    bot = build(f"fold-{uuid.uuid4().hex[:6]}", model="scripted/echo")
-    net = create_network("fold")
-    net.task("a", bot)
-    with net.parallel("fan", depends_on="a"):
-        for i in range(3):
-            net.task(f"b{i}", bot)
-    handle = Coordinator(connection=client).submit(net, "hi")
-    queue = Queue(f"robot:{bot.name}", connection=client, serializer=JobSerializer)
-    worker = in_flight_worker_class()([queue], connection=client, serializer=JobSerializer, in_flight=4)
-    worker.work(burst=True, logging_level="WARNING")
-    assert handle.status == "completed"
-    job_ids = [v.decode() for v in client.hvals(handle.store.key + ":jobs")]
-    jobs = [Job.fetch(j, connection=client, serializer=JobSerializer) for j in job_ids]
-    assert [job.get_status() for job in jobs] == ["finished"] * 4
-    assert [job.latest_result().return_value["status"] for job in jobs] == ["ok"] * 4
-    assert all(job.worker_name == worker.name and job.started_at and job.ended_at for job in jobs)
-    assert sorted(queue.finished_job_registry.get_job_ids()) == sorted(job_ids)
-    assert len(queue.started_job_registry) == 0 and client.llen(queue.intermediate_queue_key) == 0
-    assert not [k for k in client.scan_iter(match="rq:execution:*")]
-    worker.refresh()
-    assert worker.successful_job_count == 4
+    records = network_rq_records(client, in_flight_worker_class(), in_flight=4)
+    assert records["statuses"] == ["finished"] * 4 and records["results"] == ["ok"] * 4
+    assert records["ended"]  # started and ended by this worker
+    assert records["finished"] and records["started"] == records["intermediate"] == records["executions"] == 0
+    assert records["successful"] == 4
     assert client.script_exists(folded_writes.APPLY_SHA) == [True]

@@ -154,43 +154,12 @@ def test_network_tasks_leave_rq_the_same_records_as_rqs_own_lifecycle(real_clien
     task's job ends finished, with the same result, in the finished registry, nothing left
     started, in an execution or on the intermediate list -- what ``rq info`` and
     ``job.latest_result()`` read."""
-    from rq import Queue
-    from rq.job import Job
     from rq.worker import SimpleWorker
 
-    from robot_lab.network.coordinator import Coordinator
-    from robot_lab.network.dsl import create_network
-    from robot_lab.network.serializer import JobSerializer
-    from robot_lab.runtime.robot import build
+    from tests.rq_records import network_rq_records
 
     def records(worker_class, **kwargs):  # type: ignore[no-untyped-def]
-        bot = build(f"lean-{uuid.uuid4().hex[:6]}", model="scripted/echo")
-        net = create_network("lean")
-        net.task("a", bot)
-        with net.parallel("fan", depends_on="a"):
-            for i in range(3):
-                net.task(f"b{i}", bot)
-        handle = Coordinator(connection=real_client).submit(net, "hi")
-        queue = Queue(f"robot:{bot.name}", connection=real_client, serializer=JobSerializer)
-        worker = worker_class([queue], connection=real_client, serializer=JobSerializer, **kwargs)
-        worker.work(burst=True, logging_level="WARNING")
-        assert handle.status == "completed"
-        job_ids = [v.decode() for v in real_client.hvals(handle.store.key + ":jobs")]
-        jobs = [Job.fetch(j, connection=real_client, serializer=JobSerializer) for j in job_ids]
-        out = {
-            "statuses": sorted(job.get_status() for job in jobs),
-            "results": sorted(job.latest_result().return_value["status"] for job in jobs),
-            "finished": sorted(queue.finished_job_registry.get_job_ids()) == sorted(job_ids),
-            "started": len(queue.started_job_registry),
-            "intermediate": real_client.llen(queue.intermediate_queue_key),
-            "executions": sum(1 for _ in real_client.scan_iter(match="rq:execution:*")
-                              if any(j in _.decode() for j in job_ids)),
-            "ended": all(job.ended_at is not None and job.worker_name == worker.name for job in jobs),
-        }
-        worker.refresh()
-        out["successful"] = worker.successful_job_count
-        queue.delete(delete_jobs=True)
-        return out
+        return network_rq_records(real_client, worker_class, **kwargs)
 
     from robot_lab.workers.process import robot_worker_class
 

@@ -11,7 +11,7 @@ free entries are batched here and ride on the next round trip.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from typing import Any
 
 import redis as _redis
@@ -99,7 +99,7 @@ class Intake(PollerState):
 
     def _replay_own(self) -> int:
         """On start: entries this consumer name still has pending from an earlier life."""
-        done, _ = self._read_own_pending(set(self._held))
+        done, _ = self._read_own_pending(frozenset())  # (what it holds is skipped anyway)
         if self._held:
             log.info("bus.replayed_own_pending", robot=self.robot, consumer=self.consumer, count=len(self._held))
         return done
@@ -125,7 +125,7 @@ class Intake(PollerState):
             log.info("bus.orphans_replayed", robot=self.robot, consumer=self.consumer, count=taken)
         return done
 
-    def _read_own_pending(self, held: set[str]) -> tuple[int, int]:
+    def _read_own_pending(self, held: Set[str]) -> tuple[int, int]:
         """This consumer's pending entries not in ``held``, taken into hand; returns (resolved
         at intake, taken)."""
         done, taken, cursor = 0, 0, "0-0"
