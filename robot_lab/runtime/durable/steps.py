@@ -126,7 +126,8 @@ class StepRunner:
         started = self._started(index, "tool", name) if scope is not None else time.monotonic()
         token = _step.set(step)
         try:
-            denial = await io.blocking(self._approve, tool, name, arguments) if tool is not None else None
+            denial = (await io.maybe_blocking(self._approval_may_block(tool), self._approve, tool, name, arguments)
+                      if tool is not None else None)
             text = denial if denial is not None else await call()
         except InputRequired as exc:
             if exc.timeout is None:
@@ -144,6 +145,13 @@ class StepRunner:
         if scope is not None:
             await io.blocking(self._done, index, "tool", name, digest, started, text, None)
         return text
+
+    @staticmethod
+    def _approval_may_block(tool: Any) -> bool:
+        """Whether :meth:`_approve` may wait (a policy callable, a person's answer): ``arun``
+        then runs it in a thread; a tool that needs no approval is let through in place."""
+        policy = getattr(tool, "requires_approval", False)
+        return callable(policy) or bool(policy)
 
     def _approve(self, tool: Any, name: str, arguments: dict[str, Any]) -> str | None:
         """None when the call may run; the refusal text the model sees when it is denied."""

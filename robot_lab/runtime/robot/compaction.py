@@ -44,11 +44,17 @@ def compress(
         robot.messages = list(run_hooks("compaction", ctx, core))
 
 
+def may_block(robot: RobotParts) -> bool:
+    """Whether :func:`maybe_compact` does any work (a user's callable, token counting, a
+    summary): ``arun`` then runs it in a thread; with ``auto_compact`` off it returns at once."""
+    return robot.config.auto_compact not in (None, "none")
+
+
 def maybe_compact(robot: RobotParts) -> None:
     """``auto_compact``: None/"none" off, a callable called with the robot, or
     ``context_window`` (compress when the history nears the model's window)."""
     mode = robot.config.auto_compact
-    if mode in (None, "none"):
+    if not may_block(robot):
         return
     if callable(mode):
         mode(robot)

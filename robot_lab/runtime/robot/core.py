@@ -317,6 +317,9 @@ class Robot:
     def _maybe_compact(self) -> None:
         compaction.maybe_compact(self)
 
+    def _compaction_may_block(self) -> bool:
+        return compaction.may_block(self)
+
     # ------------------------------------------------------------------ MCP
     @property
     def mcp_servers(self) -> list[dict[str, Any]]:

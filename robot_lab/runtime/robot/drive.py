@@ -11,7 +11,10 @@ Everything in them that waits goes through an ``io`` object:
   async tool (``Tool.is_async``: an ``async def`` function or ``execute``) is awaited, a sync tool and
   the remaining blocking steps (Redis reads and writes of conversations, budgets and
   learnings, skill matching, MCP connection) run in ``asyncio.to_thread``, and hooks go
-  through :func:`~robot_lab.runtime.rails.hooks.arun_hooks`.
+  through :func:`~robot_lab.runtime.rails.hooks.arun_hooks`. A step that has nothing to
+  wait on in this run (no MCP servers, no skills or workspace, learnings already read or no
+  store, compaction off) runs in place (:meth:`AsyncIO.maybe_blocking`, each step's own
+  ``*_may_block`` predicate beside its code).
 
 This is the seam that keeps "the sync API over the same core" true without a second copy of
 the loop, and without paying for an event loop per sync run (the per-task hot path of
@@ -53,6 +56,9 @@ class SyncIO:
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return fn(*args, **kwargs)
 
+    async def maybe_blocking(self, blocks: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return fn(*args, **kwargs)
+
     async def call_tool(self, tool: Any, arguments: dict[str, Any]) -> str:
         return tool.call(arguments)  # type: ignore[no-any-return]
 
@@ -80,6 +86,15 @@ class AsyncIO:
 
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def maybe_blocking(self, blocks: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn`` in a thread when ``blocks`` (the step's own predicate says it may wait on
+        Redis, disk or a server), else in place: a hop to a thread costs ~60 us of CPU
+        (executor, future, two loop wake-ups), several times what a step with nothing to do
+        costs, and five of them made ``arun`` cost twice a thread's run (bench/robot_floor.py)."""
+        if blocks:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
 
     async def call_tool(self, tool: Any, arguments: dict[str, Any]) -> str:
         if getattr(tool, "is_async", False):

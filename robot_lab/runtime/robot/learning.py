@@ -89,15 +89,27 @@ class Learning:
         with hook_scope(robot.hooks):
             run_hooks("learn", ctx, core)
 
-    def load(self) -> list[str]:
-        if self._memory is None and not self.learnings:
-            import sys
+    def _nothing_stored(self) -> bool:
+        """True when no store exists that could hold learnings: embedded mode before its
+        in-process server starts, with no memory opened and nothing learned here."""
+        if self._memory is not None or self.learnings:
+            return False
+        import sys
 
-            # lazy: start-up time -- robot_lab.connection imports redis-py; not imported yet
-            # means no embedded store exists yet either
-            connection = sys.modules.get("robot_lab.connection")
-            if get_settings().embedded and getattr(connection, "_embedded_server", None) is None:
-                return []  # no embedded store exists yet, so nothing can have been learned
+        # lazy: start-up time -- robot_lab.connection imports redis-py; not imported yet
+        # means no embedded store exists yet either
+        connection = sys.modules.get("robot_lab.connection")
+        return bool(get_settings().embedded and getattr(connection, "_embedded_server", None) is None)
+
+    def load_may_block(self) -> bool:
+        """Whether :meth:`load` would read the store (a Redis round trip): ``arun`` then runs
+        it in a thread; otherwise (a preloaded value, no store yet) in place, because a hop to
+        a thread costs more than the work (bench/robot_floor.py)."""
+        return not self._nothing_stored() and self._preloaded is _UNREAD
+
+    def load(self) -> list[str]:
+        if self._nothing_stored():
+            return []  # no embedded store exists yet, so nothing can have been learned
         if self._preloaded is not _UNREAD:
             from robot_lab.memory.values import Values  # lazy: start-up time
 
@@ -106,6 +118,10 @@ class Learning:
             stored = self.memory.get("learnings")
         self.learnings = list(stored or self.learnings)
         return self.learnings
+
+    def inject_may_block(self, message: str | None) -> bool:
+        """Whether :meth:`inject` may wait on the store (see :meth:`load_may_block`)."""
+        return message is not None and self.load_may_block()
 
     def inject(self, message: str | None) -> str | None:
         """The request with ``LEARNINGS FROM PREVIOUS RUNS`` in front of it, if any."""

@@ -72,10 +72,15 @@ class MCPAttachment:
             finally:
                 self._manager = own
 
+    def may_block(self, mcp: Any) -> bool:
+        """Whether :meth:`tools_for_run` may connect to or list servers (``arun`` then runs
+        it in a thread); with no servers or runtime ``mcp`` none it returns [] at once."""
+        return not (is_none_value(mcp) or not self.servers)
+
     def tools_for_run(self, mcp: Any, message: str | None, robot_mcp: Any, network_config: RunConfig | None) -> list[Tool]:
         """MCP tools for this run: runtime ``mcp`` none sends none; ``inherit`` takes the
         robot's setting (``robot_mcp``), else the network's, else all its servers."""
-        if is_none_value(mcp) or not self.servers:
+        if not self.may_block(mcp):
             return []
         if mcp == "inherit":
             mcp = robot_mcp or (network_config.mcp if network_config else None) or global_mcp() or "inherit"

@@ -77,23 +77,25 @@ async def execute(
         async def core() -> RobotResult:
             if context or robot._prompt.render_deferred:
                 robot._apply_system_prompt(context)
-            selected = await io.blocking(offered_tools, robot, plan, ctx.request, extra_tools)
+            selected = await io.maybe_blocking(robot._mcp.may_block(plan.mcp), offered_tools, robot, plan,
+                                               ctx.request, extra_tools)
             gen_ctx = LlmGenerationHookContext(
                 robot=robot, network=network, task=task, memory=plan.memory, config=plan.config,
                 request=ctx.request, run_id=run_id,
             )
             saved_prompt = robot.instructions
             try:
-                applied = await io.blocking(
-                    robot._prompt.with_agent_skills,
+                applied = await io.maybe_blocking(
+                    robot._prompt.skills_may_block(selected), robot._prompt.with_agent_skills,
                     robot.messages, plan.skill_mode, ctx.request, selected, saved_prompt, robot_name=robot.name,
                     scope=robot._skill_scope or run_id, attachments=attachments,
                 )
 
                 async def generation() -> RobotResult:
-                    request = await io.blocking(robot._learning.inject, gen_ctx.request)
+                    request = await io.maybe_blocking(robot._learning.inject_may_block(gen_ctx.request),
+                                                      robot._learning.inject, gen_ctx.request)
                     result = await tool_loop(robot, plan, request, applied.tools, on_content, io)
-                    return await io.blocking(applied.finish, result)  # the files the run wrote
+                    return await io.maybe_blocking(applied.finish_may_block, applied.finish, result)  # the files the run wrote
 
                 return await io.hooks("llm_generation", gen_ctx, generation)
             finally:

@@ -37,6 +37,8 @@ class SkillPrompt(Protocol):
 
     render_deferred: bool
 
+    def skills_may_block(self, selected: list[Tool]) -> bool: ...
+
     def with_agent_skills(
         self, messages: list[dict[str, Any]], skill_mode: str, message: str | None,
         selected: list[Tool], base_prompt: str | None, *, robot_name: str = ...,
@@ -47,12 +49,16 @@ class SkillPrompt(Protocol):
 class TurnMCP(Protocol):
     """The Robot's MCP attachment (:class:`.mcp_attach.MCPAttachment`), as a run uses it."""
 
+    def may_block(self, mcp: Any) -> bool: ...
+
     def tools_for_run(self, mcp: Any, message: str | None, robot_mcp: Any,
                       network_config: RunConfig | None) -> list[Tool]: ...
 
 
 class Learner(Protocol):
     """The Robot's learnings (:class:`.learning.Learning`), as a run uses them."""
+
+    def inject_may_block(self, message: str | None) -> bool: ...
 
     def inject(self, message: str | None) -> str | None: ...
 
@@ -137,6 +143,8 @@ class RobotParts(RunnableRobot, Protocol):
     def _apply_system_prompt(self, run_context: Mapping[str, Any] | None = ...) -> None: ...  # run
 
     def _maybe_compact(self) -> None: ...  # loop
+
+    def _compaction_may_block(self) -> bool: ...  # loop
 
     def compress_history(self, recent_turns: int = ..., keep_threshold: float = ..., drop_threshold: float = ...,
                          summarizer: Callable[[str], str] | None = ..., *, strategy: str = ...) -> object: ...  # compaction

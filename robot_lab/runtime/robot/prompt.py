@@ -44,6 +44,11 @@ def system_message(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _unbound(selected: list[Tool]) -> list[Tool]:
+    """The workspace tools given by import path among ``selected``: bound per conversation."""
+    return [t for t in selected if getattr(getattr(t, "inner", t), "needs_workspace", False)]
+
+
 class AppliedSkills:
     """The tools one run offers, and what its workspace held when the run began, so that
     :meth:`finish` can list the files the run wrote there (``RobotResult.files``)."""
@@ -56,6 +61,11 @@ class AppliedSkills:
             from robot_lab.skills.workspace import snapshot
 
             self._before = snapshot(workspace)
+
+    @property
+    def finish_may_block(self) -> bool:
+        """Whether :meth:`finish` reads the workspace (``arun`` then runs it in a thread)."""
+        return self.workspace is not None
 
     def finish(self, result: Any) -> Any:
         """``result`` with the files the run wrote or changed in the workspace."""
@@ -150,6 +160,12 @@ class PromptAssembly:
         return "\n\n".join(parts) if parts else None
 
     # --- one run -------------------------------------------------------------------------
+    def skills_may_block(self, selected: list[Tool]) -> bool:
+        """Whether :meth:`with_agent_skills` opens a skill session (a workspace on disk,
+        skill matching): ``arun`` then runs it in a thread; without skills or workspace
+        tools it only returns the tools."""
+        return bool(self.agent_skills) or bool(_unbound(selected))
+
     def with_agent_skills(
         self, messages: list[dict[str, Any]], skill_mode: str, message: str | None,
         selected: list[Tool], base_prompt: str | None, *, robot_name: str = "robot",
@@ -162,7 +178,7 @@ class PromptAssembly:
         that stick. Match mode: matched instructions and the working directory are in the
         prompt, their script tools offered. Tool mode: the prompt lists the skills and a
         ``Skill`` tool activates one, so the offered tools are recomputed every round."""
-        unbound = [t for t in selected if getattr(getattr(t, "inner", t), "needs_workspace", False)]
+        unbound = _unbound(selected)
         if not self.agent_skills and not unbound:
             if attachments:
                 log.warning("robot.attachments_ignored", robot=robot_name, reason="the robot has no AgentSkills")
