@@ -229,6 +229,60 @@ def test_the_first_tasks_of_a_run_arriving_at_once_compile_its_graph_once(redis_
     assert set(graphs[0].tasks) == {f"t{i}" for i in range(20)}
 
 
+def _fan(bot, name: str, width: int):  # type: ignore[no-untyped-def]
+    net = create_network(name)
+    with net.parallel("all"):
+        for i in range(width):
+            net.task(f"t{i}", bot)
+    return net
+
+
+def test_the_graph_cache_keeps_a_bounded_number_of_tasks_evicting_idle_graphs_first(redis_client,  # type: ignore[no-untyped-def]
+                                                                                    monkeypatch) -> None:
+    from robot_lab.network import graphs as graph_cache
+
+    monkeypatch.setattr(graph_cache, "_graph_cache", graph_cache.OrderedDict())
+    monkeypatch.setattr(graph_cache, "_graph_tasks", 0)
+    monkeypatch.setattr(graph_cache, "GRAPH_CACHE_TASKS", 25)
+    now = [1000.0]
+    monkeypatch.setattr(graph_cache, "_clock", lambda: now[0])
+    bot = build(f"hp-{uid()}", model="scripted/echo")
+    stores = [submit(redis_client, _fan(bot, f"c{i}", 10))[1] for i in range(4)]
+    compiled: list[int] = []
+    real = graph_cache.compile_network
+
+    def counting(spec):  # type: ignore[no-untyped-def]
+        compiled.append(1)
+        return real(spec)
+
+    monkeypatch.setattr(graph_cache, "compile_network", counting)
+    a, b, c, d = stores
+    graph_a = graph_cache.graph_for(a)
+    graph_cache.graph_for(b)
+    graph_cache.graph_for(c)  # 30 tasks > 25, but a and b are in use: nothing evicted
+    assert graph_cache.cached_graph(a) is graph_a and graph_cache.cached_graph(b) is not None
+    assert graph_cache._graph_tasks == 30 and len(compiled) == 3
+    now[0] += graph_cache.GRAPH_IDLE + 1
+    graph_cache.graph_for(a)  # a hit: a is the most recently used now
+    graph_cache.graph_for(d)  # over the bound: b, then c, idle and least recently used, go
+    assert graph_cache.cached_graph(b) is None and graph_cache.cached_graph(c) is None
+    assert graph_cache.cached_graph(a) is graph_a and graph_cache.cached_graph(d) is not None
+    assert graph_cache._graph_tasks == 20 and len(compiled) == 4
+    again = graph_cache.graph_for(b)  # an evicted run's next task compiles it again from the record
+    assert set(again.tasks) == {f"t{i}" for i in range(10)} and len(compiled) == 5
+
+
+def test_one_graph_larger_than_the_cache_is_still_kept(redis_client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from robot_lab.network import graphs as graph_cache
+
+    monkeypatch.setattr(graph_cache, "_graph_cache", graph_cache.OrderedDict())
+    monkeypatch.setattr(graph_cache, "_graph_tasks", 0)
+    monkeypatch.setattr(graph_cache, "GRAPH_CACHE_TASKS", 5)
+    store = submit(redis_client, _fan(build(f"hp-{uid()}", model="scripted/echo"), "big", 10))[1]
+    graph = graph_cache.graph_for(store)
+    assert graph_cache.cached_graph(store) is graph and graph_cache._graph_tasks == 10
+
+
 def _commands(client) -> int:  # type: ignore[no-untyped-def]
     """Commands the server has run so far (scripts' own calls included)."""
     return sum(int(stats["calls"]) for name, stats in client.info("commandstats").items())
