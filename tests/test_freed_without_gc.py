@@ -120,3 +120,34 @@ def test_a_network_task_job_leaves_no_garbage_cycle_in_the_in_flight_worker(real
         gc.garbage.clear()
     left = kinds & {"RobotLabJob", "Execution", "FinishWrites", "DeferredWrites", "Robot", "Memory"}
     assert not left, left
+
+
+def test_compiling_a_network_leaves_no_garbage_cycle(no_gc: None) -> None:
+    """Every process compiles each run's graph once (robot_lab/network/graphs.py); its
+    recursive helpers (cycle check, levels) were closures that referenced themselves, so each
+    compile left ~2 objects a task for the collector (a 5000-task fan-out: ~10,000)."""
+    import msgspec
+
+    from robot_lab.network.dag import compile_network
+    from robot_lab.network.dsl import create_network
+    from robot_lab.network.graphs import load_network_spec
+
+    bot = build(f"compiled-{uuid.uuid4().hex[:6]}", model="scripted/echo")
+    net = create_network("compiled")
+    with net.parallel("fan"):
+        for i in range(50):
+            net.task(f"t{i}", bot)
+    net.task("join", bot, depends_on=[f"t{i}" for i in range(50)])
+    raw = msgspec.json.encode(net.spec)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        graph = compile_network(load_network_spec(raw))
+        assert graph.levels[-1] == ["join"]
+        del graph
+        gc.collect()
+        garbage = list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert garbage == []

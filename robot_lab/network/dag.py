@@ -145,12 +145,15 @@ def _find_cycle(deps: dict[str, list[str]], order: list[str]) -> list[str] | Non
         state[node] = 2
         return None
 
-    for node in order:
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
+    try:
+        for node in order:
+            if node not in state:
+                found = visit(node)
+                if found:
+                    return found
+        return None
+    finally:
+        del visit  # a recursive closure is a reference cycle: break it, so no collection is owed
 
 
 def compile_network(spec: NetworkSpec) -> Graph:
@@ -255,8 +258,11 @@ def _levels(graph: Graph, edges: dict[str, list[str]]) -> list[list[str]]:
             depth[name] = 1 + max((level(d) for d in edges[name]), default=-1)
         return depth[name]
 
-    for name in graph.order:
-        level(name)
+    try:
+        for name in graph.order:
+            level(name)
+    finally:
+        del level  # a recursive closure is a reference cycle: break it, so no collection is owed
     out: list[list[str]] = [[] for _ in range(max(depth.values()) + 1)]
     for name in graph.order:
         out[depth[name]].append(name)
