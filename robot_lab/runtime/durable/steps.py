@@ -126,7 +126,7 @@ class StepRunner:
         started = self._started(index, "tool", name) if scope is not None else time.monotonic()
         token = _step.set(step)
         try:
-            denial = (await io.maybe_blocking(self._approval_may_block(tool), self._approve, tool, name, arguments)
+            denial = (await io.maybe_blocking(self._approval_may_block, self._approve, tool, name, arguments)
                       if tool is not None else None)
             text = denial if denial is not None else await call()
         except InputRequired as exc:
@@ -147,7 +147,7 @@ class StepRunner:
         return text
 
     @staticmethod
-    def _approval_may_block(tool: Any) -> bool:
+    def _approval_may_block(tool: Any, name: str, arguments: dict[str, Any]) -> bool:
         """Whether :meth:`_approve` may wait (a policy callable, a person's answer): ``arun``
         then runs it in a thread; a tool that needs no approval is let through in place."""
         policy = getattr(tool, "requires_approval", False)

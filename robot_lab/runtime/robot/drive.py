@@ -56,8 +56,9 @@ class SyncIO:
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return fn(*args, **kwargs)
 
-    async def maybe_blocking(self, blocks: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return fn(*args, **kwargs)
+    async def maybe_blocking(self, may_block: Callable[..., bool], fn: Callable[..., T], *args: Any,
+                             **kwargs: Any) -> T:
+        return fn(*args, **kwargs)  # (the predicate is the async driver's: not even asked here)
 
     async def call_tool(self, tool: Any, arguments: dict[str, Any]) -> str:
         return tool.call(arguments)  # type: ignore[no-any-return]
@@ -87,12 +88,14 @@ class AsyncIO:
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
-    async def maybe_blocking(self, blocks: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn`` in a thread when ``blocks`` (the step's own predicate says it may wait on
-        Redis, disk or a server), else in place: a hop to a thread costs ~60 us of CPU
-        (executor, future, two loop wake-ups), several times what a step with nothing to do
-        costs, and five of them made ``arun`` cost twice a thread's run (bench/robot_floor.py)."""
-        if blocks:
+    async def maybe_blocking(self, may_block: Callable[..., bool], fn: Callable[..., T], *args: Any,
+                             **kwargs: Any) -> T:
+        """``fn`` in a thread when ``may_block(*args, **kwargs)`` (the step's own predicate,
+        called with the step's arguments, says it may wait on Redis, disk or a server), else
+        in place: a hop to a thread costs ~60 us of CPU (executor, future, two loop wake-ups),
+        several times what a step with nothing to do costs, and five of them made ``arun``
+        cost twice a thread's run (bench/robot_floor.py)."""
+        if may_block(*args, **kwargs):
             return await asyncio.to_thread(fn, *args, **kwargs)
         return fn(*args, **kwargs)
 

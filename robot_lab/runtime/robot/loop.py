@@ -140,7 +140,7 @@ async def tool_loop(
     be a callable (tool-mode skills change them between rounds). ``io`` is the driver
     (:mod:`.drive`): blocking for ``run()``, awaiting for ``arun()``."""
     started = time.monotonic()
-    await io.maybe_blocking(robot._compaction_may_block(), robot._maybe_compact)
+    await io.maybe_blocking(robot._compaction_may_block, robot._maybe_compact)
     config = plan.config
     active_ledgers = [ledger for ledger in plan.ledgers if ledger is not None]
     detector = plan.doom_loop or DoomLoopDetector(config.doom_loop_threshold or DOOM_LOOP_THRESHOLD)

@@ -77,8 +77,7 @@ async def execute(
         async def core() -> RobotResult:
             if context or robot._prompt.render_deferred:
                 robot._apply_system_prompt(context)
-            selected = await io.maybe_blocking(robot._mcp.may_block(plan.mcp), offered_tools, robot, plan,
-                                               ctx.request, extra_tools)
+            selected = await io.maybe_blocking(tools_may_block, offered_tools, robot, plan, ctx.request, extra_tools)
             gen_ctx = LlmGenerationHookContext(
                 robot=robot, network=network, task=task, memory=plan.memory, config=plan.config,
                 request=ctx.request, run_id=run_id,
@@ -86,14 +85,14 @@ async def execute(
             saved_prompt = robot.instructions
             try:
                 applied = await io.maybe_blocking(
-                    robot._prompt.skills_may_block(selected), robot._prompt.with_agent_skills,
+                    robot._prompt.skills_may_block, robot._prompt.with_agent_skills,
                     robot.messages, plan.skill_mode, ctx.request, selected, saved_prompt, robot_name=robot.name,
                     scope=robot._skill_scope or run_id, attachments=attachments,
                 )
 
                 async def generation() -> RobotResult:
-                    request = await io.maybe_blocking(robot._learning.inject_may_block(gen_ctx.request),
-                                                      robot._learning.inject, gen_ctx.request)
+                    request = await io.maybe_blocking(robot._learning.inject_may_block, robot._learning.inject,
+                                                      gen_ctx.request)
                     result = await tool_loop(robot, plan, request, applied.tools, on_content, io)
                     return await io.maybe_blocking(applied.finish_may_block, applied.finish, result)  # the files the run wrote
 
@@ -102,6 +101,12 @@ async def execute(
                 set_system_message(robot.messages, saved_prompt)  # matched skills last one run only
 
         return await io.hooks("run", ctx, core)
+
+
+def tools_may_block(robot: RobotParts, plan: TurnPlan, request: str | None, extra_tools: Iterable[Tool]) -> bool:
+    """Whether :func:`offered_tools` may connect to or list MCP servers (``arun`` then runs it
+    in a thread); local tools are chosen in memory."""
+    return robot._mcp.may_block(plan.mcp)
 
 
 def offered_tools(robot: RobotParts, plan: TurnPlan, request: str | None, extra_tools: Iterable[Tool]) -> list[Tool]:

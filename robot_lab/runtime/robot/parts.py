@@ -37,7 +37,8 @@ class SkillPrompt(Protocol):
 
     render_deferred: bool
 
-    def skills_may_block(self, selected: list[Tool]) -> bool: ...
+    def skills_may_block(self, messages: list[dict[str, Any]], skill_mode: str, message: str | None,
+                         selected: list[Tool], *args: Any, **kwargs: Any) -> bool: ...
 
     def with_agent_skills(
         self, messages: list[dict[str, Any]], skill_mode: str, message: str | None,

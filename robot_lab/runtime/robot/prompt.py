@@ -62,8 +62,7 @@ class AppliedSkills:
 
             self._before = snapshot(workspace)
 
-    @property
-    def finish_may_block(self) -> bool:
+    def finish_may_block(self, result: Any) -> bool:
         """Whether :meth:`finish` reads the workspace (``arun`` then runs it in a thread)."""
         return self.workspace is not None
 
@@ -160,10 +159,11 @@ class PromptAssembly:
         return "\n\n".join(parts) if parts else None
 
     # --- one run -------------------------------------------------------------------------
-    def skills_may_block(self, selected: list[Tool]) -> bool:
-        """Whether :meth:`with_agent_skills` opens a skill session (a workspace on disk,
-        skill matching): ``arun`` then runs it in a thread; without skills or workspace
-        tools it only returns the tools."""
+    def skills_may_block(self, messages: list[dict[str, Any]], skill_mode: str, message: str | None,
+                         selected: list[Tool], *_: Any, **__: Any) -> bool:
+        """Whether :meth:`with_agent_skills` (same arguments) opens a skill session (a
+        workspace on disk, skill matching): ``arun`` then runs it in a thread; without skills
+        or workspace tools it only returns the tools."""
         return bool(self.agent_skills) or bool(_unbound(selected))
 
     def with_agent_skills(
