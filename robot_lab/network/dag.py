@@ -130,30 +130,29 @@ def _check_name(kind: str, name: Any) -> str:
 def _find_cycle(deps: dict[str, list[str]], order: list[str]) -> list[str] | None:
     state: dict[str, int] = {}
     stack: list[str] = []
+    for node in order:
+        if node not in state:
+            found = _visit(node, deps, state, stack)
+            if found:
+                return found
+    return None
 
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for dep in deps[node]:
-            if state.get(dep) == 1:
-                return stack[stack.index(dep):] + [dep]
-            if dep not in state:
-                found = visit(dep)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
 
-    try:
-        for node in order:
-            if node not in state:
-                found = visit(node)
-                if found:
-                    return found
-        return None
-    finally:
-        del visit  # a recursive closure is a reference cycle: break it, so no collection is owed
+def _visit(node: str, deps: dict[str, list[str]], state: dict[str, int], stack: list[str]) -> list[str] | None:
+    """The cycle check's depth-first step (a module function: a recursive closure would be a
+    reference cycle, left for the collector at every compile)."""
+    state[node] = 1
+    stack.append(node)
+    for dep in deps[node]:
+        if state.get(dep) == 1:
+            return stack[stack.index(dep):] + [dep]
+        if dep not in state:
+            found = _visit(dep, deps, state, stack)
+            if found:
+                return found
+    stack.pop()
+    state[node] = 2
+    return None
 
 
 def compile_network(spec: NetworkSpec) -> Graph:
@@ -252,21 +251,19 @@ def compile_network(spec: NetworkSpec) -> Graph:
 
 def _levels(graph: Graph, edges: dict[str, list[str]]) -> list[list[str]]:
     depth: dict[str, int] = {}
-
-    def level(name: str) -> int:
-        if name not in depth:
-            depth[name] = 1 + max((level(d) for d in edges[name]), default=-1)
-        return depth[name]
-
-    try:
-        for name in graph.order:
-            level(name)
-    finally:
-        del level  # a recursive closure is a reference cycle: break it, so no collection is owed
+    for name in graph.order:
+        _level(name, edges, depth)
     out: list[list[str]] = [[] for _ in range(max(depth.values()) + 1)]
     for name in graph.order:
         out[depth[name]].append(name)
     return out
+
+
+def _level(name: str, edges: dict[str, list[str]], depth: dict[str, int]) -> int:
+    """A task's depth (a module function, as :func:`_visit`)."""
+    if name not in depth:
+        depth[name] = 1 + max((_level(d, edges, depth) for d in edges[name]), default=-1)
+    return depth[name]
 
 
 # ---------------------------------------------------------------------------------------
