@@ -68,7 +68,18 @@ async def arun_on_loop(robot: Robot, message: str, **kwargs: Any) -> tuple[Any, 
     return await robot.arun(message, **kwargs), threading.get_ident()
 
 
-def test_an_arun_with_nothing_to_wait_on_takes_no_thread_hop(hops: list[str]) -> None:
+@pytest.fixture
+def no_store_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process whose embedded store has not started (another test in this process may
+    have started one): no learnings can be stored, so none are read."""
+    from robot_lab import connection
+
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setattr(connection, "_embedded_server", None)
+    monkeypatch.setattr(connection, "_clients", {})
+
+
+def test_an_arun_with_nothing_to_wait_on_takes_no_thread_hop(hops: list[str], no_store_yet: None) -> None:
     expected = Robot("calc", model="scripted/echo", local_tools=[add]).run("sum it", tools="inherit")
     result = asyncio.run(Robot("calc", model="scripted/echo", local_tools=[add]).arun("sum it", tools="inherit"))
     assert hops == ["Tool.call"]  # only the sync tool itself: user code may block
