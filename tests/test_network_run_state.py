@@ -13,6 +13,7 @@ from robot_lab.network.dsl import create_network
 from robot_lab.network.embedded import EmbeddedWorkers
 from robot_lab.runtime.robot import build
 from robot_lab.schemas import RobotResult, TextMessage
+from tests.network_helpers import fan
 
 
 def uid() -> str:
@@ -198,12 +199,7 @@ def test_the_first_tasks_of_a_run_arriving_at_once_compile_its_graph_once(redis_
 
     from robot_lab.network import graphs as graph_cache
 
-    bot = build(f"hp-{uid()}", model="scripted/echo")
-    net = create_network("once")
-    with net.parallel("all"):
-        for i in range(20):
-            net.task(f"t{i}", bot)
-    handle, store, _ = submit(redis_client, net)
+    handle, store, _ = submit(redis_client, fan(build(f"hp-{uid()}", model="scripted/echo"), 20, "once"))
     compiled: list[int] = []
     real = graph_cache.compile_network
 
@@ -229,14 +225,6 @@ def test_the_first_tasks_of_a_run_arriving_at_once_compile_its_graph_once(redis_
     assert set(graphs[0].tasks) == {f"t{i}" for i in range(20)}
 
 
-def _fan(bot, name: str, width: int):  # type: ignore[no-untyped-def]
-    net = create_network(name)
-    with net.parallel("all"):
-        for i in range(width):
-            net.task(f"t{i}", bot)
-    return net
-
-
 def test_the_graph_cache_keeps_a_bounded_number_of_tasks_evicting_idle_graphs_first(redis_client,  # type: ignore[no-untyped-def]
                                                                                     monkeypatch) -> None:
     from robot_lab.network import graphs as graph_cache
@@ -247,7 +235,7 @@ def test_the_graph_cache_keeps_a_bounded_number_of_tasks_evicting_idle_graphs_fi
     now = [1000.0]
     monkeypatch.setattr(graph_cache, "_clock", lambda: now[0])
     bot = build(f"hp-{uid()}", model="scripted/echo")
-    stores = [submit(redis_client, _fan(bot, f"c{i}", 10))[1] for i in range(4)]
+    stores = [submit(redis_client, fan(bot, 10, f"c{i}"))[1] for i in range(4)]
     compiled: list[int] = []
     real = graph_cache.compile_network
 
@@ -278,7 +266,7 @@ def test_one_graph_larger_than_the_cache_is_still_kept(redis_client, monkeypatch
     monkeypatch.setattr(graph_cache, "_graph_cache", graph_cache.OrderedDict())
     monkeypatch.setattr(graph_cache, "_graph_tasks", 0)
     monkeypatch.setattr(graph_cache, "GRAPH_CACHE_TASKS", 5)
-    store = submit(redis_client, _fan(build(f"hp-{uid()}", model="scripted/echo"), "big", 10))[1]
+    store = submit(redis_client, fan(build(f"hp-{uid()}", model="scripted/echo"), 10, "big"))[1]
     graph = graph_cache.graph_for(store)
     assert graph_cache.cached_graph(store) is graph and graph_cache._graph_tasks == 10
 

@@ -27,6 +27,7 @@ from robot_lab.network.run_state import DEFAULT_LEASE_MS
 from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from robot_lab.schemas import decode_message
+from tests.network_helpers import fan
 from tests.redis_server import wait_for
 from tests.test_bus_procs import env, procs, publish_conversations_and_check_order, start_workers  # noqa: F401
 from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
@@ -80,14 +81,6 @@ def _ask(bus: Bus, robot: str, sender: str, n: int) -> list[str]:
             for i in range(n)]
 
 
-def _fan(robot: Any, n: int, name: str) -> Any:
-    net = create_network(name)
-    with net.parallel("all"):
-        for i in range(n):
-            net.task(f"t{i}", robot)
-    return net
-
-
 def _in_hand(client: Any, real_redis_url: str, key_prefix: str, processes: Any, *, model: str, visibility: str,  # noqa: F811
              extra: int) -> tuple[Any, Keys, list[str], Any, dict[str, str], str]:
     """A ``robot-lab worker --in-flight 4`` with IN_FLIGHT + ``extra`` messages (on as many
@@ -103,7 +96,7 @@ def _in_hand(client: Any, real_redis_url: str, key_prefix: str, processes: Any, 
     bus.register("asker")
     wait_for(lambda: client.exists(keys.inbox(bot.name)), timeout=30)
     asked = _ask(bus, bot.name, "asker", IN_FLIGHT + extra)
-    handle = Coordinator(connection=client).submit(_fan(bot, IN_FLIGHT + extra, "inflight"), "x")
+    handle = Coordinator(connection=client).submit(fan(bot, IN_FLIGHT + extra, "inflight"), "x")
     wait_for(lambda: len(_events(handle.store, "task.started")) == IN_FLIGHT
              and len(_runners(client, keys, bot.name)) == IN_FLIGHT, timeout=60, interval=0.05)
     return proc, keys, asked, handle, env, bot.name
@@ -253,7 +246,7 @@ def test_a_thousand_tasks_in_one_worker_process_run_once_each(client, real_redis
     proc = processes.start([str(VENV_BIN / "robot-lab"), "worker", bot.name, "--in-flight", str(count)], env,
                            "worker")
     wait_for_workers(client, [f"robot:{bot.name}"], timeout=90)
-    handle = Coordinator(connection=client).submit(_fan(bot, count, "thousand"), "x")
+    handle = Coordinator(connection=client).submit(fan(bot, count, "thousand"), "x")
     result = handle.wait(timeout=400)
     store = handle.store
     assert set(result.states.values()) == {"done"}

@@ -101,12 +101,6 @@ class Learning:
         connection = sys.modules.get("robot_lab.connection")
         return bool(get_settings().embedded and getattr(connection, "_embedded_server", None) is None)
 
-    def load_may_block(self) -> bool:
-        """Whether :meth:`load` would read the store (a Redis round trip): ``arun`` then runs
-        it in a thread; otherwise (a preloaded value, no store yet) in place, because a hop to
-        a thread costs more than the work (bench/robot_floor.py)."""
-        return not self._nothing_stored() and self._preloaded is _UNREAD
-
     def load(self) -> list[str]:
         if self._nothing_stored():
             return []  # no embedded store exists yet, so nothing can have been learned
@@ -120,8 +114,10 @@ class Learning:
         return self.learnings
 
     def inject_may_block(self, message: str | None) -> bool:
-        """Whether :meth:`inject` may wait on the store (see :meth:`load_may_block`)."""
-        return message is not None and self.load_may_block()
+        """Whether :meth:`inject` would read the store (a Redis round trip): ``arun`` then runs
+        it in a thread; otherwise (no message, a preloaded value, no store yet) in place,
+        because a hop to a thread costs more than the work (bench/robot_floor.py)."""
+        return message is not None and not self._nothing_stored() and self._preloaded is _UNREAD
 
     def inject(self, message: str | None) -> str | None:
         """The request with ``LEARNINGS FROM PREVIOUS RUNS`` in front of it, if any."""
