@@ -3,7 +3,10 @@
 ``<prefix>:input:<id>`` is a hash: ``request`` (JSON: id, question, choices, default, kind,
 tool, arguments, robot, created_at, deadline), ``owner`` (JSON: who resumes the run once
 answered -- a network task, a served bus message, an in-process durable run) and, once
-answered, ``answer`` (JSON: text, approved, by, at). The answer is written with HSETNX, so of
+answered, ``answer`` (JSON: text, approved, by, at). While a served bus message waits for
+it, ``parked`` (JSON: robot, from, reply_to, conversation_id) says where the answer envelope
+that wakes it goes -- so whoever answers (the CLI, the A2A tier, any worker's timeout sweep)
+wakes it without reading the robot's private parked keys. The answer is written with HSETNX, so of
 two answers racing from two processes exactly one wins and the other is told so. The index
 ``<prefix>:inputs:pending`` (request id -> created time) is what ``robot-lab pending`` lists;
 ``<prefix>:inputs:deadlines`` (request id -> deadline) is what the sweeper times out.
@@ -17,6 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from robot_lab.keys import Keys
+
+
+_PARK = "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'parked', ARGV[1]) end"
 
 
 def _decode(value: Any) -> str:
@@ -50,6 +56,7 @@ class InputRequest:
     request: dict[str, Any]
     owner: dict[str, Any] = field(default_factory=dict)
     answer: Answer | None = None
+    parked: dict[str, Any] | None = None  # a served message waits: where to wake it (bus/parking.py)
 
     @property
     def question(self) -> str:
@@ -90,8 +97,9 @@ class InputStore:
             return None
         fields = {_decode(k): _decode(v) for k, v in raw.items()}
         answer = Answer.from_dict(json.loads(fields["answer"])) if "answer" in fields else None
+        parked = json.loads(fields["parked"]) if "parked" in fields else None
         return InputRequest(request_id, json.loads(fields.get("request") or "{}"),
-                            json.loads(fields.get("owner") or "{}"), answer)
+                            json.loads(fields.get("owner") or "{}"), answer, parked)
 
     def answer(self, request_id: str, answer: Answer) -> bool:
         """Record ``answer`` unless the request already has one (True: this one won)."""
@@ -99,6 +107,17 @@ class InputStore:
         if won:
             self.unlist(request_id)
         return won
+
+    def park(self, request_id: str, where: dict[str, Any]) -> None:
+        """A served message waits for this request: note where its answer envelope goes
+        (``robot``, ``from``, ``reply_to``, ``conversation_id``), so an answer given anywhere
+        wakes it (bus/parking.py). Only on an existing record: a request gone meanwhile is
+        not made again as a bare hash."""
+        self.redis.eval(_PARK, 1, self.keys.input_request(request_id), json.dumps(where))
+
+    def unpark(self, request_id: str) -> None:
+        """The served message no longer waits (it ran again, or was withdrawn)."""
+        self.redis.hdel(self.keys.input_request(request_id), "parked")
 
     def unlist(self, request_id: str) -> None:
         """Take a request off the pending and deadline indexes (answered, or its run gone)."""

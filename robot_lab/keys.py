@@ -23,8 +23,8 @@ class Keys:
         return f"{self.prefix}:bus:{self._tag(robot)}"
 
     def bus_state(self, robot: str) -> str:
-        """Prefix of a robot's own bus keys (DLQ, conversation queue, reply records, outbox).
-        They sit beside the robot's other keys, not under its inbox name, so that
+        """Prefix of a robot's own bus keys (DLQ, conversation queue, reply records, outbox,
+        parked messages). They sit beside the robot's other keys, not under its inbox name, so that
         ``<prefix>:bus:*`` holds only streams anyone may append to (inboxes and ``_reply.*``
         streams): an ACL pattern can then grant ``XADD`` on inboxes and nothing else
         (docs/security.md, section 3)."""
@@ -132,12 +132,19 @@ class Keys:
         return f"{self.run(run_id)}:steps:{task}"
 
     def parked_message(self, robot: str, request_id: str) -> str:
-        """String: the envelope of a served message waiting for the answer to ``request_id``."""
-        return f"{self.inbox(robot)}:parked:{request_id}"
+        """String: the envelope of a served message waiting for the answer to ``request_id``.
+        One of the robot's own bus keys (:meth:`bus_state`): under ``bus:`` anyone may append,
+        so a worker could not write it there and a publisher could squat it as a stream."""
+        return f"{self.bus_state(robot)}:parked:{request_id}"
 
     def parked_conversation(self, robot: str, conversation_id: str) -> str:
         """String: the request id a conversation of ``robot`` waits on (bus/parking.py)."""
-        return f"{self.inbox(robot)}:parked-conv:{conversation_id}"
+        return f"{self.bus_state(robot)}:parked-conv:{conversation_id}"
+
+    def legacy_parked_message(self, robot: str, request_id: str) -> str:
+        """Where releases before the move kept :meth:`parked_message` (under the inbox); read
+        only, so a message parked there before an upgrade is still answered."""
+        return f"{self.inbox(robot)}:parked:{request_id}"
 
     def durable_steps(self, durable_id: str) -> str:
         """Hash: the step journal of a ``run(durable_id=...)``; a served bus message's id is

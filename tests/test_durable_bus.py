@@ -129,6 +129,38 @@ def test_an_answer_from_the_cli_wakes_the_served_message(redis_client) -> None:
     assert final.kind == "reply" and final.content == "refunding - ask_user: A1"
 
 
+def _park_as_an_older_release(bus: Bus, robot: str, request_id: str) -> None:
+    """Where releases before the parked keys moved kept a parked message: under the inbox,
+    with nothing on the request's record."""
+    keys = bus.keys
+    bus.redis.rename(keys.parked_message(robot, request_id), keys.legacy_parked_message(robot, request_id))
+    bus.redis.hdel(keys.input_request(request_id), "parked")
+
+
+@pytest.mark.parametrize("answered_by", ["bus", "cli"])
+def test_a_message_parked_by_an_older_release_is_still_answered(redis_client, answered_by) -> None:
+    """A rolling upgrade: the message parked under the inbox before it is still run again by
+    its answer -- a bus ``answer`` from its sender, or ``robot-lab answer`` -- and forgotten."""
+    bus = Bus(redis_client)
+    bus.register("client")
+    robot = _robot(f"desk-{uuid.uuid4().hex[:6]}")
+    poller = _serve(bus, robot)
+    bus.publish(robot.name, "refund please", from_="client", conversation_id="c-old")
+    _drain(poller)
+    [question] = _inbox(bus, "client")
+    request_id = question.content["request_id"]
+    _park_as_an_older_release(bus, robot.name, request_id)
+    if answered_by == "bus":
+        bus.publish(robot.name, "B2", from_="client", kind="answer", in_reply_to=request_id, conversation_id="c-old")
+    else:
+        waiting.answer(request_id, "B2", by="ops", connection=redis_client)
+    _drain(poller)
+    final = _inbox(bus, "client")[-1]
+    assert final.kind == "reply" and final.content == "refunding - ask_user: B2"
+    assert not redis_client.exists(bus.keys.legacy_parked_message(robot.name, request_id))
+    assert bus.dead_letters(robot.name) == []
+
+
 def test_under_require_only_an_allowed_signed_sender_may_answer(redis_client, monkeypatch) -> None:
     name = f"desk-{uuid.uuid4().hex[:6]}"
     keys = {"client": {"k1": CLIENT_KEY}, "other": {"k1": OTHER_KEY}, name: {"k1": ROBOT_KEY}}

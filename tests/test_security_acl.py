@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,15 @@ from click.testing import CliRunner
 from robot_lab.bus import Bus
 from robot_lab.cli import main
 from robot_lab.keys import Keys
-from robot_lab.schemas import RobotMessage
+from robot_lab.schemas import RobotMessage, decode_message
 from robot_lab.settings import reload_settings
 from robot_lab import folded_writes
 from robot_lab.workers.acl_users import acl_users, apply_users
 from tests.fixtures.secure import APP
-from tests.redis_server import RedisServer, wait_for
+from tests.redis_server import REPO_ROOT, RedisServer, wait_for
 from tests.worker_procs import VENV_BIN, child_env, processes  # noqa: F401
+
+SCRIPTS = REPO_ROOT / "tests" / "fixtures" / "scripts"
 
 PREFIX = "acltest"
 KEYS = Keys(PREFIX)
@@ -231,12 +234,13 @@ def test_rq_rules_follow_rq_key_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_appenders_reach_inboxes_only_not_a_robots_bus_state(server: AclServer) -> None:
     """Stream squatting: ``XADD`` is granted on ``P:bus:*``, which holds only inboxes and
-    reply streams; billing's conversation heads and queue, DLQ, reply records and outbox
-    live under ``P:robot:billing:``, so neither a publisher nor technical's worker can
+    reply streams; billing's conversation heads and queue, DLQ, reply records, outbox and
+    parked messages (and the request a conversation waits on) live under ``P:robot:billing:``, so neither a publisher nor technical's worker can
     create a stream there (a wrong-typed key would stop billing's poller; a fake dead
     letter or reply record would be read as billing's own)."""
     targets = [KEYS.conversation_heads("billing"), KEYS.conversation_queue("billing"), KEYS.dlq("billing"),
-               KEYS.replied_for("billing", "frontdesk:m-1"), KEYS.outbox_entry("billing", "m-1")]
+               KEYS.replied_for("billing", "frontdesk:m-1"), KEYS.outbox_entry("billing", "m-1"),
+               KEYS.parked_message("billing", "r-1"), KEYS.parked_conversation("billing", "c1")]
     for user in ("rl-pub-frontdesk", "rl-worker-technical"):
         client = server.client(user)
         for key in targets:
@@ -245,3 +249,97 @@ def test_appenders_reach_inboxes_only_not_a_robots_bus_state(server: AclServer) 
     assert all(server.admin.exists(key) == 0 for key in targets)
     for key in targets:
         assert not key.startswith(f"{PREFIX}:bus:")
+
+
+def _cli(url: str, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = child_env(url, PREFIX, **extra)
+    env.pop("ROBOT_LAB_TEST_REDIS_URL", None)
+    return subprocess.run([str(VENV_BIN / "robot-lab"), *args], env=env, cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_a_conversation_message_and_a_served_question_under_acl_users(server: AclServer, tmp_path: Path,
+                                                                      processes) -> None:  # noqa: F811
+    """Users from ``robot-lab acl --apply``; a real worker of ``asker`` logged in as its user.
+    A message with a conversation id (``robot-lab send --conversation c1 --wait``) is served:
+    its robot asks which order (the message parks under the robot's own keys), ``robot-lab
+    answer`` as the coordinator wakes it, and the final reply reaches the sender. The
+    publisher cannot squat the conversation's wait key with a stream beforehand."""
+    folder = tmp_path / "passwords"
+    applied = _cli(server.url, "acl", "--apply", "--robot", "asker", "--publisher", "askdesk", "--no-coordinator",
+                   "--passwords-dir", str(folder))
+    assert applied.returncode == 0, applied.stderr + applied.stdout
+    server.passwords.update({user: (folder / user).read_text().strip() for user in ("rl-worker-asker", "rl-pub-askdesk")})
+    admin = server.admin
+    desk = server.client("rl-pub-askdesk")
+    assert _denied(desk.xadd, KEYS.parked_conversation("asker", "c1"), {"x": "y"})  # no squatting the wait
+    assert _denied(desk.xadd, KEYS.parked_message("asker", "r-1"), {"x": "y"})
+    env = child_env(server.user_url("rl-worker-asker"), PREFIX, ROBOT_LAB_SCRIPTS_DIR=str(SCRIPTS))
+    env.pop("ROBOT_LAB_TEST_REDIS_URL", None)
+    worker = processes.start([str(VENV_BIN / "robot-lab"), "worker", "asker", "--app", APP], env, "asker")
+    try:
+        wait_for(lambda: worker.poll() is not None or admin.sismember(KEYS.registry(), "asker"), timeout=90)
+        assert worker.poll() is None, "the worker exited"
+        sent = _cli(server.user_url("rl-pub-askdesk"), "send", "asker", "refund please", "--conversation", "c1",
+                    "--from", "askdesk", "--wait", "--timeout", "60", "--json")
+        assert sent.returncode == 0, sent.stderr + sent.stdout
+        question = json.loads(sent.stdout)["reply"]
+        assert question["question"] == "Which order?" and question["choices"] == ["A1", "B2"]
+        request_id = question["request_id"]
+        assert admin.get(KEYS.parked_conversation("asker", "c1")) == request_id.encode()
+        answered = _cli(server.user_url("rl-coordinator"), "answer", request_id, "B2", "--by", "desk-person")
+        assert answered.returncode == 0, answered.stderr + answered.stdout
+
+        def final() -> Any:
+            for stream in admin.keys(f"{PREFIX}:bus:_reply.askdesk.*"):
+                for _, fields in admin.xrange(stream):
+                    message = decode_message(fields[b"envelope"])
+                    if message.kind == "reply":
+                        return message
+            return None
+
+        wait_for(lambda: final() is not None, timeout=90)
+    except Exception:
+        print(processes.logs())
+        raise
+    assert final().content == "refunding - ask_user: B2"
+    wait_for(lambda: not admin.exists(KEYS.parked_conversation("asker", "c1")), timeout=60)
+    assert admin.xlen(KEYS.dlq("asker")) == 0
+    log = Path(worker.log_path).read_text(errors="replace")  # type: ignore[attr-defined]
+    assert "NOPERM" not in log and "no permissions" not in log, log[-3000:]
+
+
+def test_another_robots_worker_times_out_a_served_question_without_reading_its_parked_keys(
+        server: AclServer) -> None:
+    """billing's worker parks a served message on a question with a deadline; technical's
+    worker's sweep (any worker's) times it out: it may not read billing's parked keys, and
+    needs not -- the request's record says where the message waits -- so the answer envelope
+    lands in billing's inbox, in its conversation, from the message's sender."""
+    from types import SimpleNamespace
+
+    from robot_lab.bus import parking
+    from robot_lab.errors import InputRequired
+    from robot_lab.inputs import InputStore
+    from robot_lab.network import human_input
+
+    billing = server.client("rl-worker-billing")
+    rid = f"req-{secrets.token_hex(4)}"
+    request = {"id": rid, "question": "Which order?", "choices": ["A1", "B2"], "default": "A1", "kind": "question",
+               "robot": "billing", "created_at": 1.0, "deadline": 2.0}
+    InputStore(billing, KEYS).create(request, {"kind": "message", "robot": "billing",
+                                               "durable_id": "bus:billing:frontdesk:m-7"}, ttl=600)
+    message = RobotMessage(to="billing", from_="frontdesk", content="refund", conversation_id="c-sweep", id="m-7")
+    exc = InputRequired("Which order?")
+    exc.request = request
+    poller = SimpleNamespace(robot="billing", bus=Bus(billing, keys=KEYS), redis=billing)
+    parking.park(poller, message, message, exc)
+    assert server.admin.get(KEYS.parked_conversation("billing", "c-sweep")) == rid.encode()
+
+    assert human_input.sweep(server.client("rl-worker-technical"), KEYS, now=10.0) == 1
+    entries = {entry: decode_message(f[b"envelope"]) for entry, f in server.admin.xrange(KEYS.inbox("billing"))}
+    [(entry, wake)] = [(entry, m) for entry, m in entries.items() if m.in_reply_to == rid]
+    server.admin.xdel(KEYS.inbox("billing"), entry)  # no other test's worker of billing runs it
+    server.admin.delete(KEYS.parked_message("billing", rid), KEYS.parked_conversation("billing", "c-sweep"))
+    assert wake.kind == "answer" and wake.content["text"] == "A1" and wake.from_ == "frontdesk"
+    assert wake.conversation_id == "c-sweep"

@@ -4,8 +4,13 @@ When a served robot needs input while handling message M (``ask_user``, an appro
 run parks (the step journal of M's durable id records how far it got) and the poller
 replies to M's sender with an envelope of kind ``input_required`` whose content names the
 request (``request_id``, ``question``, ``choices``, ``default``, ``kind``, ``tool``,
-``arguments``). M is acked; ``<inbox>:parked:<request id>`` keeps M's envelope and
-``<inbox>:parked-conv:<conversation>`` the request its conversation waits on.
+``arguments``). M is acked; ``<prefix>:robot:<robot>:parked:<request id>`` keeps M's envelope
+and ``<prefix>:robot:<robot>:parked-conv:<conversation>`` the request its conversation waits
+on -- the robot's own keys, which no other ACL user may write (under ``<prefix>:bus:`` anyone
+may append: a worker could not write them and a publisher could squat them as streams). The
+request's record says where M waits (``InputStore.park``), so an answer given elsewhere wakes
+M without reading these keys. A message parked under the inbox by an older release
+(``Keys.legacy_parked_message``) is still found by its answer.
 
 The answer is the sender's next message with ``in_reply_to`` = the request id (kind
 ``answer`` by convention; content: the text, or ``{"text": ..., "approved": true|false}``).
@@ -34,6 +39,8 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from robot_lab import coalesce
 from robot_lab.errors import InputRequired
 from robot_lab.inputs import Answer, InputStore
@@ -48,19 +55,32 @@ APPROVE_WORDS = {"y", "yes", "approve", "approved", "ok", "true"}
 
 
 class Parked:
-    """An answer's parked message: the request it answers and M, the message to run again."""
+    """An answer's parked message: the request it answers, M (the message to run again) and
+    the key M was found under."""
 
-    def __init__(self, request_id: str, original: RobotMessage) -> None:
+    def __init__(self, request_id: str, original: RobotMessage, key: str) -> None:
         self.request_id = request_id
         self.original = original
-
-
-def _key(poller: Any, request_id: str) -> str:
-    return str(poller.bus.keys.parked_message(poller.robot, request_id))
+        self.key = key
 
 
 def _conv_key(poller: Any, conversation: str) -> str:
     return str(poller.bus.keys.parked_conversation(poller.robot, conversation))
+
+
+def _parked(bus: Any, robot: str, request_id: str) -> Parked | None:
+    """``robot``'s message parked on ``request_id``, at its key or where an older release
+    kept it (a key there that is no string -- a squatted stream -- or that this user may not
+    read is nothing parked)."""
+    key = bus.keys.parked_message(robot, request_id)
+    raw = coalesce.call(bus.redis, "get", key)
+    if raw is None:
+        key = bus.keys.legacy_parked_message(robot, request_id)
+        try:
+            raw = bus.redis.get(key)
+        except ResponseError:  # WRONGTYPE, or NOPERM under robot-lab acl (nothing was parked there)
+            raw = None
+    return None if raw is None else Parked(request_id, decode_message(raw), str(key))
 
 
 def find(poller: Any, msg: RobotMessage) -> tuple[Parked | None, str | None]:
@@ -68,9 +88,9 @@ def find(poller: Any, msg: RobotMessage) -> tuple[Parked | None, str | None]:
     its conversation waits on a request that ``msg`` does not answer; else ``(None, None)``."""
     r = poller.redis
     if msg.in_reply_to:
-        raw = coalesce.call(r, "get", _key(poller, msg.in_reply_to))
-        if raw is not None:
-            return Parked(msg.in_reply_to, decode_message(raw)), None
+        parked = _parked(poller.bus, poller.robot, msg.in_reply_to)
+        if parked is not None:
+            return parked, None
     key = waiting_key(poller, msg)
     if key is not None:
         return None, waiting_request(coalesce.call(r, "get", key))
@@ -94,7 +114,7 @@ def waiting_request(raw: bytes | str | None) -> str | None:
 
 def is_wake(poller: Any, msg: RobotMessage) -> bool:
     """``msg`` only wakes a parked message whose request was answered through Redis."""
-    if msg.kind != "answer" or not msg.in_reply_to or poller.redis.get(_key(poller, msg.in_reply_to)) is None:
+    if msg.kind != "answer" or not msg.in_reply_to or _parked(poller.bus, poller.robot, msg.in_reply_to) is None:
         return False
     found = InputStore(poller.redis, poller.bus.keys).get(msg.in_reply_to)
     return found is not None and found.answer is not None
@@ -133,10 +153,13 @@ def park(poller: Any, msg: RobotMessage, original: RobotMessage, exc: InputRequi
     rid = str(request["id"])
     ttl = max(int(poller.bus.settings.record_ttl), 7 * 86_400)  # as long as the request lives
     pipe = poller.redis.pipeline(transaction=False)
-    pipe.set(_key(poller, rid), encode_message(original), ex=ttl)
+    pipe.set(poller.bus.keys.parked_message(poller.robot, rid), encode_message(original), ex=ttl)
     if original.conversation_id:
         pipe.set(_conv_key(poller, original.conversation_id), rid, ex=ttl)
     pipe.execute()
+    InputStore(poller.redis, poller.bus.keys).park(rid, {
+        "robot": poller.robot, "from": original.from_, "reply_to": original.reply_to,
+        "conversation_id": original.conversation_id})
     return poller.bus.build_reply(msg, question_content(request), from_=poller.robot, kind="input_required")
 
 
@@ -159,18 +182,45 @@ def pending_question(poller: Any, request_id: str, msg: RobotMessage) -> RobotMe
 
 def resumed(poller: Any, parked: Parked) -> None:
     """The parked message ran to its end: forget it."""
-    _forget(poller.bus, poller.robot, parked.request_id, parked.original.conversation_id)
+    _forget(poller.bus, poller.robot, parked)
 
 
-def _forget(bus: Any, robot: str, request_id: str, conversation_id: str | None) -> None:
-    """Delete the parked message and its conversation's wait (if it is still this request's)."""
-    keys = [bus.keys.parked_message(robot, request_id)]
+def _forget(bus: Any, robot: str, parked: Parked) -> None:
+    """Delete the parked message and its conversation's wait (if it is still this request's),
+    and the request's note of where it waits."""
+    keys = [parked.key]
+    conversation_id = parked.original.conversation_id
     if conversation_id:
         conv = bus.keys.parked_conversation(robot, conversation_id)
-        current = bus.redis.get(conv)
-        if current is not None and (current.decode() if isinstance(current, bytes) else current) == request_id:
+        if waiting_request(bus.redis.get(conv)) == parked.request_id:
             keys.append(conv)
     bus.redis.delete(*keys)
+    InputStore(bus.redis, bus.keys).unpark(parked.request_id)
+
+
+def is_parked(bus: Any, robot: str, request_id: str) -> bool:
+    """Does ``robot``'s message still wait for ``request_id``? Read from the request's record
+    (any process may read it; the parked keys are the robot's own), else from where an older
+    release parked it (``EXISTS`` under the inbox, which every worker may do)."""
+    found = InputStore(bus.redis, bus.keys).get(request_id)
+    if found is not None and found.parked is not None:
+        return True
+    return bool(bus.redis.exists(bus.keys.legacy_parked_message(robot, request_id)))
+
+
+def wake_parked(bus: Any, robot: str, request_id: str, answer: Answer, parked: dict[str, Any] | None) -> bool:
+    """Wake ``robot``'s message waiting for the (recorded) answer to ``request_id``: where the
+    request's record says it waits (``parked``), else a message an older release parked under
+    the inbox (read by an unrestricted user only). False when nothing waits."""
+    if parked is None:
+        legacy = _parked(bus, robot, request_id)
+        if legacy is None:
+            return False
+        parked = {"from": legacy.original.from_, "reply_to": legacy.original.reply_to,
+                  "conversation_id": legacy.original.conversation_id}
+    wake(bus, robot, request_id, answer, from_=str(parked["from"]), reply_to=parked.get("reply_to"),
+         conversation_id=parked.get("conversation_id"))
+    return True
 
 
 def withdraw(bus: Any, robot: str, request_id: str, *, by: str) -> bool:
@@ -178,12 +228,11 @@ def withdraw(bus: Any, robot: str, request_id: str, *, by: str) -> bool:
     answered ``<by> (cancelled)``, so no later answer runs it) and the message and its
     conversation's wait are forgotten, so the conversation's next message runs. True when a
     parked message was withdrawn."""
-    redis = bus.redis
-    raw = redis.get(bus.keys.parked_message(robot, request_id))
-    InputStore(redis, bus.keys).answer(request_id, Answer(text="", approved=False, by=f"{by} (cancelled)"))
-    if raw is None:
+    parked = _parked(bus, robot, request_id)
+    InputStore(bus.redis, bus.keys).answer(request_id, Answer(text="", approved=False, by=f"{by} (cancelled)"))
+    if parked is None:
         return False
-    _forget(bus, robot, request_id, decode_message(raw).conversation_id)
+    _forget(bus, robot, parked)
     log.info("bus.parked_withdrawn", robot=robot, request=request_id, by=by)
     return True
 

@@ -164,18 +164,15 @@ def _resume_owner(connection: RedisClient, keys: Keys, found: InputRequest) -> N
 def _wake_served(connection: RedisClient, keys: Keys, found: InputRequest) -> None:
     """A served message waits for this (now answered) request: put an ``answer`` envelope in
     its robot's inbox, in its conversation, so a worker runs it again and replies to its
-    sender (bus/parking.py; the recorded answer stands, the envelope only wakes it)."""
+    sender (bus/parking.py; the recorded answer stands, the envelope only wakes it). Where it
+    waits is on the request's record: the robot's parked keys are its own (any worker's
+    timeout sweep may answer here)."""
     from robot_lab.bus import Bus
-    from robot_lab.bus.parking import wake
-    from robot_lab.schemas import decode_message
+    from robot_lab.bus.parking import wake_parked
 
-    robot = str(owner_robot(found))
-    raw = connection.get(keys.parked_message(robot, found.id))
-    if raw is None or found.answer is None:
+    if found.answer is None:
         return
-    original = decode_message(raw)
-    wake(Bus(connection, keys=keys), robot, found.id, found.answer, from_=original.from_,
-         reply_to=original.reply_to, conversation_id=original.conversation_id)
+    wake_parked(Bus(connection, keys=keys), str(owner_robot(found)), found.id, found.answer, found.parked)
 
 
 def owner_robot(found: InputRequest) -> Any:

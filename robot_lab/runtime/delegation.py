@@ -132,7 +132,9 @@ def _resumed(bus: Any, to: str, delegated_by: str, timeout: float) -> Any:
     human.skip_recorded(len(recorded) - 1)  # the questions settled before are passed over
     last = ours[-1]
     context = last["context"]
-    if not bus.redis.exists(bus.keys.parked_message(to, context.get("delegatee_request"))):
+    from robot_lab.bus.parking import is_parked
+
+    if not is_parked(bus, to, str(context.get("delegatee_request"))):
         raise InferenceError(f"Delegation to '{to}': its question {last.get('question')!r} was answered before this "
                              "run was interrupted and no longer waits; its reply went to the interrupted attempt")
     asked = {**last, "request_id": context.get("delegatee_request")}

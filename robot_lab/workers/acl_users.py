@@ -108,9 +108,9 @@ def _glob(text: str) -> str:
 
 def _own_inbox(keys: Keys, name: str) -> list[str]:
     """The inbox itself (exact) and every other bus key of ``name`` (DLQ, conversation
-    queue, reply records, outbox), which live under ``<prefix>:robot:<name>:``: nothing but
-    inboxes and reply streams is under ``<prefix>:bus:``, so ``XADD`` on ``bus:*`` reaches
-    no robot's state."""
+    queue, reply records, outbox, parked messages and the conversations waiting on them),
+    which live under ``<prefix>:robot:<name>:``: nothing but inboxes and reply streams is
+    under ``<prefix>:bus:``, so ``XADD`` on ``bus:*`` reaches no robot's state."""
     return [f"~{_glob(keys.inbox(name))}", f"~{_glob(keys.bus_state(name))}:*"]
 
 
