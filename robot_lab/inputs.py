@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys
 
 
@@ -68,6 +69,40 @@ class InputRequest:
         if self.answer is not None:
             out["answer"] = self.answer.to_dict()
         return out
+
+
+class InvalidAnswer(ConfigurationError):
+    """An answer its request cannot take (not one of its choices, longer than
+    ``durable.max_answer_chars``): nothing is recorded, the request still waits, and the
+    answerer is told why in one line."""
+
+
+def check_answer(found: InputRequest, answer: Answer) -> None:
+    """The one check of a person's answer before it is recorded, whoever gives it (``robot-lab
+    answer``, the dashboard API, ``RunHandle.answer``, the A2A tier, a bus ``answer``
+    envelope): a question with choices takes one of them, its number (1-based) or nothing
+    (its default); no answer is longer than ``durable.max_answer_chars``, so a pasted megabyte
+    never reaches the prompt. A timeout's default answer is the robot's own: not checked."""
+    from robot_lab.settings import get_settings  # lazy: start-up time
+
+    if answer.timed_out:
+        return
+    limit = get_settings().durable.max_answer_chars
+    if len(answer.text) > limit:
+        raise InvalidAnswer(f"the answer to input request {found.id} is {len(answer.text)} characters; at most "
+                            f"{limit} are taken (durable.max_answer_chars)")
+    choices = [str(c) for c in found.request.get("choices") or []]
+    text = answer.text.strip()
+    if found.request.get("kind") == "approval" or not choices or not text or text in choices:
+        return
+    if text.isdigit() and 1 <= int(text) <= len(choices):
+        return
+    raise InvalidAnswer(f"{_clip(text)!r} is not a choice of input request {found.id}: answer one of "
+                        f"{', '.join(repr(c) for c in choices)}, or its number 1-{len(choices)}")
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class InputStore:

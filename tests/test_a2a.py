@@ -309,6 +309,10 @@ def test_a_served_robot_that_asks_is_input_required_and_the_next_message_answers
         assert asked["status"]["message"]["parts"][0]["text"] == "Which order? (choices: A1, B2)"
         # only the caller who started the task may answer it; a finished one takes nothing
         assert send("A1", asked["id"], token="other")["error"]["code"] == -32001
+        # an answer that is no choice is refused with the reason; the question still waits (the
+        # answer "2" below is taken)
+        refused = send("7", asked["id"])["error"]
+        assert refused["code"] == -32602 and "'7' is not a choice" in refused["message"], refused
         got = rpc("GetTask", {"id": asked["id"]})["result"]
         assert got["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"  # a blocking send ends at the question
         # the answer streams on from the answer: working, the next question (and nothing before it)

@@ -320,3 +320,71 @@ def test_a_delegatees_question_parks_the_delegating_run_and_the_answer_goes_on_t
     desk_calls = [c for c in recorded_calls() if c["robot"] == desk.name]
     assert len(desk_calls) == 2  # the desk asked once: its first model call was replayed, not made again
     assert bus.dead_letters(desk.name) == []
+
+
+def _asked(bus: Bus, conversation: str) -> tuple[BusPoller, str]:
+    """A served robot that asked ``client`` which order (choices A1, B2): its poller and the
+    request id."""
+    bus.register("client")
+    robot = _robot(f"desk-{uuid.uuid4().hex[:6]}")
+    poller = _serve(bus, robot)
+    bus.publish(robot.name, "refund please", from_="client", conversation_id=conversation)
+    _drain(poller)
+    [question] = _inbox(bus, "client")
+    return poller, question.content["request_id"]
+
+
+def test_an_answer_that_is_no_choice_or_too_long_is_refused_and_the_question_still_waits(redis_client) -> None:
+    """"7" for a two-choice question and a megabyte of text never reach the model: over the
+    bus the sender is asked again with the reason; through ``human_input.answer`` (the CLI,
+    the dashboard API, ``RunHandle.answer``) it is an InvalidAnswer naming the choices or the
+    limit. Nothing is recorded, and a good answer then resumes the message."""
+    from robot_lab.inputs import InputStore, InvalidAnswer
+
+    bus = Bus(redis_client)
+    poller, request_id = _asked(bus, "c-7")
+    clear_recorded_calls()
+    robot = poller.robot
+    bus.publish(robot, "7", from_="client", kind="answer", in_reply_to=request_id, conversation_id="c-7")
+    _drain(poller)
+    again = _inbox(bus, "client")[-1]
+    assert again.kind == "input_required" and again.content["request_id"] == request_id
+    assert again.content["error"] == f"'7' is not a choice of input request {request_id}: answer one of 'A1', " \
+                                     "'B2', or its number 1-2"
+    with pytest.raises(InvalidAnswer, match=r"'7' is not a choice .* 'A1', 'B2', or its number 1-2"):
+        waiting.answer(request_id, "7", by="ops", connection=redis_client)
+    with pytest.raises(InvalidAnswer, match=r"is 1000000 characters; at most 10000 are taken "
+                                            r"\(durable.max_answer_chars\)"):
+        waiting.answer(request_id, "x" * 1_000_000, by="ops", connection=redis_client)
+    assert InputStore(redis_client, bus.keys).get(request_id).answer is None
+    assert recorded_calls() == []  # the model saw none of them
+    assert [r.id for r in waiting.pending(redis_client)] == [request_id]
+    bus.publish(robot, "2", from_="client", kind="answer", in_reply_to=request_id, conversation_id="c-7")
+    _drain(poller)
+    final = _inbox(bus, "client")[-1]
+    assert final.kind == "reply" and final.content == "refunding - ask_user: B2"
+    assert bus.dead_letters(robot) == []
+
+
+def test_robot_lab_answer_refuses_an_answer_that_is_no_choice(real_client, monkeypatch) -> None:
+    """The CLI: one line naming the choices, exit 1, the question still pending; the limit on
+    an answer's size is the ``durable.max_answer_chars`` setting."""
+    from click.testing import CliRunner
+
+    from robot_lab.cli import main
+    from robot_lab.settings import reload_settings
+
+    bus = Bus(real_client)
+    poller, request_id = _asked(bus, "c-8")
+    out = CliRunner().invoke(main, ["answer", request_id, "7"])
+    assert out.exit_code == 1 and "Traceback" not in out.output
+    assert out.output.strip() == (f"Error: '7' is not a choice of input request {request_id}: answer one of 'A1', "
+                                  "'B2', or its number 1-2")
+    monkeypatch.setenv("ROBOT_LAB_DURABLE__MAX_ANSWER_CHARS", "5")
+    reload_settings()
+    out = CliRunner().invoke(main, ["answer", request_id, "B2 please"])
+    assert out.exit_code == 1 and "is 9 characters; at most 5 are taken" in out.output
+    out = CliRunner().invoke(main, ["answer", request_id, "B2"])
+    assert out.exit_code == 0, out.output
+    _drain(poller)
+    assert _inbox(bus, "client")[-1].content == "refunding - ask_user: B2"

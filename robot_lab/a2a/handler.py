@@ -309,7 +309,7 @@ def _answer_robot(backend: Backend, record: TaskRecord, request_id: str, text: s
     envelope from the tier's sender, replying into this task's stream (a copy of the
     envelope lands there first: ``bus.parking.wake``)."""
     from robot_lab.bus.parking import wake
-    from robot_lab.inputs import Answer, InputStore
+    from robot_lab.inputs import Answer, InputStore, InvalidAnswer, check_answer
 
     inputs = InputStore(backend.bus.redis, backend.keys)
     found = inputs.get(request_id)
@@ -318,6 +318,10 @@ def _answer_robot(backend: Backend, record: TaskRecord, request_id: str, text: s
                                                 "(expired, or the robot's records were cleared)")
     approved = text.lower() in APPROVALS if found.request.get("kind") == "approval" else None
     answer = Answer(text="" if approved else text, approved=approved, by=_answerer(record))
+    try:
+        check_answer(found, answer)
+    except InvalidAnswer as exc:
+        raise InvalidParamsError(message=f"task {record.id}: {exc}") from None
     if not inputs.answer(request_id, answer):
         again = inputs.get(request_id)
         who = again.answer.by if again is not None and again.answer is not None else "someone"
@@ -328,6 +332,7 @@ def _answer_robot(backend: Backend, record: TaskRecord, request_id: str, text: s
 
 
 def _answer_run(backend: Backend, record: TaskRecord, text: str) -> str:
+    from robot_lab.inputs import InvalidAnswer
     from robot_lab.network import human_input  # lazy: start-up time
 
     connection = backend.coordinator.connection
@@ -341,6 +346,8 @@ def _answer_run(backend: Backend, record: TaskRecord, text: str) -> str:
     try:
         human_input.answer(request.id, None if approve is True else text, approve=approve, by=_answerer(record),
                            connection=connection, keys=backend.keys)
+    except InvalidAnswer as exc:  # not a choice, too long: the question still waits
+        raise InvalidParamsError(message=f"task {record.id}: {exc}") from None
     except RobotLabError as exc:  # answered meanwhile, the run ended
         raise UnsupportedOperationError(message=f"task {record.id}: {exc}") from exc
     return request.id

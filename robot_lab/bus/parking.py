@@ -43,7 +43,7 @@ from redis.exceptions import ResponseError
 
 from robot_lab import coalesce
 from robot_lab.errors import InputRequired
-from robot_lab.inputs import Answer, InputStore
+from robot_lab.inputs import Answer, InputStore, check_answer
 from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
 
@@ -133,7 +133,8 @@ def may_answer(poller: Any, msg: RobotMessage, parked: Parked) -> bool:
 
 def record_answer(poller: Any, msg: RobotMessage, parked: Parked) -> None:
     """Write ``msg``'s content as the request's answer (once: an earlier answer -- the CLI's,
-    say -- stands)."""
+    say -- stands). Raises InvalidAnswer (nothing recorded) for an answer the request cannot
+    take (``inputs.check_answer``): the poller asks the sender again, saying why."""
     content = msg.content
     if isinstance(content, dict):
         text = str(content.get("text") or content.get("answer") or "")
@@ -144,7 +145,10 @@ def record_answer(poller: Any, msg: RobotMessage, parked: Parked) -> None:
     found = store.get(parked.request_id)
     if found is not None and found.request.get("kind") == "approval" and approved is None:
         approved = text.strip().lower() in APPROVE_WORDS
-    store.answer(parked.request_id, Answer(text=text, approved=approved, by=msg.from_))
+    answer = Answer(text=text, approved=approved, by=msg.from_)
+    if found is not None and found.answer is None:
+        check_answer(found, answer)
+    store.answer(parked.request_id, answer)
 
 
 def park(poller: Any, msg: RobotMessage, original: RobotMessage, exc: InputRequired) -> RobotMessage:
@@ -171,13 +175,16 @@ def question_content(request: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def pending_question(poller: Any, request_id: str, msg: RobotMessage) -> RobotMessage | None:
-    """The ``input_required`` reply again, for a message that did not answer it."""
+def pending_question(poller: Any, request_id: str, msg: RobotMessage, error: str | None = None) -> RobotMessage | None:
+    """The ``input_required`` reply again, for a message that did not answer it (``error``:
+    why ``msg``, an answer, was not taken)."""
     found = InputStore(poller.redis, poller.bus.keys).get(request_id)
     if found is None:
         return None
-    return poller.bus.build_reply(msg, question_content({**found.request, "id": request_id}), from_=poller.robot,
-                                  kind="input_required")
+    content = question_content({**found.request, "id": request_id})
+    if error is not None:
+        content["error"] = error
+    return poller.bus.build_reply(msg, content, from_=poller.robot, kind="input_required")
 
 
 def resumed(poller: Any, parked: Parked) -> None:

@@ -42,6 +42,7 @@ import redis as _redis
 from robot_lab import coalesce
 from robot_lab.connection import is_cluster_client
 from robot_lab.errors import BusError, InputRequired
+from robot_lab.inputs import InvalidAnswer
 from robot_lab.logging import get_logger
 from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, is_outage
@@ -279,9 +280,16 @@ class BusPoller(Intake, Handling, Reclaim):
                     self._send_reply(d, decode_message(body))
                 log.info("bus.reply_resent", entry=d.entry_id, deliveries=d.deliveries)
             return
-        try:
-            if parked is not None and not wake:
+        if parked is not None and not wake:
+            try:
                 parking.record_answer(self, msg, parked)
+            except InvalidAnswer as exc:  # not recorded: the message still waits, ask again saying why
+                again = parking.pending_question(self, parked.request_id, msg, error=str(exc))
+                if again is not None:
+                    self._send_reply(d, again)
+                log.info("bus.answer_invalid", robot=self.robot, request=parked.request_id, error=str(exc))
+                return
+        try:
             content = fn(msg)
         except InputRequired as exc:
             if not (exc.request or {}).get("id"):

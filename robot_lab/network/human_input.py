@@ -28,7 +28,7 @@ from robot_lab.network import transitions
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.run_state import RUN_TTL, TERMINAL, RunStore
 from robot_lab.runtime.durable.journal import Journal
-from robot_lab.inputs import Answer, InputRequest, InputStore
+from robot_lab.inputs import Answer, InputRequest, InputStore, check_answer
 from robot_lab.runtime.durable.scopes import DurableScope
 
 if TYPE_CHECKING:
@@ -114,7 +114,8 @@ def answer(request_id: str, text: str | None = None, *, approve: bool | None = N
            connection: RedisClient | None = None, keys: Keys | None = None, timed_out: bool = False) -> InputRequest:
     """Answer a request once, and resume what waits for it. ``approve=True/False`` answers
     an approval (``text``: the reason of a denial). Raises ConfigurationError for an unknown
-    request, one already answered, or one whose run is no longer running."""
+    request, one already answered, one whose run is no longer running, or an answer the
+    request cannot take (InvalidAnswer: :func:`robot_lab.inputs.check_answer`)."""
     from robot_lab.connection import get_redis
     from robot_lab.keys import default_keys
 
@@ -136,6 +137,7 @@ def answer(request_id: str, text: str | None = None, *, approve: bool | None = N
     if kind == "approval" and approve is None and text is not None:
         approve = text.strip().lower() in {"y", "yes", "approve", "approved", "ok", "true"}
     reply = Answer(text=text or "", approved=approve, by=by, timed_out=timed_out)
+    check_answer(found, reply)
     if not inputs.answer(request_id, reply):
         again = inputs.get(request_id)
         who = again.answer.by if again is not None and again.answer is not None else "someone"

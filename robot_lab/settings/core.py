@@ -276,6 +276,9 @@ class DurableCore:
     # Under signing.verify=require: robot -> senders (fnmatch globs) whose signed `answer`
     # envelopes may answer that robot's requests; "*" names every robot.
     answerers: dict[str, list[str]] = {}
+    # The longest answer a person may give (characters): a longer one is refused with an
+    # error to the answerer, so it never reaches the prompt (robot_lab/inputs.py).
+    max_answer_chars: int = 10_000
 
 
 # Sections whose defaults LightSettings serves without pydantic (what a Bus reads when built,
