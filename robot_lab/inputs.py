@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from robot_lab.errors import ConfigurationError
-from robot_lab.keys import Keys
+from robot_lab.keys import Keys, glob_escape, is_wrong_type, wrong_typed
+from robot_lab.logging import get_logger
+
+log = get_logger("robot_lab.inputs")
 
 
 _PARK = "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'parked', ARGV[1]) end"
@@ -156,13 +159,38 @@ class InputStore:
 
     def unlist(self, request_id: str) -> None:
         """Take a request off the pending and deadline indexes (answered, or its run gone)."""
-        self.redis.zrem(self.keys.inputs_pending(), request_id)
-        self.redis.zrem(self.keys.inputs_deadlines(), request_id)
+        for index in (self.keys.inputs_pending(), self.keys.inputs_deadlines()):
+            self._index(self.redis.zrem, index, request_id)
 
     def pending_ids(self, limit: int = 1000) -> list[str]:
-        return [_decode(v) for v in self.redis.zrange(self.keys.inputs_pending(), 0, limit - 1)]
+        """Ids of the requests listed as pending. When the index holds another type than a
+        zset (any worker's Redis user may write it: :meth:`index_problems` names it), the
+        records themselves are looked for instead (SCAN), so what waits is still listed."""
+        raw = self._index(self.redis.zrange, self.keys.inputs_pending(), 0, limit - 1)
+        if raw is not None:
+            return [_decode(v) for v in raw]
+        head = f"{self.keys.prefix}:input:"
+        found = self.redis.scan_iter(match=f"{glob_escape(head)}*", count=1000)
+        return [_decode(key)[len(head):].strip("{}") for key in found][:limit]
 
     def due(self, now: float | None = None, limit: int = 100) -> list[str]:
-        """Pending requests whose deadline passed."""
-        raw = self.redis.zrangebyscore(self.keys.inputs_deadlines(), "-inf", now or time.time(), start=0, num=limit)
-        return [_decode(v) for v in raw]
+        """Pending requests whose deadline passed (none while the deadline index holds another
+        type: :meth:`index_problems` names it, ``robot-lab status`` and ``pending`` show it)."""
+        raw = self._index(self.redis.zrangebyscore, self.keys.inputs_deadlines(), "-inf", now or time.time(),
+                          start=0, num=limit)
+        return [_decode(v) for v in raw or []]
+
+    def index_problems(self) -> list[str]:
+        """``"<key> is a <type>, not a zset"`` for each index of the wrong type."""
+        return wrong_typed(self.redis, {self.keys.inputs_pending(): "zset", self.keys.inputs_deadlines(): "zset"})
+
+    @staticmethod
+    def _index(command: Any, key: str, *args: Any, **kwargs: Any) -> Any:
+        """``command(key, ...)`` on an index; None when the index holds another type."""
+        try:
+            return command(key, *args, **kwargs)
+        except Exception as exc:
+            if not is_wrong_type(exc):
+                raise
+            log.warning("inputs.index_wrong_type", key=key, error=str(exc))
+            return None

@@ -7,7 +7,9 @@ or one run lands in one cluster slot and multi-key Lua scripts stay legal.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +210,35 @@ class Keys:
     def result_file(self, sha256: str) -> str:
         """String: the bytes of a file a reply refers to (too big to travel inline), by digest."""
         return f"{self.prefix}:file:{sha256}"
+
+
+def glob_escape(text: str) -> str:
+    """Escape Redis glob characters in a literal part of a pattern (ACL rules, SCAN)."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def is_wrong_type(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis's WRONGTYPE error (also as the error of a Lua script): a key
+    of this layout holds another type than the code expects (bus/key_types.py names it)."""
+    import redis  # lazy: start-up time
+
+    return isinstance(exc, redis.ResponseError) and "WRONGTYPE" in str(exc)
+
+
+def wrong_typed(connection: Any, expected: dict[str, str]) -> list[str]:
+    """``"<key> is a <type>, not a <expected>"`` for each key of ``expected`` (key -> type)
+    that holds another type (one pipelined round trip; a missing key is fine): what a
+    WRONGTYPE error, which names no key, is turned into for the person who must fix it."""
+    with connection.pipeline(transaction=False) as pipe:
+        for key in expected:
+            pipe.type(key)
+        found = pipe.execute()
+    problems = []
+    for (key, want), got in zip(expected.items(), found):
+        got = got.decode() if isinstance(got, bytes) else str(got)
+        if got not in ("none", want):
+            problems.append(f"{key} is a {got}, not a {want}")
+    return problems
 
 
 def default_keys() -> Keys:

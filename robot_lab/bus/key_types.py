@@ -12,17 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from robot_lab.keys import Keys
+from robot_lab.keys import Keys, is_wrong_type, wrong_typed
+
+__all__ = ["expected_types", "is_wrong_type", "shared_expected_types", "wrong_typed", "wrong_typed_keys"]
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
-
-
-def is_wrong_type(exc: BaseException) -> bool:
-    """Whether ``exc`` is Redis's WRONGTYPE error (also as the error of a Lua script)."""
-    import redis
-
-    return isinstance(exc, redis.ResponseError) and "WRONGTYPE" in str(exc)
 
 
 def expected_types(keys: Keys, robot: str) -> dict[str, str]:
@@ -34,14 +29,13 @@ def expected_types(keys: Keys, robot: str) -> dict[str, str]:
 def wrong_typed_keys(connection: RedisClient, keys: Keys, robot: str) -> list[str]:
     """``"<key> is a <type>, not a <expected>"`` for each of ``robot``'s bus keys of the wrong
     type (a missing key is fine: the scripts create it)."""
-    expected = expected_types(keys, robot)
-    with connection.pipeline(transaction=False) as pipe:
-        for key in expected:
-            pipe.type(key)
-        found = pipe.execute()
-    problems = []
-    for (key, want), got in zip(expected.items(), found):
-        got = got.decode() if isinstance(got, bytes) else str(got)
-        if got not in ("none", want):
-            problems.append(f"{key} is a {got}, not a {want}")
-    return problems
+    return wrong_typed(connection, expected_types(keys, robot))
+
+
+def shared_expected_types(keys: Keys) -> dict[str, str]:
+    """The shared indexes any worker's Redis user may write (``robot-lab acl``:
+    SHARED_FOR_WORKERS) that ``robot-lab status`` and ``robot-lab pending`` read, and their
+    types: one set to a string by hand would otherwise fail those commands whole with a
+    WRONGTYPE that names no key."""
+    return {keys.registry(): "set", keys.workers(): "zset", keys.runs_index(): "zset", keys.runs_active(): "set",
+            keys.inputs_pending(): "zset", keys.inputs_deadlines(): "zset"}

@@ -37,11 +37,21 @@ def _row(found: Any) -> dict[str, Any]:
 @click.option("--run", "run_id", default=None, help="Only the requests of this run")
 @click.option("--json", "as_json", is_flag=True, help="Print the requests as JSON")
 def pending(run_id: str | None, as_json: bool) -> None:
-    """Input requests waiting for an answer (oldest first)."""
+    """Input requests waiting for an answer (oldest first).
+
+    An index of the wrong type (written by hand) gets a problem line on stderr naming it; the
+    requests are then found from their records and listed all the same (exit 0)."""
     _require_redis()
+    from robot_lab.connection import get_redis
+    from robot_lab.inputs import InputStore
+    from robot_lab.keys import default_keys
     from robot_lab.network.human_input import pending as list_pending
 
-    rows = [_row(r) for r in list_pending() if run_id is None or r.owner.get("run_id") == run_id]
+    connection, keys = get_redis(), default_keys()
+    for problem in InputStore(connection, keys).index_problems():
+        click.echo(f"! {problem}: read around it (delete it and robot-lab starts it anew)", err=True)
+    rows = [_row(r) for r in list_pending(connection, keys)
+            if run_id is None or r.owner.get("run_id") == run_id]
     if as_json:
         click.echo(json.dumps(rows))
         return

@@ -203,7 +203,7 @@ def pending(connection: RedisClient | None = None, keys: Keys | None = None, lim
             if RunStore(connection, keys, owner["run_id"]).states().get(owner["task"]) != "waiting":
                 continue  # recorded a moment before its task parks: listed once it waits
         out.append(found)
-    return out
+    return sorted(out, key=lambda r: float(r.request.get("created_at") or 0))  # found by SCAN: in no order
 
 
 def _task_gone(connection: RedisClient, keys: Keys, owner: dict[str, Any]) -> bool:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from robot_lab.bus.names import check_robot_name
 from robot_lab.errors import ConfigurationError
-from robot_lab.keys import Keys
+from robot_lab.keys import Keys, glob_escape
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
@@ -101,9 +101,7 @@ class AclUser:
                 "password_env": self.password_env}
 
 
-def _glob(text: str) -> str:
-    """Escape Redis glob characters in a literal part of a pattern."""
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+_glob = glob_escape  # a literal part of an ACL key pattern
 
 
 def _own_inbox(keys: Keys, name: str) -> list[str]:

@@ -49,8 +49,23 @@ def live_a2a_servers(connection: RedisClient, keys: Keys) -> list[dict[str, Any]
     return _live(connection, keys.a2a_servers(), keys.a2a_server)
 
 
+def _shared_index(connection: RedisClient, command: str, key: str, *args: Any, **kwargs: Any) -> Any:
+    """Read a shared index (the registry, the worker, run and input indexes): one of the
+    wrong type -- any worker's Redis user may write it -- reads as empty, and
+    :func:`collect_status` names it in a problem line (``bus.key_types.shared_expected_types``)
+    instead of the whole status failing on an unnamed WRONGTYPE."""
+    from robot_lab.bus.key_types import is_wrong_type
+
+    try:
+        return getattr(connection, command)(key, *args, **kwargs)
+    except Exception as exc:
+        if not is_wrong_type(exc):
+            raise
+        return []
+
+
 def _live(connection: RedisClient, index: str, key_of: Any) -> list[dict[str, Any]]:
-    names = [_s(n) for n in connection.zrange(index, 0, -1)]
+    names = [_s(n) for n in _shared_index(connection, "zrange", index, 0, -1)]
     if not names:
         return []
     raws = mget(connection, [key_of(n) for n in names])  # one slot per process on a cluster
@@ -152,7 +167,7 @@ def rq_registrations(connection: RedisClient, queues: list[str], live_names: set
 
 
 def _run_ids(connection: RedisClient, keys: Keys) -> list[str]:
-    return sorted(_s(r) for r in connection.smembers(keys.runs_active()))
+    return sorted(_s(r) for r in _shared_index(connection, "smembers", keys.runs_active()))
 
 
 def active_runs(connection: RedisClient, keys: Keys) -> list[dict[str, Any]]:
@@ -239,8 +254,8 @@ def recent_run_statuses(connection: RedisClient, keys: Keys, window: float = REC
     """Status -> ids of the runs started in the last ``window`` seconds (newest first, at
     most :data:`RECENT_SCAN_LIMIT`), one pipelined read: what the ``status`` problem line
     and the ``robot_lab_runs_recent`` gauge count."""
-    ids = [_s(r) for r in connection.zrevrangebyscore(keys.runs_index(), "+inf", time.time() - window,
-                                                      start=0, num=RECENT_SCAN_LIMIT)]
+    ids = [_s(r) for r in _shared_index(connection, "zrevrangebyscore", keys.runs_index(), "+inf",
+                                        time.time() - window, start=0, num=RECENT_SCAN_LIMIT)]
     if not ids:
         return {}
     pipe = connection.pipeline(transaction=False)
@@ -298,7 +313,7 @@ def known_robots(connection: RedisClient, keys: Keys, workers: list[dict[str, An
     """Robots of this prefix: the bus registry, live workers, robots of active runs, and
     published robots with an rq queue or rq worker (:func:`rq_queue_robots`). (No SCAN of
     published specs: on a large keyspace that is thousands of round trips.)"""
-    names = {_s(r) for r in connection.smembers(keys.registry())}
+    names = {_s(r) for r in _shared_index(connection, "smembers", keys.registry())}
     for worker in workers:
         names.update(worker.get("robots", []))
     for run in runs:
@@ -375,6 +390,14 @@ def stalled_conversation_problems(connection: RedisClient, keys: Keys, robots: l
     return found
 
 
+def shared_index_problems(connection: RedisClient, keys: Keys) -> list[str]:
+    """One line per shared index of the wrong type (read as empty meanwhile)."""
+    from robot_lab.bus.key_types import shared_expected_types, wrong_typed
+
+    return [f"{problem} (written by hand?): read as empty; delete it and robot-lab starts it anew"
+            for problem in wrong_typed(connection, shared_expected_types(keys))]
+
+
 def wrong_type_problems(connection: RedisClient, keys: Keys, robots: list[str]) -> list[str]:
     """One line per bus key of the wrong type (each stops its robot's poller)."""
     from robot_lab.bus.key_types import wrong_typed_keys
@@ -388,6 +411,7 @@ def collect_status(connection: RedisClient | None = None, keys: Keys | None = No
 
     connection = connection if connection is not None else get_redis()
     keys = keys or default_keys()
+    shared = shared_index_problems(connection, keys)
     workers = live_workers(connection, keys)
     runs = active_runs(connection, keys)
     unknown = unknown_robots(connection, keys, robots, workers, runs) if robots else []
@@ -421,6 +445,7 @@ def collect_status(connection: RedisClient | None = None, keys: Keys | None = No
     problems += orphans
     problems += stalled_conversation_problems(connection, keys, names)
     problems += wrong_types
+    problems += shared
     failed_runs = failed_runs_problem(connection, keys)
     if failed_runs:
         problems.append(failed_runs)
@@ -469,7 +494,7 @@ def orphan_inbox_problems(connection: RedisClient, keys: Keys, rows: list[dict[s
                   and not r["rq_workers"] and not r["bus_consumers"]]
     if not candidates:
         return []
-    registered = {_s(r) for r in connection.smembers(keys.registry())}
+    registered = {_s(r) for r in _shared_index(connection, "smembers", keys.registry())}
     candidates = [r for r in candidates if r["robot"] in registered]
     pipe = connection.pipeline(transaction=False)
     for row in candidates:
@@ -490,7 +515,7 @@ def recent_runs(connection: RedisClient | None = None, keys: Keys | None = None,
     keys = keys or default_keys()
     out: list[dict[str, Any]] = []
     now = time.time()
-    for raw in connection.zrevrange(keys.runs_index(), 0, max(limit * 4, limit) - 1):
+    for raw in _shared_index(connection, "zrevrange", keys.runs_index(), 0, max(limit * 4, limit) - 1):
         run_id = _s(raw)
         key = keys.run(run_id)
         meta = connection.hmget(key, "network", "status", "created_at", "finished_at")
