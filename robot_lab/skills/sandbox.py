@@ -45,7 +45,7 @@ from robot_lab.settings import get_settings
 from robot_lab.skills import reaper, seccomp
 from robot_lab.skills.capabilities import Capabilities, is_under
 from robot_lab.skills.limits import CallCgroup, Limits, rlimit_prefix
-from robot_lab.skills.quota import quota_watch
+from robot_lab.skills.quota import Quota
 
 log = get_logger("robot_lab.skills.sandbox")
 
@@ -162,6 +162,27 @@ def bwrap_status(refresh: bool = False) -> tuple[bool, str]:
         return _probe
 
 
+_sizes_tmpfs: bool | None = None
+
+
+def bwrap_sizes_tmpfs() -> bool:
+    """Whether this bwrap can bound a tmpfs (``--size``, bubblewrap 0.8 and later), from its
+    ``--help``, read once per process; a warning when it cannot (/tmp is then unbounded)."""
+    global _sizes_tmpfs
+    if _sizes_tmpfs is None:
+        exe = bwrap_path()
+        try:
+            done = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=15,
+                                  stdin=subprocess.DEVNULL) if exe else None
+        except (OSError, subprocess.TimeoutExpired):
+            done = None
+        _sizes_tmpfs = done is not None and "--size " in done.stdout + done.stderr
+        if exe and not _sizes_tmpfs:
+            log.warning("sandbox.tmp_unbounded", bwrap=exe,
+                        note="this bwrap has no --size: the sandbox's /tmp is not bounded by sandbox.tmp_max_bytes")
+    return _sizes_tmpfs
+
+
 # --- environment ------------------------------------------------------------------------
 
 
@@ -268,11 +289,13 @@ def bwrap_argv(
     extra_rw: Sequence[str] = (),
     exe: str | None = None,
     seccomp_fd: int | None = None,
+    tmp_bytes: int = 0,
 ) -> list[str]:
     """The ``bwrap`` command line that confines ``command`` to ``grant``.
 
     ``seccomp_fd`` is an open file holding the filter of :mod:`robot_lab.skills.seccomp`
     (the caller passes it to the bwrap process): no ptrace inside the sandbox.
+    ``tmp_bytes`` bounds the private ``/tmp`` (a tmpfs: memory, counted by no other limit).
 
     Mount order matters (later mounts shadow earlier ones): system dirs, /proc, /dev, the
     private /tmp, then read-only paths, then writable ones, each sorted shallow-first so a
@@ -299,7 +322,10 @@ def bwrap_argv(
         for path in ("/run/systemd/resolve", "/run/resolvconf"):
             if os.path.isdir(path):
                 argv += ["--ro-bind", path, path]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    if tmp_bytes and bwrap_sizes_tmpfs():
+        argv += ["--size", str(tmp_bytes)]  # else the kernel's default: half the RAM
+    argv += ["--tmpfs", "/tmp"]
 
     read_only = [skill_dir, *extra_ro, *grant.fs_read]
     binds: list[tuple[str, str]] = []
@@ -533,7 +559,8 @@ def run_script(
         filter_fd = seccomp.program_fd()
         try:
             argv = bwrap_argv(inner, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=[*extra, *extra_ro],
-                              extra_rw=[workspace] if workspace else [], seccomp_fd=filter_fd)
+                              extra_rw=[workspace] if workspace else [], seccomp_fd=filter_fd,
+                              tmp_bytes=int(getattr(sandbox, "tmp_max_bytes", 0) or 0))
             return _run_limited(argv, env=script_env(grant) | added, cwd=skill_dir, grant=grant, sandbox=sandbox,
                                 max_output=max_output, confined=True, label=label,
                                 workspace=workspace, pass_fds=(filter_fd,))
@@ -567,6 +594,7 @@ def _run_limited(argv: Sequence[str], *, env: dict[str, str], cwd: str, grant: C
     prefix = cgroup.join_prefix() if cgroup is not None else []
     token = None
     since = reaper.now_ticks() - 100  # a second of slack for clock rounding
+    quota = Quota.of(workspace, sandbox)
     if not confined:
         token = reaper.new_token()
         env = env | {reaper.TOKEN_NAME: token}
@@ -582,13 +610,27 @@ def _run_limited(argv: Sequence[str], *, env: dict[str, str], cwd: str, grant: C
     try:
         outcome = execute([*prefix, *argv], env=env, cwd=cwd, timeout=grant.timeout, max_output=max_output,
                           mode="bwrap" if confined else "unconfined", reap=reap,
-                          watch=quota_watch(workspace, sandbox), pass_fds=pass_fds)
+                          watch=quota.over if quota is not None else None, pass_fds=pass_fds)
         note = outcome.note or " ".join(n for n in (_limit_note(outcome, limits, cgroup),
+                                                    _tmp_note(outcome, sandbox, confined),
                                                     network_note(outcome, grant, label)) if n)
     finally:
         if cgroup is not None:
             cgroup.remove()
+    trimmed = quota.trim() if quota is not None else []
+    if trimmed:
+        note = f"{note}\n" if note else ""
+        more = f" and {len(trimmed) - 10} more" if len(trimmed) > 10 else ""
+        note += f"[removed to bring the working directory back under its quota: {', '.join(trimmed[:10])}{more}]"
     return replace(outcome, note=note) if note else outcome
+
+
+def _tmp_note(outcome: Outcome, sandbox: Any, confined: bool) -> str:
+    """Said when a confined call that ran out of space may have filled its bounded /tmp."""
+    size = int(getattr(sandbox, "tmp_max_bytes", 0) or 0)
+    if not confined or not size or "no space left on device" not in outcome.output.lower():
+        return ""
+    return f"[the sandbox's /tmp holds at most {size} bytes (sandbox.tmp_max_bytes)]"
 
 
 def require_bwrap() -> str:
