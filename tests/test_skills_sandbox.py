@@ -19,9 +19,9 @@ from structlog.testing import capture_logs
 
 from robot_lab.settings import SandboxSettings, Settings, SkillGrant, SkillsSettings
 from robot_lab.skills import AgentSkill, Capabilities, ScriptTool, SkillCatalog, derive_name, extract_description
-from robot_lab.skills.script_tool import python_executable
-from robot_lab.skills import sandbox as sandbox_mod
-from robot_lab.skills.workspace_tools import workspace_tools
+from robot_lab.sandbox.sandbox import python_executable
+from robot_lab.sandbox import sandbox as sandbox_mod
+from robot_lab.sandbox.workspace_tools import workspace_tools
 from tests.redis_server import wait_for
 from tests.test_skills import write_skill
 
@@ -466,7 +466,7 @@ exec "$@"
 ETC_PROBE = """
 import json, sys
 from robot_lab.settings import SandboxSettings
-from robot_lab.skills.workspace_tools import workspace_tools
+from robot_lab.sandbox.workspace_tools import workspace_tools
 tools = {t.name: t for t in workspace_tools(sys.argv[1], sandbox=SandboxSettings())}
 run = lambda command: tools["run_command"].call({"command": command})
 print(json.dumps({

@@ -1,4 +1,4 @@
-"""A conversation's workspace has a quota (bytes and files) and a TTL (skills/quota.py): a
+"""A conversation's workspace has a quota (bytes and files) and a TTL (sandbox/quota.py): a
 skill script that writes past the quota is stopped with a tool result that says so -- under
 real bwrap -- and workspaces untouched past the TTL are removed when another is opened."""
 
@@ -13,9 +13,9 @@ import pytest
 
 from robot_lab.settings import SandboxSettings, SkillsSettings
 from robot_lab.skills import AgentSkill, Capabilities
-from robot_lab.skills import quota
-from robot_lab.skills.workspace import Workspace
-from robot_lab.skills.workspace_tools import workspace_tools
+from robot_lab.sandbox import quota
+from robot_lab.sandbox.workspace import Workspace
+from robot_lab.sandbox.workspace_tools import workspace_tools
 from tests.test_skills import write_skill
 from tests.test_skills_sandbox import bwrap, needs_bwrap  # noqa: F401
 

@@ -13,11 +13,11 @@ Linux confinement is built in, with bubblewrap:
   unless network was granted by both the skill and the ceiling;
 * an environment holding only ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` and the variables
   and secrets the skill asked for *and* the operator's ceiling allows;
-* process and memory limits (:mod:`robot_lab.skills.limits`).
+* process and memory limits (:mod:`robot_lab.sandbox.limits`).
 
 Whatever the mode, the script runs in its own process group that is killed (SIGKILL) at the
 timeout and again after it exits (stray children); unconfined calls also kill every process
-carrying the call's token (:mod:`robot_lab.skills.reaper`) and, where one can be made, every
+carrying the call's token (:mod:`robot_lab.sandbox.reaper`) and, where one can be made, every
 member of the call's pids cgroup, so a ``setsid`` child does not outlive the call. Output
 past ``max_output_bytes`` is dropped. Failures are text for the model: ``Error (exit N):``,
 ``Error (timed out):``, followed by the limits in force when one of them was likely hit.
@@ -42,12 +42,12 @@ from typing import Any
 from robot_lab.errors import SandboxError
 from robot_lab.logging import declare_secret, get_logger
 from robot_lab.settings import get_settings
-from robot_lab.skills import reaper, seccomp
-from robot_lab.skills.capabilities import Capabilities, is_under
-from robot_lab.skills.limits import CallCgroup, Limits, rlimit_prefix
-from robot_lab.skills.quota import Quota
+from robot_lab.sandbox import reaper, seccomp
+from robot_lab.sandbox.capabilities import Capabilities, is_under
+from robot_lab.sandbox.limits import CallCgroup, Limits, rlimit_prefix
+from robot_lab.sandbox.quota import Quota
 
-log = get_logger("robot_lab.skills.sandbox")
+log = get_logger("robot_lab.sandbox.sandbox")
 
 SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What of /etc a script sees: what programs read to start (the loader's cache, the
@@ -209,6 +209,20 @@ def script_env(grant: Capabilities, *, home: str = "/tmp", parent: Mapping[str, 
 # --- the bwrap command line -------------------------------------------------------------
 
 
+def python_executable(exe: str | None = None) -> str:
+    """``exe`` (default: the Python running robot-lab) with its folder resolved.
+
+    The folder is made absolute with ``..`` and symlinks resolved, so the path exists as
+    written inside bwrap (which binds real paths); the file name is kept, because a venv's
+    ``bin/python`` is a symlink whose own location is what makes it the venv's Python.
+    """
+    exe = exe or sys.executable
+    if os.sep not in exe:
+        exe = shutil.which(exe) or exe
+    exe = os.path.abspath(os.path.expanduser(exe))
+    return os.path.join(os.path.realpath(os.path.dirname(exe)), os.path.basename(exe))
+
+
 _roots_cache: dict[str, list[str]] = {}
 
 
@@ -293,7 +307,7 @@ def bwrap_argv(
 ) -> list[str]:
     """The ``bwrap`` command line that confines ``command`` to ``grant``.
 
-    ``seccomp_fd`` is an open file holding the filter of :mod:`robot_lab.skills.seccomp`
+    ``seccomp_fd`` is an open file holding the filter of :mod:`robot_lab.sandbox.seccomp`
     (the caller passes it to the bwrap process): no ptrace inside the sandbox.
     ``tmp_bytes`` bounds the private ``/tmp`` (a tmpfs: memory, counted by no other limit).
 

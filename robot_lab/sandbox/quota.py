@@ -1,6 +1,6 @@
 """How much a conversation's workspace may hold, and when an old one is removed.
 
-A skill script writes into its conversation's workspace (skills/workspace.py) without any
+A skill script writes into its conversation's workspace (sandbox/workspace.py) without any
 other bound than the disk: a loop that writes forever fills the worker's volume for every
 robot on it. A :class:`Quota` measures a workspace against ``sandbox.workspace_max_bytes``
 and ``sandbox.workspace_max_files``, counting each file's allocated blocks as well as its
@@ -23,7 +23,7 @@ from typing import Any
 
 from robot_lab.logging import get_logger
 
-log = get_logger("robot_lab.skills.quota")
+log = get_logger("robot_lab.sandbox.quota")
 
 _last_sweep: dict[str, float] = {}
 SWEEP_EVERY = 60.0
