@@ -545,3 +545,14 @@ def test_ptrace_of_the_sandboxs_init_fails_fast(tmp_path: Path) -> None:
     tool = tools_of(directory, sandbox)["trace"]
     assert tool.call({}) == "ptrace -1 Operation not permitted"
     assert tool.last_outcome is not None and tool.last_outcome.mode == "bwrap" and not tool.last_outcome.timed_out
+
+
+@needs_bwrap
+def test_an_etc_file_off_the_list_is_seen_only_when_granted(tmp_path: Path) -> None:
+    target = next((p for p in ("/etc/hostname", "/etc/shells", "/etc/fstab") if os.path.isfile(p)), None)
+    if target is None:
+        pytest.skip("no /etc file off the list to grant on this machine")
+    directory = write_skill(tmp_path, "etcreader", scripts={"peek.sh": f"cat {target} >/dev/null && echo seen\n"},
+                            extra=f"fs_read: [{target}]")
+    assert "No such file or directory" in tools_of(directory, SandboxSettings())["peek"].call({})
+    assert tools_of(directory, SandboxSettings(fs_read=[target]))["peek"].call({}) == "seen"
