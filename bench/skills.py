@@ -181,7 +181,7 @@ def main() -> None:
 def tools_part(skills, rounds: int) -> None:  # type: ignore[no-untyped-def]
     """script_tools() for the 10 skills a run might match: built every time (what every run
     paid before the cache) vs cached (what a run pays now)."""
-    from robot_lab.skills.capabilities import Capabilities
+    from robot_lab.sandbox.capabilities import Capabilities
 
     batch = skills[:10]
     ceiling = Capabilities.ceiling()

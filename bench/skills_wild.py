@@ -39,7 +39,7 @@ os.environ.setdefault("ROBOT_LAB_LOG_LEVEL", "ERROR")
 
 from robot_lab.settings import Settings  # noqa: E402
 from robot_lab.skills import SkillCatalog  # noqa: E402
-from robot_lab.skills.sandbox import bwrap_status  # noqa: E402
+from robot_lab.sandbox.sandbox import bwrap_status  # noqa: E402
 
 
 def classify(text: str, timed_out: bool) -> str:

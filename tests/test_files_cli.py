@@ -15,7 +15,7 @@ from robot_lab.bus import Bus, BusPoller
 from robot_lab.cli import main
 from robot_lab.llm.scripted import register_script, unregister_script
 from robot_lab.schemas.messages import ResultFile, RobotResult, TextMessage
-from robot_lab.skills.workspace import Workspace
+from robot_lab.sandbox.workspace import Workspace
 from tests.test_skills_sandbox import bwrap, needs_bwrap  # noqa: F401 - the fixture is used by name
 
 

@@ -11,7 +11,8 @@ Layers, lowest first (a module may import its own layer and those below it):
                 scripted model: what a robot calls, not the robot
     bus         Redis Streams inboxes, replies, dead letters
     memory      shared Memory
-    runtime     the in-process Robot: tools, MCP, rails, durable steps; ``skills`` beside it
+    runtime     the in-process Robot: tools, MCP, rails, durable steps; ``skills`` and
+                ``sandbox`` beside it
     network     the DAG engine: Network DSL, run state, coordinator, the task job, its lease
     app         App (robots + networks by name), the demo app
     a2a         ``robot-lab a2a``: robots and networks as Agent2Agent agents (bus, network)
@@ -19,8 +20,8 @@ Layers, lowest first (a module may import its own layer and those below it):
     dashboard   ``robot-lab dashboard`` (Starlette app over the workers' readers)
     cli         ``robot-lab`` and its subcommands
 
-``skills`` sits beside ``runtime``: runtime may use skills, skills use only foundation and
-schemas. Every import counts -- module level, inside functions, and under TYPE_CHECKING --
+``skills`` and ``sandbox`` sit beside ``runtime``: runtime may use both, skills use only
+foundation, schemas and the sandbox, the sandbox only foundation and schemas. Every import counts -- module level, inside functions, and under TYPE_CHECKING --
 because each is a dependency a reader has to follow. Strings naming a module (rq's job
 function, lazy exports) are not imports and are not counted.
 """
@@ -44,7 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("llm", ("robot_lab.llm",)),
     ("bus", ("robot_lab.bus",)),
     ("memory", ("robot_lab.memory",)),
-    ("runtime", ("robot_lab.runtime", "robot_lab.skills")),
+    ("runtime", ("robot_lab.runtime", "robot_lab.skills", "robot_lab.sandbox")),
     ("network", ("robot_lab.network",)),
     ("app", ("robot_lab.app", "robot_lab.demo")),
     ("a2a", ("robot_lab.a2a",)),
@@ -54,7 +55,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 FACADE = "robot_lab"  # the package root: imports errors + schemas statically, the rest lazily by name
 FACADE_LAYER = "schemas"
-# skills may use only these layers (not bus, memory or runtime)
+# skills and the sandbox may use only these layers (not bus, memory or runtime); skills may
+# also use the sandbox, the sandbox not skills
 SKILLS_MAY_USE = {"foundation", "schemas"}
 
 
@@ -114,9 +116,13 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
             theirs = layer_of(dep)
             if mine is None or theirs is None:
                 problems.append(f"{mod} -> {dep}: module outside every layer (add it to LAYERS)")
-            elif mod.startswith("robot_lab.skills") and not dep.startswith("robot_lab.skills") \
+            elif mod.startswith("robot_lab.sandbox") and not dep.startswith("robot_lab.sandbox") \
                     and theirs not in SKILLS_MAY_USE:
-                problems.append(f"{mod} ({mine}) -> {dep} ({theirs}): skills may use only foundation and schemas")
+                problems.append(f"{mod} ({mine}) -> {dep} ({theirs}): the sandbox may use only foundation and schemas")
+            elif mod.startswith("robot_lab.skills") and not dep.startswith(("robot_lab.skills", "robot_lab.sandbox")) \
+                    and theirs not in SKILLS_MAY_USE:
+                problems.append(f"{mod} ({mine}) -> {dep} ({theirs}): skills may use only foundation, schemas and "
+                                "the sandbox")
             elif rank[theirs] > rank[mine]:
                 problems.append(f"{mod} ({mine}) -> {dep} ({theirs}): upward import")
             elif mine == "runtime" and theirs == "runtime" and dep.startswith("robot_lab.runtime") \
@@ -200,16 +206,20 @@ def test_an_upward_import_is_reported(tmp_path: Path) -> None:
     assert problems == ["robot_lab.bus.core (bus) -> robot_lab.network.task_job (network): upward import"]
 
 
-def test_a_skills_import_of_runtime_is_reported(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("wing", "other", "said"), [
+    ("skills", "runtime", "skills may use only foundation, schemas and the sandbox"),
+    ("sandbox", "skills", "the sandbox may use only foundation and schemas"),
+])
+def test_an_import_out_of_a_wing_beside_runtime_is_reported(tmp_path: Path, wing: str, other: str, said: str) -> None:
     root = _tree(tmp_path, {
         "__init__.py": "",
-        "skills/__init__.py": "",
-        "skills/tool.py": "from ..runtime.tools import Tool\n",
-        "runtime/__init__.py": "",
-        "runtime/tools.py": "",
+        f"{wing}/__init__.py": "",
+        f"{wing}/tool.py": f"from ..{other}.tools import Tool\n",
+        f"{other}/__init__.py": "",
+        f"{other}/tools.py": "",
     })
     problems = upward_imports(collect_imports(root))
-    assert len(problems) == 1 and "skills may use only foundation and schemas" in problems[0]
+    assert problems == [f"robot_lab.{wing}.tool (runtime) -> robot_lab.{other}.tools (runtime): {said}"]
 
 
 def test_a_type_checking_cycle_is_reported(tmp_path: Path) -> None:
@@ -225,7 +235,7 @@ def test_a_type_checking_cycle_is_reported(tmp_path: Path) -> None:
 @pytest.mark.parametrize("module,layer", [
     ("robot_lab.keys", "foundation"), ("robot_lab.schemas.codec", "schemas"), ("robot_lab", "schemas"),
     ("robot_lab.memory.store", "memory"), ("robot_lab.network.dsl", "network"), ("robot_lab.runtime.robot.core", "runtime"),
-    ("robot_lab.skills.sandbox", "runtime"), ("robot_lab.network.task_job", "network"), ("robot_lab.workers.process", "workers"), ("robot_lab.cli", "cli"),
+    ("robot_lab.sandbox.sandbox", "runtime"), ("robot_lab.skills.skill", "runtime"), ("robot_lab.network.task_job", "network"), ("robot_lab.workers.process", "workers"), ("robot_lab.cli", "cli"),
 ])
 def test_layer_of(module: str, layer: str) -> None:
     assert layer_of(module) == layer

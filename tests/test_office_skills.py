@@ -122,7 +122,7 @@ class Served:
         self.bus = Bus(self.client, keys=Keys(prefix=prefix))
 
     def ask(self, text: str, conversation: str, attachments: list[tuple[str, bytes]] | None = None) -> Any:
-        from robot_lab.skills.workspace import envelope_attachments
+        from robot_lab.sandbox.workspace import envelope_attachments
         from tests.redis_server import wait_for
 
         wait_for(lambda: self.bus.exists(ROBOT), timeout=90, interval=0.2)

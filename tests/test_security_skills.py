@@ -24,8 +24,8 @@ from click.testing import CliRunner
 from robot_lab.cli import main
 from robot_lab.settings import SandboxSettings, Settings, SkillGrant, SkillsSettings, configure, reload_settings
 from robot_lab.skills import AgentSkill, Capabilities, ScriptTool
-from robot_lab.skills import sandbox as sandbox_mod
-from robot_lab.skills.limits import Limits, limit_status, rlimit_prefix
+from robot_lab.sandbox import sandbox as sandbox_mod
+from robot_lab.sandbox.limits import Limits, limit_status, rlimit_prefix
 from robot_lab.skills.skill import validate
 from tests.redis_server import wait_for
 from tests.test_skills import write_skill

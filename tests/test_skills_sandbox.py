@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -17,8 +19,9 @@ from structlog.testing import capture_logs
 
 from robot_lab.settings import SandboxSettings, Settings, SkillGrant, SkillsSettings
 from robot_lab.skills import AgentSkill, Capabilities, ScriptTool, SkillCatalog, derive_name, extract_description
-from robot_lab.skills.script_tool import python_executable
-from robot_lab.skills import sandbox as sandbox_mod
+from robot_lab.sandbox.sandbox import python_executable
+from robot_lab.sandbox import sandbox as sandbox_mod
+from robot_lab.sandbox.workspace_tools import workspace_tools
 from tests.redis_server import wait_for
 from tests.test_skills import write_skill
 
@@ -439,3 +442,117 @@ def test_killed_and_silent_scripts_say_so(tmp_path: Path) -> None:
     assert tools["killed"].call({}) == "Error (killed by signal 15, SIGTERM):\npartial"
     assert tools["shell143"].call({}) == "Error (killed by signal 15, SIGTERM):\n(no output)"
     assert sandbox_mod.Outcome("", 3, False, False, "bwrap", 0.0).text() == "Error (exit 3):\n(no output)"
+
+
+# --- what of the host a script sees: /etc, and ptrace ------------------------------------------------
+
+
+# Mounts, inside the private mount namespace the test makes (never the host's): an overlay on
+# /etc (so folders can be made without touching the host's /etc), a tmpfs at deploy/k8s's
+# signing-keys path, and a tmpfs under /etc/ssl, a folder scripts do see. Then the probe.
+ETC_MOUNTS = """set -e
+mount -t tmpfs tmpfs "$1"
+mkdir "$1/upper" "$1/work"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1/upper,workdir=$1/work" /etc
+mkdir -p /etc/robot-lab/keys /etc/ssl/mounted
+mount -t tmpfs tmpfs /etc/robot-lab/keys
+mount -t tmpfs tmpfs /etc/ssl/mounted
+echo KEY-SECRET-1 > /etc/robot-lab/keys/coordinator.key
+echo KEY-SECRET-2 > /etc/ssl/mounted/extra.key
+shift
+exec "$@"
+"""
+
+ETC_PROBE = """
+import json, sys
+from robot_lab.settings import SandboxSettings
+from robot_lab.sandbox.workspace_tools import workspace_tools
+tools = {t.name: t for t in workspace_tools(sys.argv[1], sandbox=SandboxSettings())}
+run = lambda command: tools["run_command"].call({"command": command})
+print(json.dumps({
+    "host_sees": open("/etc/robot-lab/keys/coordinator.key").read().strip(),
+    "cat": run("cat /etc/robot-lab/keys/coordinator.key /etc/ssl/mounted/extra.key"),
+    "ls": run("ls -A /etc"),
+    "read": tools["read_file"].call({"path": "/etc/robot-lab/keys/coordinator.key"}),
+    "list": tools["list_files"].call({"path": "/etc"}),
+    "mode": tools["run_command"].last_outcome.mode,
+}))
+"""
+
+
+def in_private_mount_namespace(tmp_path: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` run inside a mount namespace of its own holding :data:`ETC_MOUNTS`."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.fail("unshare (util-linux) is not installed")
+    userns = [] if os.geteuid() == 0 else ["--map-root-user"]  # a non-root run mounts in a user namespace
+    scratch = tmp_path / "etc-overlay"
+    scratch.mkdir()
+    done = subprocess.run([unshare, "--mount", "--propagation", "private", *userns, "/bin/sh", "-c", ETC_MOUNTS,
+                           "sh", str(scratch), *argv], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    if done.returncode != 0 and "mount" in done.stderr and not done.stdout:
+        pytest.skip(f"cannot make a private mount namespace with an /etc overlay here: {done.stderr.strip()}")
+    return done
+
+
+@needs_bwrap
+def test_mounts_under_etc_are_not_visible_to_scripts_or_the_workspace_tools(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    done = in_private_mount_namespace(tmp_path, [sys.executable, "-c", ETC_PROBE, str(workspace)])
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["host_sees"] == "KEY-SECRET-1" and seen["mode"] == "bwrap"  # the mounts are there, outside
+    assert "KEY-SECRET" not in seen["cat"] and "No such file or directory" in seen["cat"], seen["cat"]
+    assert "KEY-SECRET" not in seen["read"] and "No such file or directory" in seen["read"], seen["read"]
+    listed = seen["ls"].split()
+    assert "passwd" in listed and "ssl" in listed
+    for hidden in ("robot-lab", "shadow", "gshadow", "sudoers", "ssh", "fstab", "hostname", "machine-id"):
+        assert hidden not in listed, seen["ls"]
+    assert "robot-lab" not in seen["list"] and "shadow" not in seen["list"] and "mounted/" not in seen["list"]
+
+
+@needs_bwrap
+def test_interpreters_and_office_start_with_the_narrow_etc(tmp_path: Path) -> None:
+    tools = {t.name: t for t in workspace_tools(tmp_path, sandbox=SandboxSettings(timeout=120))}
+    run = tools["run_command"]
+    assert run.call({"command": "python -c 'import ssl, json, pwd, os; print(pwd.getpwuid(os.getuid()).pw_name, "
+                                "ssl.create_default_context().cert_store_stats()[\"x509_ca\"] > 0)'"}) \
+        in ("root True", "nobody True")
+    assert run.call({"command": "id -un && ls /etc/ssl/certs | head -1 >/dev/null && echo ok"}).endswith("ok")
+    if shutil.which("node"):
+        assert run.call({"command": "node -e 'console.log(1 + 1)'"}) == "2"
+    if shutil.which("soffice"):
+        out = run.call({"command": "printf 'a,b\\n1,2\\n' > t.csv && soffice --headless --convert-to xlsx t.csv "
+                                   ">/dev/null 2>&1; ls t.xlsx"})
+        assert out.startswith("t.xlsx"), out
+
+
+PTRACE = """
+import ctypes, ctypes.util, os
+libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+PTRACE_ATTACH = 16
+result = libc.ptrace(PTRACE_ATTACH, 1, None, None)
+print("ptrace", result, os.strerror(ctypes.get_errno()) if result != 0 else "attached")
+"""
+
+
+@needs_bwrap
+def test_ptrace_of_the_sandboxs_init_fails_fast(tmp_path: Path) -> None:
+    sandbox = SandboxSettings(timeout=30)
+    directory = write_skill(tmp_path, "tracer", scripts={"trace.py": PTRACE})
+    tool = tools_of(directory, sandbox)["trace"]
+    assert tool.call({}) == "ptrace -1 Operation not permitted"
+    assert tool.last_outcome is not None and tool.last_outcome.mode == "bwrap" and not tool.last_outcome.timed_out
+
+
+@needs_bwrap
+def test_an_etc_file_off_the_list_is_seen_only_when_granted(tmp_path: Path) -> None:
+    target = next((p for p in ("/etc/hostname", "/etc/shells", "/etc/fstab") if os.path.isfile(p)), None)
+    if target is None:
+        pytest.skip("no /etc file off the list to grant on this machine")
+    directory = write_skill(tmp_path, "etcreader", scripts={"peek.sh": f"cat {target} >/dev/null && echo seen\n"},
+                            extra=f"fs_read: [{target}]")
+    assert "No such file or directory" in tools_of(directory, SandboxSettings())["peek"].call({})
+    assert tools_of(directory, SandboxSettings(fs_read=[target]))["peek"].call({}) == "seen"

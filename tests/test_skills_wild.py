@@ -30,7 +30,7 @@ from robot_lab.skills import AgentSkill, Capabilities, FakeEmbedder, SkillCatalo
 from robot_lab.skills import reset_default_matcher, validate
 from robot_lab.skills.file_tool import SkillFileTool
 from robot_lab.skills.session import SkillSession, reset_sessions, unique_tools
-from robot_lab.skills.workspace import Workspace, envelope_attachments
+from robot_lab.sandbox.workspace import Workspace, envelope_attachments
 from tests.test_skills_sandbox import bwrap, needs_bwrap  # noqa: F401 - the fixture is used by name
 
 WILD = Path(__file__).parent / "fixtures" / "wild_skills"

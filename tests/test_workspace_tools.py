@@ -23,7 +23,7 @@ from robot_lab.settings import SandboxSettings, Settings, reload_settings
 from robot_lab.skills import AgentSkill, FakeEmbedder, SkillMatcher, reset_default_catalog, reset_default_matcher
 from robot_lab.skills.matching import cap_selected, filter_tools
 from robot_lab.skills.session import SkillSession, reset_sessions
-from robot_lab.skills.workspace_tools import expand_allowed, workspace_tools
+from robot_lab.sandbox.workspace_tools import expand_allowed, workspace_tools
 from tests.test_skills_sandbox import bwrap, needs_bwrap  # noqa: F401 - the fixture is used by name
 
 
@@ -312,7 +312,7 @@ def test_tool_mode_offers_the_workspace_tools_once_a_skill_is_activated(tmp_path
 
 @needs_bwrap
 def test_a_robot_without_skills_can_be_given_the_workspace_tools_by_import_path(skills_env: Path) -> None:
-    from robot_lab.skills import workspace_tools as module
+    from robot_lab.sandbox import workspace_tools as module
 
     assert module.read_file.call({"path": "x"}).startswith("Error (read_file): no working directory")
     register_script("ws-plain", {"turns": [
@@ -322,8 +322,8 @@ def test_a_robot_without_skills_can_be_given_the_workspace_tools_by_import_path(
     clear_recorded_calls()
     try:
         robot = robot_lab.build(name="plain", model="scripted/ws-plain", system_prompt="BASE",
-                                local_tools=["robot_lab.skills.workspace_tools:read_file",
-                                             "robot_lab.skills.workspace_tools:write_file"])
+                                local_tools=["robot_lab.sandbox.workspace_tools:read_file",
+                                             "robot_lab.skills.workspace_tools:write_file"])  # the first path too
         result = robot.run("shout my notes", tools="inherit", conversation_id="c-plain",
                            attachments=[("notes.txt", b"hello")])
         assert result.error is None, result

@@ -140,7 +140,7 @@ def _attachments(paths: tuple[str, ...]) -> dict[str, Any] | None:
         return None
     from pathlib import Path
 
-    from robot_lab.skills.workspace import envelope_attachments
+    from robot_lab.sandbox.workspace import envelope_attachments
 
     return {"attachments": envelope_attachments([(Path(p).name, Path(p).read_bytes()) for p in paths])}
 

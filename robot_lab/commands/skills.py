@@ -126,7 +126,7 @@ def list_skills(roots: tuple[str, ...], as_json: bool) -> None:
 def _mode(skill: Any, grant: Any) -> str:
     """How this skill's scripts would run here."""
     from robot_lab.settings import get_settings  # lazy: start-up time
-    from robot_lab.skills.sandbox import bwrap_status  # lazy: start-up time
+    from robot_lab.sandbox.sandbox import bwrap_status  # lazy: start-up time
 
     if grant.core:
         return "unconfined (trust: core granted by skills.core_trusted)"
@@ -148,9 +148,9 @@ def _caps_line(caps: dict[str, Any]) -> str:
 def show(name: str, roots: tuple[str, ...], as_json: bool) -> None:
     """Front matter, asked vs granted capabilities, limits, script tools and instructions."""
     from robot_lab.settings import get_settings  # lazy: start-up time
-    from robot_lab.skills.limits import limit_status  # lazy: start-up time
-    from robot_lab.skills.sandbox import bwrap_status  # lazy: start-up time
-    from robot_lab.skills.trust import describe  # lazy: start-up time
+    from robot_lab.sandbox.limits import limit_status  # lazy: start-up time
+    from robot_lab.sandbox.sandbox import bwrap_status  # lazy: start-up time
+    from robot_lab.sandbox.trust import describe  # lazy: start-up time
 
     catalog = _catalog(roots)
     try:
@@ -212,7 +212,7 @@ def validate_cmd(strict: bool, as_json: bool, paths: tuple[str, ...]) -> None:
     """Check skill bundles (a skill folder, its SKILL.md, or a folder of skills), and what
     each asks for against what this operator's settings grant."""
     from robot_lab.skills.skill import validate  # lazy: start-up time
-    from robot_lab.skills.trust import describe  # lazy: start-up time
+    from robot_lab.sandbox.trust import describe  # lazy: start-up time
 
     failed = 0
     report = []

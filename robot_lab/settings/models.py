@@ -81,6 +81,9 @@ class SandboxSettings(BaseModel):
     workspace_max_bytes: int = Field(default=1024 * 1024 * 1024, ge=0)
     workspace_max_files: int = Field(default=10_000, ge=0)
     workspace_ttl: int = Field(default=7 * 86_400, ge=0)
+    # The size of the sandbox's private /tmp (also HOME), a tmpfs: host memory that neither
+    # the workspace quota nor max_memory_mb counts (0 = the kernel's default, half the RAM).
+    tmp_max_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
 
 
 class SkillGrant(BaseModel):

@@ -9,7 +9,7 @@ model is first loaded. See docs/skills.md.
 
 from __future__ import annotations
 
-from robot_lab.skills.capabilities import DEFAULT_TIMEOUT, TRUST_LEVELS, Capabilities
+from robot_lab.sandbox.capabilities import DEFAULT_TIMEOUT, TRUST_LEVELS, Capabilities
 from robot_lab.skills.catalog import (
     ENTRY_POINT_GROUP,
     Problem,
@@ -28,7 +28,7 @@ from robot_lab.skills.embedding import (
     load_embedder,
 )
 from robot_lab.skills.file_tool import SkillFileTool
-from robot_lab.skills.limits import Limits, limit_status
+from robot_lab.sandbox.limits import Limits, limit_status
 from robot_lab.skills.matching import (
     SkillInjection,
     SkillMatcher,
@@ -39,13 +39,13 @@ from robot_lab.skills.matching import (
     reset_default_matcher,
     select,
 )
-from robot_lab.skills.sandbox import Outcome, bwrap_status
+from robot_lab.sandbox.sandbox import Outcome, bwrap_status
 from robot_lab.skills.script_tool import ScriptTool, derive_name, extract_description
 from robot_lab.skills.skill import AgentSkill, Issue, validate
 from robot_lab.skills.session import SkillSession, reset_sessions, session_for, unique_tools
 from robot_lab.skills.skill_tool import Activation, SkillTool, system_prompt_listing
-from robot_lab.skills.trust import Decision, TrustReview, review
-from robot_lab.skills.workspace import Workspace, envelope_attachments
+from robot_lab.sandbox.trust import Decision, TrustReview, review
+from robot_lab.sandbox.workspace import Workspace, envelope_attachments
 
 __all__ = [
     "DEFAULT_TIMEOUT",

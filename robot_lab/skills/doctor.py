@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from robot_lab.sandbox.sandbox import python_executable
+
 # import name -> the pip distribution that provides it, where the two differ
 PIP_NAMES: dict[str, str] = {
     "docx": "python-docx", "pptx": "python-pptx", "PIL": "pillow", "yaml": "PyYAML", "fitz": "pymupdf",
@@ -221,8 +223,6 @@ def _global_node_path() -> str:
 
 def diagnose(skill: Any, *, python: str | None = None) -> Diagnosis:
     """What ``skill`` (an AgentSkill) needs and which of it this machine lacks."""
-    from robot_lab.skills.script_tool import python_executable
-
     folder = Path(os.path.realpath(skill.path))
     python = python_executable(python or skill.python)
     files = _files(folder)

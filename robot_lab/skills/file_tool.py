@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from robot_lab.settings import get_settings
-from robot_lab.skills.capabilities import is_under
+from robot_lab.sandbox.capabilities import is_under
 from robot_lab.skills.skill import AgentSkill
-from robot_lab.skills.tool_shape import ToolShape
+from robot_lab.sandbox.tool_shape import ToolShape
 
 TOOL_NAME = "read_skill_file"
 

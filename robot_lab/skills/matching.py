@@ -35,10 +35,10 @@ from robot_lab.connection import get_redis
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
 from robot_lab.settings import DEFAULT_MATCH_RULES, MatchRule, get_settings
-from robot_lab.skills.capabilities import Capabilities
+from robot_lab.sandbox.capabilities import Capabilities
 from robot_lab.skills.embedding import Embedder, EmbeddingCache, load_embedder
 from robot_lab.skills.skill import AgentSkill
-from robot_lab.skills.workspace_tools import expand_allowed
+from robot_lab.sandbox.workspace_tools import expand_allowed
 
 log = get_logger("robot_lab.skills.matching")
 

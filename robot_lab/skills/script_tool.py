@@ -43,10 +43,10 @@ from typing import Any
 
 from robot_lab.logging import get_logger
 from robot_lab.observability import instrument as observe
-from robot_lab.skills.capabilities import Capabilities
-from robot_lab.skills.sandbox import Outcome, run_script
-from robot_lab.skills.tool_shape import ToolShape
-from robot_lab.skills.workspace import changed_files, snapshot
+from robot_lab.sandbox.capabilities import Capabilities
+from robot_lab.sandbox.sandbox import Outcome, python_executable, run_script
+from robot_lab.sandbox.tool_shape import ToolShape
+from robot_lab.sandbox.workspace import changed_files, snapshot
 
 log = get_logger("robot_lab.skills.script_tool")
 
@@ -142,20 +142,6 @@ def names_python(bang: list[str]) -> bool:
         words = [w for w in bang[1].split() if not w.startswith("-")]
         return bool(words) and bool(_PYTHON_RE.match(Path(words[0]).name))
     return bool(_PYTHON_RE.match(exe))
-
-
-def python_executable(exe: str | None = None) -> str:
-    """``exe`` (default: the Python running robot-lab) with its folder resolved.
-
-    The folder is made absolute with ``..`` and symlinks resolved, so the path exists as
-    written inside bwrap (which binds real paths); the file name is kept, because a venv's
-    ``bin/python`` is a symlink whose own location is what makes it the venv's Python.
-    """
-    exe = exe or sys.executable
-    if os.sep not in exe:
-        exe = shutil.which(exe) or exe
-    exe = os.path.abspath(os.path.expanduser(exe))
-    return os.path.join(os.path.realpath(os.path.dirname(exe)), os.path.basename(exe))
 
 
 def is_library_module(path: Path, text: str | None = None) -> bool:

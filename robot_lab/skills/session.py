@@ -36,8 +36,8 @@ from robot_lab.skills.file_tool import SkillFileTool, bundle_files
 from robot_lab.skills.matching import SkillMatcher, default_matcher, filter_tools
 from robot_lab.skills.skill import AgentSkill
 from robot_lab.skills.skill_tool import SkillTool
-from robot_lab.skills.workspace import Workspace
-from robot_lab.skills.workspace_tools import bundles_prompt, workspace_tools
+from robot_lab.sandbox.workspace import Workspace
+from robot_lab.sandbox.workspace_tools import bundles_prompt, workspace_tools
 
 log = get_logger("robot_lab.skills.session")
 

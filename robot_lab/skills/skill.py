@@ -26,10 +26,10 @@ from typing import Any
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.settings import get_settings
-from robot_lab.skills.capabilities import Capabilities
+from robot_lab.sandbox.capabilities import Capabilities
 from robot_lab.skills.skill_file import SkillHead, read_body, read_head
 from robot_lab.skills.script_tool import ScriptPlan, ScriptTool, plan_script
-from robot_lab.skills.trust import TrustReview, review
+from robot_lab.sandbox.trust import TrustReview, review
 
 log = get_logger("robot_lab.skills")
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from robot_lab.logging import get_logger
-from robot_lab.skills.capabilities import Capabilities
+from robot_lab.sandbox.capabilities import Capabilities
 from robot_lab.skills.matching import allowed_tool_names, filter_tools
 from robot_lab.skills.skill import MAX_DESCRIPTION, AgentSkill
-from robot_lab.skills.tool_shape import ToolShape
+from robot_lab.sandbox.tool_shape import ToolShape
 
 log = get_logger("robot_lab.skills.skill_tool")
 

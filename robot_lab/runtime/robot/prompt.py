@@ -58,7 +58,7 @@ class AppliedSkills:
         self.workspace = workspace
         self._before: Any = None
         if workspace is not None:
-            from robot_lab.skills.workspace import snapshot
+            from robot_lab.sandbox.workspace import snapshot
 
             self._before = snapshot(workspace)
 
@@ -69,7 +69,7 @@ class AppliedSkills:
     def finish(self, result: Any) -> Any:
         """``result`` with the files the run wrote or changed in the workspace."""
         if self.workspace is not None and hasattr(result, "files"):
-            from robot_lab.skills.workspace import result_files
+            from robot_lab.sandbox.workspace import result_files
 
             result.files = result_files(self.workspace, self._before)
             result.workspace = str(self.workspace)

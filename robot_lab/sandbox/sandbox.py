@@ -13,11 +13,11 @@ Linux confinement is built in, with bubblewrap:
   unless network was granted by both the skill and the ceiling;
 * an environment holding only ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` and the variables
   and secrets the skill asked for *and* the operator's ceiling allows;
-* process and memory limits (:mod:`robot_lab.skills.limits`).
+* process and memory limits (:mod:`robot_lab.sandbox.limits`).
 
 Whatever the mode, the script runs in its own process group that is killed (SIGKILL) at the
 timeout and again after it exits (stray children); unconfined calls also kill every process
-carrying the call's token (:mod:`robot_lab.skills.reaper`) and, where one can be made, every
+carrying the call's token (:mod:`robot_lab.sandbox.reaper`) and, where one can be made, every
 member of the call's pids cgroup, so a ``setsid`` child does not outlive the call. Output
 past ``max_output_bytes`` is dropped. Failures are text for the model: ``Error (exit N):``,
 ``Error (timed out):``, followed by the limits in force when one of them was likely hit.
@@ -25,6 +25,7 @@ past ``max_output_bytes`` is dropped. Failures are text for the model: ``Error (
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import selectors
@@ -41,17 +42,32 @@ from typing import Any
 from robot_lab.errors import SandboxError
 from robot_lab.logging import declare_secret, get_logger
 from robot_lab.settings import get_settings
-from robot_lab.skills import reaper
-from robot_lab.skills.capabilities import Capabilities, is_under
-from robot_lab.skills.limits import CallCgroup, Limits, rlimit_prefix
-from robot_lab.skills.quota import quota_watch
+from robot_lab.sandbox import reaper, seccomp
+from robot_lab.sandbox.capabilities import Capabilities, is_under
+from robot_lab.sandbox.limits import CallCgroup, Limits, rlimit_prefix
+from robot_lab.sandbox.quota import Quota
 
-log = get_logger("robot_lab.skills.sandbox")
+log = get_logger("robot_lab.sandbox.sandbox")
 
-SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-# Masked inside the sandbox even though /etc is visible: as root these would be readable.
-MASKED_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers")
-MASKED_DIRS = ("/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private")
+SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What of /etc a script sees: what programs read to start (the loader's cache, the
+# alternatives links, interpreters' config), to name users and groups, and for
+# certificates, fonts, locales and time zones. Never /etc whole: a deployment mounts its
+# secrets there (deploy/k8s: the signing keys at /etc/robot-lab/keys), and anything
+# mounted *under* a listed folder is masked too (:func:`etc_mounts`). Shell patterns.
+ETC_ENTRIES = (
+    "passwd", "group", "nsswitch.conf", "hosts", "services", "protocols", "networks",
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives",
+    "localtime", "timezone", "locale.alias", "locale.conf", "default/locale",
+    "ssl", "ca-certificates", "ca-certificates.conf", "pki", "crypto-policies",
+    "fonts", "libreoffice", "papersize", "java-*", "python3*", "perl", "ImageMagick-*",
+    "mime.types", "mailcap", "magic", "magic.mime", "xml", "sgml", "terminfo", "inputrc",
+    "os-release", "lsb-release", "debian_version", "mtab", "gitconfig", "npmrc", "pip.conf", "matplotlibrc",
+)
+# Only when the call has the network: the resolver's configuration.
+ETC_NETWORK = ("resolv.conf", "host.conf", "gai.conf")
+# Private keys inside a listed folder, masked by an empty tmpfs.
+MASKED_DIRS = ("/etc/ssl/private", "/etc/pki/tls/private", "/etc/pki/CA/private")
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _probe_lock = threading.Lock()
@@ -146,6 +162,27 @@ def bwrap_status(refresh: bool = False) -> tuple[bool, str]:
         return _probe
 
 
+_sizes_tmpfs: bool | None = None
+
+
+def bwrap_sizes_tmpfs() -> bool:
+    """Whether this bwrap can bound a tmpfs (``--size``, bubblewrap 0.8 and later), from its
+    ``--help``, read once per process; a warning when it cannot (/tmp is then unbounded)."""
+    global _sizes_tmpfs
+    if _sizes_tmpfs is None:
+        exe = bwrap_path()
+        try:
+            done = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=15,
+                                  stdin=subprocess.DEVNULL) if exe else None
+        except (OSError, subprocess.TimeoutExpired):
+            done = None
+        _sizes_tmpfs = done is not None and "--size " in done.stdout + done.stderr
+        if exe and not _sizes_tmpfs:
+            log.warning("sandbox.tmp_unbounded", bwrap=exe,
+                        note="this bwrap has no --size: the sandbox's /tmp is not bounded by sandbox.tmp_max_bytes")
+    return _sizes_tmpfs
+
+
 # --- environment ------------------------------------------------------------------------
 
 
@@ -170,6 +207,20 @@ def script_env(grant: Capabilities, *, home: str = "/tmp", parent: Mapping[str, 
 
 
 # --- the bwrap command line -------------------------------------------------------------
+
+
+def python_executable(exe: str | None = None) -> str:
+    """``exe`` (default: the Python running robot-lab) with its folder resolved.
+
+    The folder is made absolute with ``..`` and symlinks resolved, so the path exists as
+    written inside bwrap (which binds real paths); the file name is kept, because a venv's
+    ``bin/python`` is a symlink whose own location is what makes it the venv's Python.
+    """
+    exe = exe or sys.executable
+    if os.sep not in exe:
+        exe = shutil.which(exe) or exe
+    exe = os.path.abspath(os.path.expanduser(exe))
+    return os.path.join(os.path.realpath(os.path.dirname(exe)), os.path.basename(exe))
 
 
 _roots_cache: dict[str, list[str]] = {}
@@ -206,8 +257,40 @@ def python_roots(python: str | None = None) -> list[str]:
     return found
 
 
-def _is_system(path: str) -> bool:
-    return any(path == d or path.startswith(d + "/") for d in SYSTEM_RO)
+def _is_system(path: str, etc: Sequence[str] = ()) -> bool:
+    return any(path == d or path.startswith(d + "/") for d in (*SYSTEM_RO, *etc))
+
+
+def _mount_points() -> list[str]:
+    """Every mount point of this process's mount namespace (``/proc/self/mountinfo``)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return []
+    points = []
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) > 4:  # octal escapes: \040 is a space
+            points.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return points
+
+
+def etc_entries(network: bool) -> list[str]:
+    """The /etc paths a script sees (:data:`ETC_ENTRIES`, plus :data:`ETC_NETWORK` with
+    the network), those that exist here, sorted."""
+    found: set[str] = set()
+    for pattern in (*ETC_ENTRIES, *(ETC_NETWORK if network else ())):
+        found.update(glob.glob(os.path.join("/etc", pattern)))
+    return sorted(found)
+
+
+def etc_mounts(entries: Sequence[str]) -> list[str]:
+    """Mount points strictly under a listed /etc folder (a Secret mounted into
+    ``/etc/ssl/...``): bwrap binds recursively, so each is masked by an empty tmpfs or
+    ``/dev/null``. A listed entry that is a mount point itself (Docker's /etc/hosts) is fine."""
+    folders = [e for e in entries if os.path.isdir(e) and not os.path.islink(e)]
+    return sorted({p for p in _mount_points() for f in folders if p.startswith(f + "/")})
 
 
 def bwrap_argv(
@@ -219,39 +302,51 @@ def bwrap_argv(
     extra_ro: Sequence[str] = (),
     extra_rw: Sequence[str] = (),
     exe: str | None = None,
+    seccomp_fd: int | None = None,
+    tmp_bytes: int = 0,
 ) -> list[str]:
     """The ``bwrap`` command line that confines ``command`` to ``grant``.
+
+    ``seccomp_fd`` is an open file holding the filter of :mod:`robot_lab.sandbox.seccomp`
+    (the caller passes it to the bwrap process): no ptrace inside the sandbox.
+    ``tmp_bytes`` bounds the private ``/tmp`` (a tmpfs: memory, counted by no other limit).
 
     Mount order matters (later mounts shadow earlier ones): system dirs, /proc, /dev, the
     private /tmp, then read-only paths, then writable ones, each sorted shallow-first so a
     writable directory inside a read-only one stays writable.
     """
-    argv: list[str] = [exe or bwrap_path() or "bwrap", "--die-with-parent", "--unshare-all"]
+    # --cap-drop ALL: a root worker's scripts would otherwise keep every capability
+    argv: list[str] = [exe or bwrap_path() or "bwrap", "--die-with-parent", "--unshare-all", "--cap-drop", "ALL"]
     if grant.network:
         argv.append("--share-net")
-    for path in SYSTEM_RO:
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
+    etc = etc_entries(grant.network)
+    for path in [*SYSTEM_RO, *etc]:
         if os.path.islink(path):
             argv += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
+        elif os.path.exists(path):
             argv += ["--ro-bind", path, path]
-    for path in MASKED_FILES:
-        if os.path.isfile(path):
-            argv += ["--ro-bind", "/dev/null", path]
+    for path in etc_mounts(etc):
+        argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
     for path in MASKED_DIRS:
-        if os.path.isdir(path) and not os.path.islink(path):
+        if os.path.isdir(path) and not os.path.islink(path) and _is_system(path, etc):
             argv += ["--tmpfs", path]
     if grant.network:
         for path in ("/run/systemd/resolve", "/run/resolvconf"):
             if os.path.isdir(path):
                 argv += ["--ro-bind", path, path]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    if tmp_bytes and bwrap_sizes_tmpfs():
+        argv += ["--size", str(tmp_bytes)]  # else the kernel's default: half the RAM
+    argv += ["--tmpfs", "/tmp"]
 
     read_only = [skill_dir, *extra_ro, *grant.fs_read]
     binds: list[tuple[str, str]] = []
     seen: set[str] = set()
     for path in read_only:
         real = os.path.realpath(path)
-        if real in seen or _is_system(real):
+        if real in seen or _is_system(real, etc):
             continue
         if not os.path.exists(real):
             log.warning("sandbox.path_missing", path=real, access="read")
@@ -301,6 +396,7 @@ def execute(
     mode: str,
     reap: Callable[[], object] | None = None,
     watch: Callable[[], str | None] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Outcome:
     """Run ``argv`` in a new process group; combined stdout+stderr, capped, bounded in time.
 
@@ -308,7 +404,8 @@ def execute(
     (a background child that keeps the pipe open does not hold the call until the timeout).
     ``reap`` kills what the process group misses (``setsid`` children), at the timeout and
     at the end. ``watch`` is polled about every 0.25 s; a reason it returns stops the script
-    (the workspace quota) and becomes the outcome's note.
+    (the workspace quota) and becomes the outcome's note. ``pass_fds`` stay open in the
+    child (bwrap's ``--seccomp FD``).
     """
 
     def kill_all(pgid: int) -> None:
@@ -321,7 +418,7 @@ def execute(
     try:
         proc = subprocess.Popen(
             list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=dict(env), cwd=cwd, start_new_session=True,
+            env=dict(env), cwd=cwd, start_new_session=True, pass_fds=tuple(pass_fds),
         )
     except OSError as exc:
         return Outcome(f"cannot start {argv[0]}: {exc.strerror or exc}", 127, False, False, mode,
@@ -473,11 +570,16 @@ def run_script(
         cwd = workspace or choose_cwd(grant, skill_dir)
         extra = python_roots(python) if python is not None else []
         inner = [*rlimit_prefix(Limits.from_sandbox(sandbox), nproc=True), *command]
-        argv = bwrap_argv(inner, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=[*extra, *extra_ro],
-                          extra_rw=[workspace] if workspace else [])
-        return _run_limited(argv, env=script_env(grant) | added, cwd=skill_dir, grant=grant, sandbox=sandbox,
-                            max_output=max_output, confined=True, label=label,
-                            workspace=workspace)
+        filter_fd = seccomp.program_fd()
+        try:
+            argv = bwrap_argv(inner, grant, skill_dir=skill_dir, cwd=cwd, extra_ro=[*extra, *extra_ro],
+                              extra_rw=[workspace] if workspace else [], seccomp_fd=filter_fd,
+                              tmp_bytes=int(getattr(sandbox, "tmp_max_bytes", 0) or 0))
+            return _run_limited(argv, env=script_env(grant) | added, cwd=skill_dir, grant=grant, sandbox=sandbox,
+                                max_output=max_output, confined=True, label=label,
+                                workspace=workspace, pass_fds=(filter_fd,))
+        finally:
+            os.close(filter_fd)
     if sandbox.when_unavailable != "unconfined":
         log.warning("sandbox.refused", script=label, reason=reason)
         return Outcome(
@@ -496,7 +598,8 @@ def run_script(
 
 
 def _run_limited(argv: Sequence[str], *, env: dict[str, str], cwd: str, grant: Capabilities, sandbox: Any,
-                 max_output: int, confined: bool, label: str = "", workspace: str | None = None) -> Outcome:
+                 max_output: int, confined: bool, label: str = "", workspace: str | None = None,
+                 pass_fds: Sequence[int] = ()) -> Outcome:
     """:func:`execute` inside the call's pids cgroup (where one can be made) with its memory
     rlimit; an unconfined call also carries a reaper token, so that every process it
     started is killed at the end (bwrap's pid namespace does that for a confined one)."""
@@ -505,6 +608,7 @@ def _run_limited(argv: Sequence[str], *, env: dict[str, str], cwd: str, grant: C
     prefix = cgroup.join_prefix() if cgroup is not None else []
     token = None
     since = reaper.now_ticks() - 100  # a second of slack for clock rounding
+    quota = Quota.of(workspace, sandbox)
     if not confined:
         token = reaper.new_token()
         env = env | {reaper.TOKEN_NAME: token}
@@ -520,13 +624,27 @@ def _run_limited(argv: Sequence[str], *, env: dict[str, str], cwd: str, grant: C
     try:
         outcome = execute([*prefix, *argv], env=env, cwd=cwd, timeout=grant.timeout, max_output=max_output,
                           mode="bwrap" if confined else "unconfined", reap=reap,
-                          watch=quota_watch(workspace, sandbox))
+                          watch=quota.over if quota is not None else None, pass_fds=pass_fds)
         note = outcome.note or " ".join(n for n in (_limit_note(outcome, limits, cgroup),
+                                                    _tmp_note(outcome, sandbox, confined),
                                                     network_note(outcome, grant, label)) if n)
     finally:
         if cgroup is not None:
             cgroup.remove()
+    trimmed = quota.trim() if quota is not None else []
+    if trimmed:
+        note = f"{note}\n" if note else ""
+        more = f" and {len(trimmed) - 10} more" if len(trimmed) > 10 else ""
+        note += f"[removed to bring the working directory back under its quota: {', '.join(trimmed[:10])}{more}]"
     return replace(outcome, note=note) if note else outcome
+
+
+def _tmp_note(outcome: Outcome, sandbox: Any, confined: bool) -> str:
+    """Said when a confined call that ran out of space may have filled its bounded /tmp."""
+    size = int(getattr(sandbox, "tmp_max_bytes", 0) or 0)
+    if not confined or not size or "no space left on device" not in outcome.output.lower():
+        return ""
+    return f"[the sandbox's /tmp holds at most {size} bytes (sandbox.tmp_max_bytes)]"
 
 
 def require_bwrap() -> str:

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from robot_lab.logging import get_logger
-from robot_lab.skills.reaper import kill_until_gone
+from robot_lab.sandbox.reaper import kill_until_gone
 
-log = get_logger("robot_lab.skills.limits")
+log = get_logger("robot_lab.sandbox.limits")
 
 _JOIN = 'echo $$ > "$0" || exit 125; exec "$@"'
 _counter = itertools.count()

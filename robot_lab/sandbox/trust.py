@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from robot_lab.settings import get_settings
-from robot_lab.skills.capabilities import Capabilities, expand_path
+from robot_lab.sandbox.capabilities import Capabilities, expand_path
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """What every skill-provided tool shows a model: its JSON schema and the OpenAI function form.
 
-Skills may not import the runtime's Tool (skills sit beside runtime), so their tools share
-this mixin and stay duck-compatible with it (``name``, ``description``, ``parameters``).
+Skills and the sandbox may not import the runtime's Tool (they sit beside runtime), so their
+tools (the skills' and the workspace tools) share this mixin, here in the lower of the two,
+and stay duck-compatible with it (``name``, ``description``, ``parameters``).
 """
 
 from __future__ import annotations

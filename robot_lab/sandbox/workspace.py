@@ -19,7 +19,7 @@ extension field: older workers keep it untouched): ``{"name": ..., "content_base
 or ``{"path": ...}``; :func:`envelope_attachments` builds it.
 
 Workspaces are plain folders with a quota (``sandbox.workspace_max_bytes``, ``_max_files``:
-a script that writes past it is stopped, skills/quota.py); one untouched for
+a script that writes past it is stopped, sandbox/quota.py); one untouched for
 ``sandbox.workspace_ttl`` (7 days) is removed when another workspace is opened. A conversation continued on another host needs ``workspace_root`` on a
 shared volume to see the same files.
 """
@@ -41,10 +41,10 @@ from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.settings import get_settings
 from robot_lab.schemas.messages import ResultFile
-from robot_lab.skills.capabilities import expand_path, is_under
-from robot_lab.skills.quota import remove_stale
+from robot_lab.sandbox.capabilities import expand_path, is_under
+from robot_lab.sandbox.quota import remove_stale
 
-log = get_logger("robot_lab.skills.workspace")
+log = get_logger("robot_lab.sandbox.workspace")
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_LISTED = 50
