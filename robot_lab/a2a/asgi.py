@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from robot_lab.a2a.auth import AuthMiddleware, Tokens
+from robot_lab.a2a.body_limit import BodyLimitMiddleware
 from robot_lab.a2a.cards import network_card, robot_card
 from robot_lab.a2a.handler import AgentHandler, Backend
 from robot_lab.a2a.task_store import TaskStore
@@ -141,6 +142,7 @@ def build_a2a_app(app: Any, *, base_url: str, robots: list[str] | None = None, n
 
     web = Starlette(routes=routes, lifespan=lifespan)
     web.add_middleware(AuthMiddleware, tokens=tokens if tokens or not settings.anonymous else None, settings=settings)
+    web.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)  # the outermost: before auth
     web.state.entries = entries
     log.info("a2a.app", agents=[f"{e.kind}/{e.name}" for e in entries], auth=bool(tokens))
     return web

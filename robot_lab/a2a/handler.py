@@ -204,7 +204,7 @@ class AgentHandler(RequestHandler):
         if settings.robot_deadline:
             deadline = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=settings.robot_deadline)
         envelope = RobotMessage(to=self.name, content=content, from_=settings.sender, reply_to=record.reply_stream,
-                                conversation_id=record.context_id, correlation_id=record.id, deadline=deadline,
+                                conversation_id=record.conversation_id, correlation_id=record.id, deadline=deadline,
                                 extensions={"attachments": files} if files else {})
         record.message_id = envelope.id
         await self.backend.store.create(record, reply_key=self.backend.keys.inbox(record.reply_stream))
@@ -323,7 +323,7 @@ def _answer_robot(backend: Backend, record: TaskRecord, request_id: str, text: s
         who = again.answer.by if again is not None and again.answer is not None else "someone"
         raise UnsupportedOperationError(message=f"task {record.id}: its question was already answered by {who}")
     wake(backend.bus, record.target, request_id, answer, from_=backend.settings.sender,
-         reply_to=record.reply_stream, conversation_id=record.context_id)
+         reply_to=record.reply_stream, conversation_id=record.conversation_id)
     log.info("a2a.answered", task=record.id, request=request_id, robot=record.target, by=answer.by)
 
 

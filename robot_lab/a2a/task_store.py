@@ -15,6 +15,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from google.protobuf.json_format import MessageToDict, ParseDict
 
@@ -46,6 +47,14 @@ class TaskRecord:
     run_id: str = ""  # network: the run
     history: list[dict[str, Any]] = field(default_factory=list)  # A2A Messages (JSON form)
     final: dict[str, Any] | None = None  # the terminal Task (JSON form), once over
+
+    @property
+    def conversation_id(self) -> str:
+        """The robot conversation this task's context is, on the bus: the A2A context *of
+        its caller* (``a2a:<caller, %-quoted>:<contextId>``). Contexts are scoped per caller
+        (A2A 1.0 section 13.1), so a caller that names another caller's contextId reaches a
+        conversation of its own -- never the other's history or parked question."""
+        return f"a2a:{quote(self.owner, safe='')}:{self.context_id}"
 
     def history_messages(self) -> list[Message]:
         return [ParseDict(m, Message(), ignore_unknown_fields=True) for m in self.history]

@@ -229,6 +229,12 @@ class A2ASettings(BaseModel):
     robot_deadline: float = Field(default=0.0, ge=0)
     # seconds task records (and robot reply streams) are kept
     task_ttl: int = Field(default=7 * 24 * 3600, ge=60)
+    # the largest request body read (bytes): a larger one gets HTTP 413 before it is read
+    # whole, authenticated or parsed (the SDK holds a body many times over while parsing it)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # seconds a SIGTERM waits for requests in flight (a blocking message/send, a stream)
+    # before they are cut: their tasks live in Redis, so a client reads them on from any process
+    shutdown_grace: float = Field(default=5.0, ge=0)
     # the calling side (a robot's ``a2a_agents``): per-call timeout, retries of a failed
     # connection or 5xx, and the token it presents (by agent URL prefix)
     client_timeout: float = Field(default=120.0, gt=0)
