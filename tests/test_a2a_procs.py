@@ -569,3 +569,64 @@ def test_an_oversized_body_is_refused_unread_and_sigterm_still_ends_the_server(s
         from tests.conftest import _forget
 
         _forget(f"{stack.prefix}-body")
+
+
+def test_list_tasks_shows_each_caller_its_own_tasks_filtered_and_paged(stack: Stack) -> None:
+    """`ListTasks` (A2A 1.0 section 3.1.4): a caller sees only the tasks it started on the
+    agent, filtered by context and state, newest status first, paged by cursor tokens; the
+    other caller's task in the same contextId is not among them."""
+    url = f"{stack.a}/robots/echo/"
+    context = f"ctx-{uuid.uuid4().hex[:8]}"
+
+    def send(text: str, token: str, context_id: str) -> str:
+        reply = _rpc(url, {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": uuid.uuid4().hex, "role": "ROLE_USER", "contextId": context_id, "parts": [{"text": text}]}}},
+            token=token).json()
+        return reply["result"]["task"]["id"]
+
+    def listed(token: str = TOKEN, **params: Any) -> dict[str, Any]:
+        reply = _rpc(f"{stack.b}/robots/echo/", {"jsonrpc": "2.0", "id": 2, "method": "ListTasks",
+                                                  "params": params}, token=token).json()
+        assert "result" in reply, reply
+        return reply["result"]
+
+    first = send("one", TOKEN, context)
+    second = send("two", TOKEN, context)
+    send("elsewhere", TOKEN, f"{context}-other")
+    theirs = send("not yours", OTHER_TOKEN, context)
+    mine = listed(contextId=context)
+    assert [t["id"] for t in mine["tasks"]] == [second, first]  # newest status first
+    assert mine["totalSize"] == 2 and mine.get("nextPageToken", "") == ""
+    assert all("artifacts" not in t for t in mine["tasks"])  # only with includeArtifacts
+    page = listed(contextId=context, pageSize=1)
+    assert [t["id"] for t in page["tasks"]] == [second] and page["nextPageToken"]
+    rest = listed(contextId=context, pageSize=1, pageToken=page["nextPageToken"])
+    assert [t["id"] for t in rest["tasks"]] == [first] and rest.get("nextPageToken", "") == ""
+    full = listed(contextId=context, includeArtifacts=True, status="TASK_STATE_COMPLETED")
+    assert [t["artifacts"][0]["parts"][0]["text"] for t in full["tasks"]] == ["echo: two", "echo: one"]
+    assert not listed(contextId=context, status="TASK_STATE_WORKING").get("tasks")  # all are over
+    assert [t["id"] for t in listed(OTHER_TOKEN, contextId=context)["tasks"]] == [theirs]
+    bad = _rpc(url, {"jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": {"pageSize": 101}}).json()
+    assert bad["error"]["code"] == -32602
+
+
+def test_a_part_of_a_media_type_the_card_does_not_accept_refuses_the_whole_message(stack: Stack) -> None:
+    """ContentTypeNotSupportedError (-32005): a part whose mediaType is not among the card's
+    input modes refuses the message, also with a text part beside it (no task starts); a
+    POST that is not JSON gets HTTP 415 with the same code. The card is a 1.0 card."""
+    url = f"{stack.a}/robots/echo/"
+    context = f"ctx-{uuid.uuid4().hex[:8]}"
+    parts = [{"text": "see attached"}, {"raw": "dGNr", "mediaType": "application/x-unsupported", "filename": "x.bin"}]
+    refused = _rpc(url, {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "m-ct", "role": "ROLE_USER", "contextId": context, "parts": parts}}}).json()
+    assert refused["error"]["code"] == -32005 and "application/x-unsupported" in refused["error"]["message"]
+    listed = _rpc(url, {"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {"contextId": context}}).json()
+    assert not listed["result"].get("tasks")
+    as_text = httpx.post(url, content=b"{'jsonrpc': '2.0'}", timeout=30,
+                         headers={"Content-Type": "text/plain", "Authorization": f"Bearer {TOKEN}"})
+    assert as_text.status_code == 415 and as_text.json()["error"]["code"] == -32005
+    card = httpx.get(f"{stack.a}/robots/echo/.well-known/agent-card.json")
+    assert not {"url", "preferredTransport", "protocolVersion", "security"} & set(card.json())  # no 0.3 fields
+    assert [i["protocolVersion"] for i in card.json()["supportedInterfaces"]] == ["1.0"]
+    assert "application/x-unsupported" not in card.json()["defaultInputModes"]
+    assert "max-age" in card.headers["cache-control"]
