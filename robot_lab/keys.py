@@ -185,6 +185,12 @@ class Keys:
         run -- its history and, once over, its final Task), so any ``robot-lab a2a`` serves it."""
         return f"{self.prefix}:a2a:task:{self._tag(task_id)}"
 
+    def a2a_tasks(self, agent: str, caller: str) -> str:
+        """Zset: the A2A tasks one caller started on one agent (task id -> creation ms), the
+        index ``tasks/list`` reads; entries older than ``a2a.task_ttl`` are trimmed on write.
+        ``caller`` is %-quoted by the caller of this method (:mod:`robot_lab.a2a.task_store`)."""
+        return f"{self.prefix}:a2a:tasks:{self._tag(f'{agent}:{caller}')}"
+
     def a2a_server(self, name: str) -> str:
         """String (JSON, PX TTL): a live ``robot-lab a2a`` process's last beat."""
         return f"{self.prefix}:a2a:server:{name}"

@@ -25,13 +25,14 @@ from tests.redis_server import REPO_ROOT
 MODEL_ALIAS = "tiny-tool"
 
 
-def shared_dir() -> Path | None:
-    """``shared/`` next to the repository or to the folder holding it (worktrees)."""
+def shared_dir(tool: str = "llama-server/llama-server") -> Path | None:
+    """``shared/`` next to the repository or to the folder holding it (worktrees), where it
+    holds ``tools/<tool>``."""
     given = os.environ.get("ROBOT_LAB_TEST_SHARED_DIR")
     if given:
         return Path(given)
     for base in (REPO_ROOT.parent, REPO_ROOT.parent.parent):
-        if (base / "shared" / "tools" / "llama-server" / "llama-server").exists():
+        if (base / "shared" / "tools" / tool).exists():
             return base / "shared"
     return None
 

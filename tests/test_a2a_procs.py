@@ -291,7 +291,8 @@ def test_a_new_message_in_the_same_context_continues_the_robots_conversation(sta
     first, second = run(go())
     assert second.id != first.id and second.context_id == first.context_id
     assert second.status.state == COMPLETED
-    history = json.loads(stack.redis.get(f"{stack.prefix}:robot:echo:conv:{first.context_id}"))
+    # the robot's conversation is the context of its caller (`tester`)
+    history = json.loads(stack.redis.get(f"{stack.prefix}:robot:echo:conv:a2a:tester:{first.context_id}"))
     assert [m["content"] for m in history if m["role"] == "user"] == ["my name is Ada", "what is my name?"]
 
 
@@ -464,3 +465,168 @@ def test_a_network_run_parks_on_a_remote_agents_question_and_resumes_on_another_
         sys.path.remove(str(tmp_path))
         sys.modules.pop("a2a_asking_caller", None)
         procs.kill_all()
+
+
+def test_a_context_belongs_to_its_caller_another_callers_message_on_it_starts_its_own(stack: Stack) -> None:
+    """Caller `other` (its own token) sends a message with `tester`'s contextId while
+    `tester`'s conversation waits on the asker's question: it gets a question of its own
+    (another request), not `tester`'s; answering it finishes only its own task, and
+    `tester` still answers its own question and gets its reply."""
+    from a2a.types.a2a_pb2 import GetTaskRequest
+
+    async def go() -> tuple[list[Any], list[Any], list[Any], Any, list[Any]]:
+        owner = await sdk_client(f"{stack.a}/robots/asker")
+        asked = await collect(owner.send_message(user_message("refund please")))
+        task_id, context_id = asked[0].task.id, asked[0].task.context_id
+        intruder = await sdk_client(f"{stack.b}/robots/asker", token=OTHER_TOKEN)
+        theirs = await collect(intruder.send_message(user_message("what is pending?", context_id=context_id)))
+        their_answer = await collect(intruder.send_message(user_message(
+            "A1", task_id=theirs[0].task.id, context_id=context_id)))
+        still = await owner.get_task(GetTaskRequest(id=task_id))
+        mine = await collect(owner.send_message(user_message("B2", task_id=task_id, context_id=context_id)))
+        return asked, theirs, their_answer, still, mine
+
+    asked, theirs, their_answer, still, mine = run(go())
+    own_request = asked[-1].status_update.metadata["request"]
+    assert asked[-1].status_update.status.state == INPUT_REQUIRED
+    assert theirs[0].task.context_id == asked[0].task.context_id  # the client's contextId is kept ...
+    assert theirs[-1].status_update.status.state == INPUT_REQUIRED
+    assert theirs[-1].status_update.metadata["request"] != own_request  # ... but the conversation is its own
+    assert their_answer[-1].status_update.status.state == COMPLETED
+    assert their_answer[-1].status_update.status.message.parts[0].text == "refunding - ask_user: A1"
+    assert still.status.state == INPUT_REQUIRED  # the first caller's question is untouched
+    assert mine[-1].status_update.status.state == COMPLETED
+    assert mine[-1].status_update.status.message.parts[0].text == "refunding - ask_user: B2"
+
+
+def _memory_kb(pid: int, field: str) -> int:
+    """A /proc/<pid>/status memory figure (``VmRSS``, ``VmHWM``: the peak RSS), in kB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def test_an_oversized_body_is_refused_unread_and_sigterm_still_ends_the_server(stack: Stack, tmp_path: Path) -> None:
+    """Bodies over `a2a.max_body_bytes` (default 4 MiB) get HTTP 413 with a JSON-RPC error,
+    whether their length is declared or they stream chunked; the server's peak RSS stays
+    near where it was (it never holds them); and a SIGTERM ends it while a message/send
+    waits on a robot no worker serves (the server has its own prefix)."""
+    import os
+    import signal
+    import threading
+
+    from tests.worker_procs import Processes
+
+    write_app(tmp_path)
+    procs = Processes(tmp_path)
+    env = a2a_env(stack.url, f"{stack.prefix}-body", tmp_path)
+    big = 48 * 1024 * 1024
+    body = (b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x", "pad": "'
+            + b"a" * big + b'"}}')
+    try:
+        base = start_server(procs, env, "a2a_app:app", "a2a-body")
+        pid = procs.procs[0].pid
+        peak_before = _memory_kb(pid, "VmHWM")
+        declared = _rpc(f"{base}/robots/echo/", None, raw=body)
+        chunked = httpx.post(f"{base}/robots/echo/", timeout=60,
+                             content=(body[i:i + 65536] for i in range(0, len(body), 65536)),
+                             headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
+        for refused in (declared, chunked):
+            assert refused.status_code == 413, refused.text[:300]
+            assert refused.json()["error"]["code"] == -32600 and "a2a.max_body_bytes" in refused.json()["error"]["message"]
+        assert "transfer-encoding" not in declared.request.headers and "transfer-encoding" in chunked.request.headers
+        grown_mib = (_memory_kb(pid, "VmHWM") - peak_before) / 1024
+        assert grown_mib < 40, f"peak RSS grew {grown_mib:.0f} MiB for bodies of {big >> 20} MiB"
+        # a body within the limit is served as before
+        assert _rpc(f"{base}/robots/echo/", {"jsonrpc": "2.0", "id": 2, "method": "GetTask",
+                                             "params": {"id": "nope"}}).json()["error"]["code"] == -32001
+        waiting: list[Any] = []
+
+        def wait_on_send() -> None:  # no worker of this prefix takes it: the request stays in flight
+            try:
+                waiting.append(_rpc(f"{base}/robots/echo/", {"jsonrpc": "2.0", "id": 3, "method": "SendMessage",
+                                    "params": {"message": {"messageId": "m-1", "role": "ROLE_USER",
+                                                           "parts": [{"text": "anyone?"}]}}}))
+            except httpx.HTTPError as exc:
+                waiting.append(exc)
+
+        from robot_lab.bus import Bus
+        from robot_lab.keys import Keys
+
+        Bus(stack.redis, keys=Keys(f"{stack.prefix}-body")).register("echo")  # an inbox nobody reads
+        sender = threading.Thread(target=wait_on_send, daemon=True)
+        sender.start()
+        from tests.redis_server import wait_for
+
+        wait_for(lambda: stack.redis.keys(f"{stack.prefix}-body:a2a:task:*"), timeout=60, interval=0.2)
+        os.killpg(pid, signal.SIGTERM)
+        procs.procs[0].wait(60)  # raises TimeoutExpired if the in-flight request holds the process
+        sender.join(60)
+        assert waiting and not sender.is_alive()
+    finally:
+        procs.kill_all()
+        from tests.conftest import _forget
+
+        _forget(f"{stack.prefix}-body")
+
+
+def test_list_tasks_shows_each_caller_its_own_tasks_filtered_and_paged(stack: Stack) -> None:
+    """`ListTasks` (A2A 1.0 section 3.1.4): a caller sees only the tasks it started on the
+    agent, filtered by context and state, newest status first, paged by cursor tokens; the
+    other caller's task in the same contextId is not among them."""
+    url = f"{stack.a}/robots/echo/"
+    context = f"ctx-{uuid.uuid4().hex[:8]}"
+
+    def send(text: str, token: str, context_id: str) -> str:
+        reply = _rpc(url, {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": uuid.uuid4().hex, "role": "ROLE_USER", "contextId": context_id, "parts": [{"text": text}]}}},
+            token=token).json()
+        return reply["result"]["task"]["id"]
+
+    def listed(token: str = TOKEN, **params: Any) -> dict[str, Any]:
+        reply = _rpc(f"{stack.b}/robots/echo/", {"jsonrpc": "2.0", "id": 2, "method": "ListTasks",
+                                                  "params": params}, token=token).json()
+        assert "result" in reply, reply
+        return reply["result"]
+
+    first = send("one", TOKEN, context)
+    second = send("two", TOKEN, context)
+    send("elsewhere", TOKEN, f"{context}-other")
+    theirs = send("not yours", OTHER_TOKEN, context)
+    mine = listed(contextId=context)
+    assert [t["id"] for t in mine["tasks"]] == [second, first]  # newest status first
+    assert mine["totalSize"] == 2 and mine.get("nextPageToken", "") == ""
+    assert all("artifacts" not in t for t in mine["tasks"])  # only with includeArtifacts
+    page = listed(contextId=context, pageSize=1)
+    assert [t["id"] for t in page["tasks"]] == [second] and page["nextPageToken"]
+    rest = listed(contextId=context, pageSize=1, pageToken=page["nextPageToken"])
+    assert [t["id"] for t in rest["tasks"]] == [first] and rest.get("nextPageToken", "") == ""
+    full = listed(contextId=context, includeArtifacts=True, status="TASK_STATE_COMPLETED")
+    assert [t["artifacts"][0]["parts"][0]["text"] for t in full["tasks"]] == ["echo: two", "echo: one"]
+    assert not listed(contextId=context, status="TASK_STATE_WORKING").get("tasks")  # all are over
+    assert [t["id"] for t in listed(OTHER_TOKEN, contextId=context)["tasks"]] == [theirs]
+    bad = _rpc(url, {"jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": {"pageSize": 101}}).json()
+    assert bad["error"]["code"] == -32602
+
+
+def test_a_part_of_a_media_type_the_card_does_not_accept_refuses_the_whole_message(stack: Stack) -> None:
+    """ContentTypeNotSupportedError (-32005): a part whose mediaType is not among the card's
+    input modes refuses the message, also with a text part beside it (no task starts); a
+    POST that is not JSON gets HTTP 415 with the same code. The card is a 1.0 card."""
+    url = f"{stack.a}/robots/echo/"
+    context = f"ctx-{uuid.uuid4().hex[:8]}"
+    parts = [{"text": "see attached"}, {"raw": "dGNr", "mediaType": "application/x-unsupported", "filename": "x.bin"}]
+    refused = _rpc(url, {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "m-ct", "role": "ROLE_USER", "contextId": context, "parts": parts}}}).json()
+    assert refused["error"]["code"] == -32005 and "application/x-unsupported" in refused["error"]["message"]
+    listed = _rpc(url, {"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {"contextId": context}}).json()
+    assert not listed["result"].get("tasks")
+    as_text = httpx.post(url, content=b"{'jsonrpc': '2.0'}", timeout=30,
+                         headers={"Content-Type": "text/plain", "Authorization": f"Bearer {TOKEN}"})
+    assert as_text.status_code == 415 and as_text.json()["error"]["code"] == -32005
+    card = httpx.get(f"{stack.a}/robots/echo/.well-known/agent-card.json")
+    assert not {"url", "preferredTransport", "protocolVersion", "security"} & set(card.json())  # no 0.3 fields
+    assert [i["protocolVersion"] for i in card.json()["supportedInterfaces"]] == ["1.0"]
+    assert "application/x-unsupported" not in card.json()["defaultInputModes"]
+    assert "max-age" in card.headers["cache-control"]

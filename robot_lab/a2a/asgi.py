@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from robot_lab.a2a.auth import AuthMiddleware, Tokens
+from robot_lab.a2a.gate import RequestGate
 from robot_lab.a2a.cards import network_card, robot_card
 from robot_lab.a2a.handler import AgentHandler, Backend
 from robot_lab.a2a.task_store import TaskStore
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 log = get_logger("robot_lab.a2a")
 
 CARD_PATH = "/.well-known/agent-card.json"
+CARD_CACHE = "public, max-age=300"  # cards change with a deploy; clients revalidate by ETag
 
 
 @dataclass
@@ -110,11 +112,11 @@ def build_a2a_app(app: Any, *, base_url: str, robots: list[str] | None = None, n
                                                                       network=network)))
     routes: list[Any] = []
     for entry in entries:
-        inner = create_agent_card_routes(entry.card, card_url=CARD_PATH)
+        inner = create_agent_card_routes(entry.card, card_url=CARD_PATH, cache_control=CARD_CACHE)
         inner += create_jsonrpc_routes(entry.handler, "/", enable_v0_3_compat=True)
         routes.append(Mount(entry.path.rstrip("/"), routes=inner))
     if len(entries) == 1:
-        routes += create_agent_card_routes(entries[0].card, card_url=CARD_PATH)
+        routes += create_agent_card_routes(entries[0].card, card_url=CARD_PATH, cache_control=CARD_CACHE)
 
     async def index(request: Request) -> JSONResponse:
         return JSONResponse({"agents": [{"name": e.name, "kind": e.kind, "url": f"{base}{e.path}",
@@ -141,6 +143,7 @@ def build_a2a_app(app: Any, *, base_url: str, robots: list[str] | None = None, n
 
     web = Starlette(routes=routes, lifespan=lifespan)
     web.add_middleware(AuthMiddleware, tokens=tokens if tokens or not settings.anonymous else None, settings=settings)
+    web.add_middleware(RequestGate, limit=settings.max_body_bytes)  # the outermost: before auth
     web.state.entries = entries
     log.info("a2a.app", agents=[f"{e.kind}/{e.name}" for e in entries], auth=bool(tokens))
     return web

@@ -21,7 +21,6 @@ from a2a.types.a2a_pb2 import (
 from robot_lab.a2a.auth import security_fields
 from robot_lab.settings import A2ASettings
 
-INPUT_MODES = ["text/plain", "application/json"]
 OUTPUT_MODES = ["text/plain"]
 
 
@@ -38,12 +37,12 @@ def _card(name: str, description: str, url: str, skills: list[AgentSkill], setti
         description=description,
         version=_version(),
         provider=AgentProvider(organization="robot-lab", url="https://github.com/robot-lab"),
-        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
-                              AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3")],
+        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=version)
+                              for version in (["1.0", "0.3"] if settings.card_v03 else ["1.0"])],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=False),
         security_schemes=schemes,
         security_requirements=requirements,
-        default_input_modes=INPUT_MODES,
+        default_input_modes=settings.input_modes,
         default_output_modes=OUTPUT_MODES,
         skills=skills,
     )

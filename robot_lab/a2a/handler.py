@@ -25,6 +25,8 @@ from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
+    ListTasksResponse,
     Message,
     SendMessageRequest,
     SubscribeToTaskRequest,
@@ -41,7 +43,15 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from a2a.utils.task import apply_history_length
+from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE
+from a2a.utils.task import (
+    ListTasksCursor,
+    apply_history_length,
+    decode_list_tasks_cursor,
+    encode_list_tasks_cursor,
+    validate_history_length,
+    validate_page_size,
+)
 
 from robot_lab.a2a.states import is_interrupted, is_terminal
 from robot_lab.a2a.task_store import TaskRecord, TaskStore
@@ -56,6 +66,8 @@ from robot_lab.schemas import RobotMessage, new_id
 from robot_lab.settings import A2ASettings
 
 log = get_logger("robot_lab.a2a")
+
+LIST_WINDOW = 1000  # tasks/list looks at a caller's newest tasks on an agent, this many at most
 
 
 @dataclass
@@ -79,14 +91,21 @@ class Backend:
         return TaskView(self.store, record, source)
 
 
-def message_content(message: Message) -> tuple[str | dict[str, Any], list[dict[str, str]]]:
+def message_content(message: Message, input_modes: list[str]) -> tuple[str | dict[str, Any], list[dict[str, str]]]:
     """The bus content of an A2A message (its text parts, or one data part as a JSON object)
-    and its file parts as bus attachments."""
+    and its file parts as bus attachments. Every part's media type, where it names one, must
+    be one of ``input_modes`` (the card's): else the whole message is refused, never a part
+    dropped (A2A 1.0 section 3.1.1, ``ContentTypeNotSupportedError``)."""
     texts: list[str] = []
     data: list[Any] = []
     files: list[dict[str, str]] = []
     for part in message.parts:
         which = part.WhichOneof("content")
+        media = part.media_type.split(";", 1)[0].strip().lower()
+        if media and media not in input_modes:
+            raise ContentTypeNotSupportedError(
+                message=f"a {which} part of media type {part.media_type!r} is not accepted: "
+                        f"send one of {', '.join(input_modes)} (the agent card's defaultInputModes)")
         if which == "text":
             texts.append(part.text)
         elif which == "data":
@@ -132,8 +151,49 @@ class AgentHandler(RequestHandler):
         await view.catch_up()
         return apply_history_length(view.snapshot(), params)
 
-    async def on_list_tasks(self, params: Any, context: ServerCallContext) -> Any:
-        raise UnsupportedOperationError(message="tasks/list is not supported; keep the task ids you were given")
+    @validate_request_params
+    async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        """The caller's tasks on this agent (A2A 1.0 section 3.1.4): only its own (read from
+        its index), filtered by context, state and status time, newest status first, paged by
+        the SDK's cursor tokens (the position of a page's last task, so a token stays valid
+        when tasks change). Each task is folded from what it runs, like ``tasks/get``; the
+        caller's ``LIST_WINDOW`` newest tasks are the ones looked at."""
+        validate_history_length(params)
+        if params.HasField("page_size"):
+            validate_page_size(params.page_size)
+        after: tuple[int, str] | None = None
+        if params.page_token:
+            cursor = decode_list_tasks_cursor(params.page_token)
+            if cursor is None:
+                raise InvalidParamsError(message="pageToken is not a token this server gave")
+            after = (cursor.timestamp_ns or 0, cursor.task_id)
+        records = await self.backend.store.listed(self.agent, owner_of(context), LIST_WINDOW)
+        if params.context_id:
+            records = [r for r in records if r.context_id == params.context_id]
+        tasks = await asyncio.gather(*(self._current(r) for r in records))
+        if params.status:
+            tasks = [t for t in tasks if t.status.state == params.status]
+        if params.HasField("status_timestamp_after"):
+            since = params.status_timestamp_after.ToNanoseconds()
+            tasks = [t for t in tasks if t.status.timestamp.ToNanoseconds() >= since]
+        tasks.sort(key=_list_key, reverse=True)
+        total = len(tasks)
+        if after is not None:
+            tasks = [t for t in tasks if _list_key(t) < after]
+        size = params.page_size if params.HasField("page_size") else DEFAULT_LIST_TASKS_PAGE_SIZE
+        page, more = tasks[:size], len(tasks) > size
+        for task in page:
+            if not params.include_artifacts:
+                task.ClearField("artifacts")
+            task.CopyFrom(apply_history_length(task, params))
+        token = encode_list_tasks_cursor(ListTasksCursor(timestamp_ns=_list_key(page[-1])[0],
+                                                         task_id=page[-1].id)) if more else ""
+        return ListTasksResponse(tasks=page, next_page_token=token, page_size=size, total_size=total)
+
+    async def _current(self, record: TaskRecord) -> Task:
+        view = self.backend.view(record)
+        await view.catch_up()
+        return view.snapshot()
 
     @validate_request_params
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
@@ -165,7 +225,7 @@ class AgentHandler(RequestHandler):
         message = params.message
         if message.task_id:
             return await self.continue_task(await self._record(message.task_id, context), message)
-        content, files = message_content(message)
+        content, files = message_content(message, self.backend.settings.input_modes)
         task_id = new_id()
         context_id = message.context_id or new_id()
         stored = Message()
@@ -204,7 +264,7 @@ class AgentHandler(RequestHandler):
         if settings.robot_deadline:
             deadline = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=settings.robot_deadline)
         envelope = RobotMessage(to=self.name, content=content, from_=settings.sender, reply_to=record.reply_stream,
-                                conversation_id=record.context_id, correlation_id=record.id, deadline=deadline,
+                                conversation_id=record.conversation_id, correlation_id=record.id, deadline=deadline,
                                 extensions={"attachments": files} if files else {})
         record.message_id = envelope.id
         await self.backend.store.create(record, reply_key=self.backend.keys.inbox(record.reply_stream))
@@ -275,6 +335,11 @@ class AgentHandler(RequestHandler):
         raise ExtendedAgentCardNotConfiguredError
 
 
+def _list_key(task: Task) -> tuple[int, str]:
+    """``tasks/list`` order (descending): the status time, then the id (a stable order)."""
+    return task.status.timestamp.ToNanoseconds(), task.id
+
+
 APPROVALS = frozenset({"yes", "y", "approve", "approved", "ok", "allow", "true"})
 
 
@@ -286,7 +351,7 @@ async def answer_input(backend: Backend, record: TaskRecord, message: Message, v
     robot's parked message is woken by an ``answer`` envelope the tier sends as its own
     sender, whose reply (the robot's final answer, or its next question) the task follows
     (``view``: the task as it stands, caught up). Returns the id of the request answered."""
-    content, _ = message_content(message)
+    content, _ = message_content(message, backend.settings.input_modes)
     text = content if isinstance(content, str) else json.dumps(content)
     if record.kind == "network":
         return await asyncio.to_thread(_answer_run, backend, record, text.strip())
@@ -327,7 +392,7 @@ def _answer_robot(backend: Backend, record: TaskRecord, request_id: str, text: s
         who = again.answer.by if again is not None and again.answer is not None else "someone"
         raise UnsupportedOperationError(message=f"task {record.id}: its question was already answered by {who}")
     wake(backend.bus, record.target, request_id, answer, from_=backend.settings.sender,
-         reply_to=record.reply_stream, conversation_id=record.context_id)
+         reply_to=record.reply_stream, conversation_id=record.conversation_id)
     log.info("a2a.answered", task=record.id, request=request_id, robot=record.target, by=answer.by)
 
 

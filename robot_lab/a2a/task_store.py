@@ -15,6 +15,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from google.protobuf.json_format import MessageToDict, ParseDict
 
@@ -46,6 +47,14 @@ class TaskRecord:
     run_id: str = ""  # network: the run
     history: list[dict[str, Any]] = field(default_factory=list)  # A2A Messages (JSON form)
     final: dict[str, Any] | None = None  # the terminal Task (JSON form), once over
+
+    @property
+    def conversation_id(self) -> str:
+        """The robot conversation this task's context is, on the bus: the A2A context *of
+        its caller* (``a2a:<caller, %-quoted>:<contextId>``). Contexts are scoped per caller
+        (A2A 1.0 section 13.1), so a caller that names another caller's contextId reaches a
+        conversation of its own -- never the other's history or parked question."""
+        return f"a2a:{quote(self.owner, safe='')}:{self.context_id}"
 
     def history_messages(self) -> list[Message]:
         return [ParseDict(m, Message(), ignore_unknown_fields=True) for m in self.history]
@@ -85,13 +94,36 @@ class TaskStore:
             pipe.xgroup_create(reply_key, "_", id="$", mkstream=True)
             pipe.expire(reply_key, self.ttl)
         await pipe.execute()
+        index = self._index(record.agent, record.owner)  # its own round trip: another slot in a cluster
+        now_ms = int(record.created_at * 1000)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zadd(index, {record.id: now_ms})
+        pipe.zremrangebyscore(index, 0, now_ms - self.ttl * 1000)  # records gone by now
+        pipe.expire(index, self.ttl)
+        await pipe.execute()
+
+    def _index(self, agent: str, owner: str) -> str:
+        return self.keys.a2a_tasks(agent, quote(owner, safe=""))
+
+    async def listed(self, agent: str, owner: str, limit: int) -> list[TaskRecord]:
+        """The records of the ``limit`` newest tasks ``owner`` started on ``agent`` (from its
+        index: no scan), newest first; ones whose record expired are left out."""
+        ids = [_s(i) for i in await self.r.zrevrange(self._index(agent, owner), 0, limit - 1)]
+        pipe = self.r.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hmget(self.keys.a2a_task(task_id), *FIELDS)
+        records = [self._record(task_id, raw) for task_id, raw in zip(ids, await pipe.execute())]
+        return [r for r in records if r is not None and r.owner == owner and r.agent == agent]
 
     async def update_source(self, task_id: str, **fields: str) -> None:
         """Record what the task runs once it was started (the run id of a submitted run)."""
         await self.r.hset(self.keys.a2a_task(task_id), mapping=fields)
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        raw = await self.r.hmget(self.keys.a2a_task(task_id), *FIELDS)
+        return self._record(task_id, await self.r.hmget(self.keys.a2a_task(task_id), *FIELDS))
+
+    @staticmethod
+    def _record(task_id: str, raw: list[Any]) -> TaskRecord | None:
         if raw[0] is None:
             return None
         values = dict(zip(FIELDS, (_s(v) for v in raw)))

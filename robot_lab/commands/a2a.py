@@ -50,4 +50,7 @@ def a2a(app_path: str | None, host: str, port: int, robots: tuple[str, ...], net
         raise click.ClickException(str(exc)) from exc
     for entry in web.state.entries:
         click.echo(f"{entry.kind} {entry.name}: {(public_url or f'http://{host}:{port}').rstrip('/')}{entry.path}", err=True)
-    uvicorn.run(web, host=host, port=port, log_level="warning", access_log=False)
+    # a SIGTERM cuts requests still in flight after the grace: uvicorn's default waits for them
+    # for ever (a blocking message/send, a stream of a task that runs for hours)
+    uvicorn.run(web, host=host, port=port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=a2a_settings.shutdown_grace)

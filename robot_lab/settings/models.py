@@ -232,6 +232,26 @@ class A2ASettings(BaseModel):
     robot_deadline: float = Field(default=0.0, ge=0)
     # seconds task records (and robot reply streams) are kept
     task_ttl: int = Field(default=7 * 24 * 3600, ge=60)
+    # the media types a message's parts may carry (the cards' input modes): a part of another
+    # type is refused whole with ContentTypeNotSupportedError (-32005); a part that names no
+    # type is taken by its kind (text, JSON data, a raw file)
+    input_modes: list[str] = Field(default_factory=lambda: [
+        "text/plain", "application/json", "text/markdown", "text/csv", "application/pdf", "image/png", "image/jpeg",
+        "application/octet-stream",
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation"])
+    # the cards are A2A 1.0 cards; on, they also declare the 0.3 JSON-RPC interface, which
+    # makes the SDK add the 0.3 top-level fields (url, preferredTransport, ...) for clients that
+    # read only 0.3 cards -- a card a strict 1.0 validator refuses (the 0.3 method names are
+    # served either way)
+    card_v03: bool = False
+    # the largest request body read (bytes): a larger one gets HTTP 413 before it is read
+    # whole, authenticated or parsed (the SDK holds a body many times over while parsing it)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # seconds a SIGTERM waits for requests in flight (a blocking message/send, a stream)
+    # before they are cut: their tasks live in Redis, so a client reads them on from any process
+    shutdown_grace: float = Field(default=5.0, ge=0)
     # the calling side (a robot's ``a2a_agents``): per-call timeout, retries of a failed
     # connection or 5xx, and the token it presents (by agent URL prefix)
     client_timeout: float = Field(default=120.0, gt=0)
