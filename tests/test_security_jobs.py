@@ -248,3 +248,69 @@ def test_a_policed_job_reads_rqs_timestamps_as_rq_does_without_strptime(real_cli
         assert getattr(ours, name) == getattr(expected, name) and getattr(ours, name).tzinfo is not None
     assert ours.ended_at is None and ours.args == expected.args
     assert parsed == [b"2026-01-02T03:04:05Z"]  # only the form rq writes no more went through strptime
+
+
+def _unsigned_task_job(client: Any, queue: str, origin: str) -> str:
+    """An unsigned robot-lab task job on ``queue`` whose hash claims ``origin``: what a
+    writer of ``rq:*`` puts on a queue whose robot requires signed jobs."""
+    from rq import Queue
+
+    job = Queue(queue, connection=client, serializer=JobSerializer).create_job(
+        JOB_FUNC, args=["p", f"no-such-run-{uid()}", "t", "j"])
+    job.origin = origin
+    job.save()
+    client.rpush(f"rq:queue:{queue}", job.id)
+    return job.id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["robot-lab", "rq"])
+def test_the_signing_mode_is_the_queues_not_the_jobs_origin(real_redis_url: str, key_prefix: str, command: str,
+                                                             processes) -> None:  # noqa: F811
+    """``signing.robots={"technical": "require"}``: an unsigned task job taken from
+    ``robot:technical`` is refused whatever ``origin`` its hash names (technical's own,
+    a robot under ``off``, none), by ``robot-lab worker`` and by plain ``rq worker -w``."""
+    client = redis.Redis.from_url(real_redis_url)
+    env = child_env(real_redis_url, key_prefix, ROBOT_LAB_SIGNING__ROBOTS='{"technical": "require"}',
+                    ROBOT_LAB_SIGNING__KEYS=json.dumps({"coordinator": {"c1": COORDINATOR_KEY}}))
+    if command == "rq":
+        args = [str(VENV_BIN / "rq"), "worker", "-w", "robot_lab.network.job_policy.RobotLabWorker",
+                "robot:technical", "--url", real_redis_url]
+    else:
+        args = [str(VENV_BIN / "robot-lab"), "worker", "technical", "--app", APP]
+    worker = processes.start(args, env, "worker")
+    jobs: dict[str, str] = {}
+    try:
+        wait_for_workers(client, ["robot:technical"], timeout=90)
+        for origin in ("robot:technical", "robot:general", ""):
+            jobs[origin] = _unsigned_task_job(client, "robot:technical", origin)
+        for origin, job_id in jobs.items():
+            wait_for(lambda job_id=job_id: _failure(client, job_id).split(" ")[0] in ("failed", "finished"),
+                     timeout=60)
+    except Exception:
+        print(processes.logs())
+        raise
+    for origin, job_id in jobs.items():
+        assert "is not signed by 'coordinator'" in _failure(client, job_id), (origin, _failure(client, job_id))
+    assert worker.poll() is None
+    client.close()
+
+
+def test_a_job_performed_outside_a_worker_gets_the_strictest_mode(real_client: Any, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    """A policed job no worker stamped with its queue (``job.perform()`` called directly)
+    is held to the strictest mode configured for any robot, not to its origin's."""
+    from rq import Queue
+
+    monkeypatch.setenv("ROBOT_LAB_SIGNING__ROBOTS", '{"technical": "require"}')
+    reload_settings()
+    try:
+        job = Queue("robot:general", connection=real_client, serializer=JobSerializer).enqueue_call(
+            func=JOB_FUNC, args=["p", "r", "t", "j"])
+        fetched = job_class().fetch(job.id, connection=real_client, serializer=JobSerializer)
+        assert "is not signed by 'coordinator'" in (refusal(fetched) or "")
+        fetched.taken_from = "robot:general"  # a worker took it from general's queue: general's mode (off)
+        assert refusal(fetched) is None
+    finally:
+        monkeypatch.delenv("ROBOT_LAB_SIGNING__ROBOTS")
+        reload_settings()

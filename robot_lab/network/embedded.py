@@ -25,11 +25,12 @@ def _worker_class() -> type:
     from rq.timeouts import TimerDeathPenalty  # lazy: start-up time
     from rq.worker import SimpleWorker  # lazy: start-up time
 
-    from robot_lab.network.job_policy import job_class as policed_job_class
+    from robot_lab.network.job_policy import PolicedWorker
 
-    class ThreadWorker(SimpleWorker):
+    class ThreadWorker(PolicedWorker, SimpleWorker):
+        """Runs only robot-lab's job (job_policy.py)."""
+
         death_penalty_class = TimerDeathPenalty
-        job_class = policed_job_class()  # runs only robot-lab's job (job_policy.py)
 
         def _install_signal_handlers(self) -> None:  # signals only work in the main thread
             pass

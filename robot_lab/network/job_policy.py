@@ -10,9 +10,13 @@ whose ``perform`` checks the job *before* rq imports anything it names:
 * the function is one robot-lab enqueues (:data:`JOB_FUNCTIONS`), with no instance, four
   string arguments and no keyword arguments;
 * no success/failure/stopped callback (each is an import string too);
-* under ``signing.verify=require`` for the queue's robot, a signature by a key of the job
-  signer (``coordinator``, :mod:`.job_signing`) over the job id, function and
-  arguments; under ``warn`` a missing or bad one is logged.
+* under ``signing.verify=require`` for the robot of the queue the worker took the job from
+  (never the job's own ``origin``: whoever wrote the job wrote that too), a signature by a
+  key of the job signer (``coordinator``, :mod:`.job_signing`) over the job id, function and
+  arguments; under ``warn`` a missing or bad one is logged;
+* its data can be read at all: a job hash whose ``data`` is missing, garbage or a pickle of
+  anything but plain values is read as an *unreadable* job (never an exception out of rq's
+  dequeue, which ended the worker's loop) and refused here.
 
 A refused job fails (reason ``JobRefused: ...`` in rq's failed registry, never retried), a
 ``security.job_refused`` event is logged, and the worker goes on to its next job.
@@ -40,14 +44,34 @@ class JobRefused(Exception):
     """A job this worker will not run (the reason says why)."""
 
 
-def _queue_robot(job: Any) -> str:
-    origin = str(job.origin or "")
-    return origin.split(":", 1)[1] if origin.startswith("robot:") else origin
+def _queue_robot(queue: str) -> str:
+    return queue.split(":", 1)[1] if queue.startswith("robot:") else queue
+
+
+_STRICTNESS = {"off": 0, "warn": 1, "require": 2}
+
+
+def _verify_mode(job: Any) -> str:
+    """The signing mode for ``job``: its robot's, the robot of the queue a worker took it
+    from (``taken_from``, stamped by :class:`PolicedWorker`). A job performed by no such
+    worker gets the strictest mode configured for any robot: its ``origin`` is the job's
+    own claim and proves nothing."""
+    from robot_lab.bus.keyring import verify_mode
+    from robot_lab.settings import get_settings
+
+    taken_from = getattr(job, "taken_from", None)
+    if taken_from is not None:
+        return verify_mode(_queue_robot(taken_from))
+    signing = get_settings().signing
+    return max([signing.verify, *signing.robots.values()], key=lambda mode: _STRICTNESS.get(mode, 2))
 
 
 def refusal(job: Any) -> str | None:
     """Why this worker must not run ``job`` (None: it may). Reads only data: nothing the job
     names is imported."""
+    unreadable = getattr(job, "unreadable", None)
+    if unreadable:
+        return f"job data cannot be read ({unreadable})"
     try:
         func, instance, args, kwargs = job.func_name, job.instance, job.args, job.kwargs
     except Exception as exc:  # noqa: BLE001 - undecodable data is a refusal, not a crash
@@ -61,16 +85,19 @@ def refusal(job: Any) -> str | None:
     callbacks = [getattr(job, name, None) for name in _CALLBACKS]
     if any(callbacks):
         return f"job {job.id!r} names callbacks ({', '.join(str(c) for c in callbacks if c)})"
-    from robot_lab.bus.keyring import verify_mode
-
-    mode = verify_mode(_queue_robot(job))
+    mode = _verify_mode(job)
     if mode != "off":
         problem = signature_problem(str(job.id), func, list(args), job.meta)
         if problem and mode == "require":
             return problem
         if problem:
-            log.warning("security.job_unsigned", job_id=job.id, queue=job.origin, error=problem, mode=mode)
+            log.warning("security.job_unsigned", job_id=job.id, queue=_queue_of(job), error=problem, mode=mode)
     return None
+
+
+def _queue_of(job: Any) -> str:
+    """The queue a worker took ``job`` from, for log lines (else the job's own ``origin``)."""
+    return str(getattr(job, "taken_from", None) or job.origin or "")
 
 
 def check_job(job: Any) -> None:
@@ -82,7 +109,7 @@ def check_job(job: Any) -> None:
     for name in _CALLBACKS:  # rq's failure path would import them
         setattr(job, name, None)
     job.retries_left = None
-    log.error("security.job_refused", job_id=job.id, queue=job.origin, reason=reason)
+    log.error("security.job_refused", job_id=job.id, queue=_queue_of(job), reason=reason)
     raise JobRefused(reason)
 
 
@@ -112,13 +139,40 @@ def job_class() -> type:
     class RobotLabJob(Job):
         """An rq job that runs only if :func:`check_job` lets it (see the module docstring)."""
 
+        taken_from: str | None = None  # the queue a PolicedWorker took it from
+        unreadable: str | None = None  # why its hash cannot be read as a job (then it is refused)
+
         def perform(self) -> Any:
             check_job(self)
             return super().perform()
 
         def restore(self, raw_data: Any) -> Any:
             """rq's restore, with the timestamps in rq's own form parsed by
-            :func:`rq_timestamp` (same values; any other form goes through rq's parse)."""
+            :func:`rq_timestamp` (same values; any other form goes through rq's parse), and
+            the job's data decoded now rather than on first use. A hash that cannot be read
+            (``data`` missing, garbage, a pickle of code) becomes an unreadable job that
+            :func:`refusal` fails: raised here, the error ended rq's work loop."""
+            try:
+                result = self._restore(raw_data)
+                self._deserialize_data()
+            except Exception as exc:  # noqa: BLE001 - any undecodable hash is one refused job
+                self._restore_unreadable(raw_data, exc)
+                return None
+            return result
+
+        def _restore_unreadable(self, raw_data: Any, exc: Exception) -> None:
+            """Just enough of the hash for rq to fail the job: its origin, and its data kept
+            as it was (rq writes the failed job back)."""
+            cause = exc.__cause__ or exc
+            origin = raw_data.get(b"origin", raw_data.get("origin", b""))
+            origin = origin.decode(errors="replace") if isinstance(origin, bytes) else str(origin)
+            data = raw_data.get(b"data", raw_data.get("data"))
+            Job.restore(self, {"data": data if isinstance(data, bytes) and data else b"", "origin": origin})
+            self._func_name, self._instance, self._args, self._kwargs = None, None, (), {}
+            self.unreadable = ("the job hash has no data" if data is None
+                               else f"{type(cause).__name__}: {str(cause)[:200]}")
+
+        def _restore(self, raw_data: Any) -> Any:
             data, dates = dict(raw_data), {}
             for name in _JOB_DATES:
                 for key in (name.encode(), name):
@@ -137,6 +191,20 @@ def job_class() -> type:
     return RobotLabJob
 
 
+class PolicedWorker:
+    """rq worker mixin (first among the bases) of every robot-lab worker class: jobs are
+    fetched as ``RobotLabJob``, and each job is stamped with the queue the worker took it
+    from before it runs, so the policy decides a job's signing mode by that queue's robot."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.job_class = job_class()
+
+    def execute_job(self, job: Any, queue: Any) -> Any:
+        job.taken_from = queue.name
+        return super().execute_job(job, queue)  # type: ignore[misc]
+
+
 @functools.cache
 def plain_worker_class() -> type:
     """rq's forking worker with the job policy, for ``rq worker -w``."""
@@ -144,14 +212,14 @@ def plain_worker_class() -> type:
 
     from robot_lab.network.serializer import JobSerializer
 
-    class RobotLabWorker(Worker):
+    class RobotLabWorker(PolicedWorker, Worker):
         """``rq worker -w robot_lab.network.job_policy.RobotLabWorker robot:billing``: jobs
         are fetched as ``RobotLabJob`` and always decoded with the data-only serializer
         (rq's default pickle would run code hidden in a job's ``meta`` as it is read)."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["serializer"] = JobSerializer
-            kwargs["job_class"] = job_class()
+            kwargs["job_class"] = job_class()  # whatever rq's -j names
             super().__init__(*args, **kwargs)
 
     RobotLabWorker.__module__ = __name__

@@ -131,14 +131,14 @@ def in_flight_worker_class() -> type:
     from rq.worker import SimpleWorker, WorkerStatus  # lazy: start-up time
 
     from robot_lab.workers.timeouts import SharedTimerDeathPenalty  # lazy: start-up time
-    from robot_lab.network.job_policy import job_class as policed_job_class  # lazy: start-up time
+    from robot_lab.network.job_policy import PolicedWorker  # lazy: start-up time
     from robot_lab.workers.task_lifecycle import task_job_lifecycle  # lazy: start-up time
 
-    class InFlightWorker(RidesOutages, task_job_lifecycle(SimpleWorker)):
-        """rq SimpleWorker running up to ``in_flight`` jobs at once on pool threads."""
+    class InFlightWorker(PolicedWorker, RidesOutages, task_job_lifecycle(SimpleWorker)):
+        """rq SimpleWorker running up to ``in_flight`` jobs at once on pool threads; runs
+        only robot-lab's job (network/job_policy.py)."""
 
         death_penalty_class = SharedTimerDeathPenalty
-        job_class = policed_job_class()  # runs only robot-lab's job (network/job_policy.py)
 
         def __init__(self, *args: Any, in_flight: int = 16, on_stop: Callable[[], None] | None = None,
                      **kwargs: Any) -> None:

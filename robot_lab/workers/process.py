@@ -66,15 +66,13 @@ def robot_worker_class() -> type:
     """rq SimpleWorker (no fork per job: the robot runtime stays warm), data-only job serializer."""
     from rq.worker import SimpleWorker  # lazy: start-up time
 
-    from robot_lab.network.job_policy import job_class as policed_job_class  # lazy: start-up time
+    from robot_lab.network.job_policy import PolicedWorker  # lazy: start-up time
     from robot_lab.workers.task_lifecycle import task_job_lifecycle  # lazy: start-up time
 
-    class RobotWorker(LoopProgress, RidesOutages, task_job_lifecycle(SimpleWorker)):
+    class RobotWorker(PolicedWorker, LoopProgress, RidesOutages, task_job_lifecycle(SimpleWorker)):
         """Records loop progress for the heartbeat (workers/health.py), rides out Redis
         outages (workers/supervision.py), runs only robot-lab's job (network/job_policy.py)
         and runs network task jobs on the lean lifecycle of workers/task_lifecycle.py."""
-
-        job_class = policed_job_class()
 
     return RobotWorker
 
