@@ -9,7 +9,6 @@ CI machine's cores are shared)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
 from tests.fault_server import FaultServer
 from tests.redis_server import REPO_ROOT
 
@@ -37,12 +37,6 @@ def shared_dir(tool: str = "llama-server/llama-server") -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class LlamaServer:
     base_url: str  # OpenAI-compatible: http://127.0.0.1:PORT/v1
@@ -57,7 +51,7 @@ class LlamaServer:
 def start_llama_server(shared: Path, log_path: Path) -> LlamaServer:
     binary = shared / "tools" / "llama-server" / "llama-server"
     model = shared / "models" / "tiny-tool.gguf"
-    port = _free_port()
+    port = free_port()
     log = log_path.open("wb")
     proc = subprocess.Popen(
         [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "8192", "-np", "4",

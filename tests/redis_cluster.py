@@ -23,15 +23,13 @@ from pathlib import Path
 
 import redis
 
+from tests.ports import free_port
 
-def free_port(pair: bool = False) -> int:
-    """A free loopback port; with ``pair`` its ``+10000`` cluster bus port is free too."""
+
+def free_port_pair() -> int:
+    """A free loopback port whose ``+10000`` cluster bus port is free too."""
     for _ in range(200):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if not pair:
-            return port
+        port = free_port()
         if port + 10000 > 65535:
             continue
         try:
@@ -122,7 +120,7 @@ class RedisCluster(_Servers):
             return None
         self.dir = Path(tempfile.mkdtemp(prefix="robot-lab-cluster-"))
         try:
-            self.ports = [free_port(pair=True) for _ in range(self.size)]
+            self.ports = [free_port_pair() for _ in range(self.size)]
             for port in self.ports:
                 # node timeout 2 s: a killed primary's replica is promoted within seconds
                 self._spawn(port, [*_common(port), "--cluster-enabled", "yes", "--cluster-config-file",

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from tests.ports import free_port
+
 
 def worker_database(url: str) -> str | None:
     """``url`` with its database moved to ``base + N`` under pytest-xdist worker ``gwN``:
@@ -58,12 +60,6 @@ def _selectable(url: str) -> bool:
     return True
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class RedisServer:
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
@@ -94,7 +90,7 @@ class RedisServer:
         if not binary:
             self.reason = "no ROBOT_LAB_TEST_REDIS_URL and no redis-server binary on PATH"
             return None
-        port = _free_port()
+        port = free_port()
         self.dir = tempfile.mkdtemp(prefix="robot-lab-redis-")
         self.process = subprocess.Popen(
             [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -129,8 +125,12 @@ class RedisServer:
             self.dir = None
 
 
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02):  # type: ignore[no-untyped-def]
-    """Poll until ``predicate()`` is truthy; return its value or raise AssertionError."""
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02):  # type: ignore[no-untyped-def]
+    """Poll until ``predicate()`` is truthy; return its value or raise AssertionError.
+
+    ``timeout`` bounds a wait for an event that never comes, not how long it should take: on
+    a loaded 2-core machine a process start, a stop or a thread's turn has taken tens of
+    seconds, so waits keep this default unless the event is known to take longer."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

@@ -47,3 +47,17 @@ def network_rq_records(client: Any, worker_class: type, **kwargs: Any) -> dict[s
     out["successful"] = worker.successful_job_count
     queue.delete(delete_jobs=True)
     return out
+
+
+def rq_simple_worker() -> type:
+    """rq's own SimpleWorker, but for its command listener (``RidesOutages.subscribe``, as
+    ``robot-lab worker``'s): rq's waits up to 60 s to stop (redis-py 8), and by then the worker
+    key whose counter these records read (kept 60 s after the worker's death) was gone."""
+    from rq.worker import SimpleWorker
+
+    from robot_lab.workers.supervision import RidesOutages
+
+    class RqSimpleWorker(SimpleWorker):  # type: ignore[misc]
+        subscribe = RidesOutages.subscribe
+
+    return RqSimpleWorker

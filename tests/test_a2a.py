@@ -23,6 +23,7 @@ from robot_lab.a2a.task_store import TaskRecord  # noqa: E402
 from robot_lab.a2a.tasks import NetworkSource, Projection, RobotSource  # noqa: E402
 from robot_lab.keys import Keys  # noqa: E402
 from robot_lab.schemas import RobotMessage, RunEvent  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 
 def test_robot_lab_states_map_onto_a2a_task_states() -> None:
@@ -152,8 +153,6 @@ def test_agent_tool_entries_are_checked_and_named_from_the_url() -> None:
 
 
 def test_an_unreachable_agent_is_a_tool_error_after_the_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    import socket
-
     from robot_lab import build
     from robot_lab.runtime.a2a import tool as tool_mod
 
@@ -162,9 +161,7 @@ def test_an_unreachable_agent_is_a_tool_error_after_the_retries(monkeypatch: pyt
     from robot_lab.settings import reload_settings
 
     reload_settings()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # nothing listens there
     robot = build("r", a2a_agents=[f"http://127.0.0.1:{port}/robots/x/.well-known/agent-card.json"])
     [remote] = robot.a2a_tools
     text = remote.call({"message": "hi"})
@@ -461,14 +458,11 @@ class _Served:
     """An A2A app on a real port (uvicorn in a thread): the client tool speaks HTTP."""
 
     def __init__(self, build: Any) -> None:
-        import socket
         import threading
 
         import uvicorn
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         web = build(f"http://127.0.0.1:{self.port}")  # the cards name the served URL
         self.server = uvicorn.Server(uvicorn.Config(web, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)

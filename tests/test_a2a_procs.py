@@ -27,6 +27,7 @@ from tests.a2a_procs import (
     wait_for_bus_worker,
     write_app,
 )
+from tests.stopping import stopped
 from tests.worker_procs import Processes, wait_for_workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
@@ -450,7 +451,7 @@ def test_a_network_run_parks_on_a_remote_agents_question_and_resumes_on_another_
         remote_task = request.request["context"]["a2a_task"]
         assert stack.redis.hget(f"{stack.prefix}:a2a:task:{remote_task}", "agent") == b"robot/asker"
         os.killpg(first.pid, signal.SIGTERM)  # the parked task holds nothing on its worker: another resumes it
-        first.wait(60)
+        stopped(first)
         start_worker(procs, env, "a2a_asking_caller:app", ["asking-caller"], "asking-worker-2")
         answered = subprocess.run([str(VENV_BIN / "robot-lab"), "answer", run_id, "A1"],
                                   env=child_env(stack.url, stack.prefix), capture_output=True, text=True, timeout=60)

@@ -106,11 +106,11 @@ def test_reads_no_more_than_its_free_slots(bus: Bus) -> None:
     for i in range(6):
         bus.publish("billing", f"m{i}")
     with p:
-        wait_for(lambda: len(started) == 2, timeout=20)
+        wait_for(lambda: len(started) == 2)
         # two handlers run; the other entries stay in the stream for any consumer
         assert pending(bus, "c1") == 2 and p.held == 2
         release.set()
-        wait_for(lambda: len(started) == 6 and pending(bus) == 0, timeout=20)
+        wait_for(lambda: len(started) == 6 and pending(bus) == 0)
 
 
 def test_stop_lets_handlers_in_hand_finish(bus: Bus) -> None:
@@ -128,17 +128,17 @@ def test_stop_lets_handlers_in_hand_finish(bus: Bus) -> None:
     for i in range(5):
         bus.publish("billing", f"m{i}")
     p.start()
-    wait_for(lambda: len(started) == 3, timeout=20)
+    wait_for(lambda: len(started) == 3)
     stopper = threading.Thread(target=p.stop, kwargs={"timeout": 30})
     stopper.start()
-    wait_for(lambda: p._stop_event.is_set(), timeout=5)
+    wait_for(lambda: p._stop_event.is_set())
     release.set()  # the handlers in hand finish after the stop was asked for
     stopper.join(30)
     assert sorted(finished) == sorted(started) and len(finished) == 3
     assert pending(bus) == 0  # acked; nothing held was left behind
     rest: list[str] = []
     with poller(bus, "c2", 3).on_message(lambda m: rest.append(m.id)):
-        wait_for(lambda: len(rest) == 2, timeout=20)
+        wait_for(lambda: len(rest) == 2)
     assert not set(rest) & set(finished)
 
 
@@ -221,7 +221,7 @@ def test_a_handler_stuck_on_the_pool_fails_the_loops_health(bus: Bus) -> None:
     supervise_poller(p, loop, stop, handler_limit=0.2)
     bus.publish("billing", "hang")
     with p:
-        wait_for(lambda: loop.problem() and "stuck: a handler running" in loop.problem(), timeout=20)
+        wait_for(lambda: loop.problem() and "stuck: a handler running" in loop.problem())
         release.set()
-        wait_for(lambda: pending(bus) == 0, timeout=20)
+        wait_for(lambda: pending(bus) == 0)
     assert p.longest_running() == 0.0

@@ -21,6 +21,7 @@ from robot_lab.errors import AwaitTimeout
 from robot_lab.keys import Keys
 from robot_lab.schemas import decode_message
 from tests.redis_server import REPO_ROOT, wait_for
+from tests.stopping import stopped
 
 pytestmark = pytest.mark.slow
 
@@ -107,14 +108,14 @@ def test_killed_consumer_entries_are_reclaimed_and_it_ends_with_nothing_pending(
     test = f"{bus.keys.prefix}:test"
     wait_for(lambda: bus.redis.llen(f"{test}:started") == 1, timeout=30)
     held = lambda: len(bus.redis.xpending_range(inbox, "jobs", "-", "+", 100, consumername="doomed"))  # noqa: E731
-    wait_for(lambda: held() == 10, timeout=10)
+    wait_for(lambda: held() == 10)
     os.kill(doomed.pid, signal.SIGKILL)
     doomed.wait(10)
     start_workers(procs, env, tmp_path, "record", "jobs", "rescuer")
     wait_for(lambda: bus.redis.hlen(f"{test}:seen") == 10, timeout=30)
     counts = {k.decode(): int(v) for k, v in bus.redis.hgetall(f"{test}:seen").items()}
     assert counts == {i: 1 for i in sent}
-    wait_for(lambda: bus.redis.xpending(inbox, "jobs")["pending"] == 0, timeout=10)
+    wait_for(lambda: bus.redis.xpending(inbox, "jobs")["pending"] == 0)
     consumers = {c["name"].decode(): c["pending"] for c in bus.redis.xinfo_consumers(inbox, "jobs")}
     assert consumers.get("doomed", 0) == 0
     wait_for(lambda: "doomed" not in {c["name"].decode() for c in bus.redis.xinfo_consumers(inbox, "jobs")},
@@ -150,7 +151,7 @@ def test_request_round_trip_across_processes_and_timeout(env, procs, tmp_path) -
     assert reply.content == "echo: across processes" and reply.from_ == "echo"
     assert reply.conversation_id == "x1"
     procs[-1].send_signal(signal.SIGTERM)  # graceful stop
-    assert procs[-1].wait(20) == 0
+    assert stopped(procs[-1]) == 0
     with pytest.raises(AwaitTimeout, match=r"'echo' within 0.5 s"):
         bus.request("echo", "anyone?", timeout=0.5)
 

@@ -76,12 +76,12 @@ def test_bus_request_reply_conversations_and_dead_letters(cluster) -> None:  # t
         for i in range(5):
             bus.publish("svc", f"turn {i}", conversation_id="conv-1")
         bus.publish("svc", "bad")
-        wait_for(lambda: len(order) == 5 and bus.dlq_size("svc") == 1, timeout=20)
+        wait_for(lambda: len(order) == 5 and bus.dlq_size("svc") == 1)
         assert order == [f"turn {i}" for i in range(5)]
         [letter] = bus.dead_letters("svc")
         assert "refused on purpose" in letter.error
         assert len(bus.replay_dead_letters("svc")) == 1  # XADD + XDEL in one MULTI, one slot
-        wait_for(lambda: bus.dlq_size("svc") == 1, timeout=20)
+        wait_for(lambda: bus.dlq_size("svc") == 1)
     finally:
         poller.stop()
     assert not cluster.exists(bus.keys.conversation_queue("svc"))
@@ -107,7 +107,7 @@ def test_memory_wait_subscribe_and_compare_and_set(cluster) -> None:  # type: ig
     for t in threads:
         t.join(30)
     assert memory.get("counter") == 30  # no lost update under concurrent compare-and-set
-    wait_for(lambda: len(seen) == 30, timeout=10)
+    wait_for(lambda: len(seen) == 30)
     assert sorted(seen) == list(range(1, 31))
     assert [c.version for c in memory.changes()] == list(range(1, memory.version + 1))
     memory.close()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections import Counter
@@ -35,6 +34,7 @@ from robot_lab.bus import Bus
 from robot_lab.keys import Keys
 from robot_lab.runtime.robot import build
 from robot_lab.schemas import decode_message
+from tests.ports import free_port
 from tests.redis_server import REPO_ROOT, wait_for
 from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers, write_fan_network  # noqa: F401
 
@@ -43,18 +43,12 @@ pytestmark = pytest.mark.slow
 TASKS = 8
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class AofRedis:
     """A redis-server with AOF on a free port, restartable on the same port and dir."""
 
     def __init__(self, directory: Path) -> None:
         self.binary = shutil.which("redis-server")
-        self.port = _free_port()
+        self.port = free_port()
         self.dir = directory
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -76,7 +70,7 @@ class AofRedis:
             except redis.RedisError:
                 return False
 
-        wait_for(up, timeout=20, interval=0.05)
+        wait_for(up, interval=0.05)
         client.close()
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
@@ -236,7 +230,7 @@ def test_a_demoted_primary_is_ridden_out_until_promoted(aof_redis, tmp_path):
     try:
         assert client.set("k", "before")
         admin.replicaof("127.0.0.1", other.port)  # demoted: a replica of another server
-        wait_for(lambda: admin.info("replication")["role"] == "slave", timeout=10)
+        wait_for(lambda: admin.info("replication")["role"] == "slave")
         with pytest.raises(redis.exceptions.ReadOnlyError):
             client.set("k", "during")
         lines: list[str] = []

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -27,6 +26,7 @@ from robot_lab.keys import Keys
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
+from tests.ports import free_port
 from tests.redis_server import wait_for
 from tests.worker_procs import VENV_BIN, child_env, processes, uid  # noqa: F401
 
@@ -55,12 +55,6 @@ def browser():
             yield chromium
         finally:
             chromium.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_dashboard(processes, env, *extra: str) -> str:  # noqa: F811
@@ -232,9 +226,7 @@ def test_the_dashboard_shows_routes_tool_calls_running_tasks_failures_and_re_run
 
 
 def test_the_page_shows_a_banner_while_redis_is_away(processes, browser, tmp_path):  # noqa: F811
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = s.getsockname()[1]
+    dead = free_port()
     env = child_env(f"redis://127.0.0.1:{dead}/0", "rl-away")
     base = start_dashboard(processes, env)
     page = browser.new_page()

@@ -19,6 +19,7 @@ from robot_lab.network.coordinator import Coordinator  # noqa: E402
 from robot_lab.network.dsl import create_network  # noqa: E402
 from robot_lab.network.embedded import EmbeddedWorkers  # noqa: E402
 from robot_lab.runtime.robot import build  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 from tests.worker_procs import uid  # noqa: E402
 
 AUTH = {"Authorization": "Bearer t0ken"}
@@ -65,12 +66,6 @@ def test_failed_tasks_are_listed_and_one_can_be_re_run_with_the_token(redis_clie
     assert again.status == "completed_with_errors" and handle.store.attempts()["billing"] == 2
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_redis_down_is_a_503_and_one_log_line_pair_per_outage():
     import redis
     from structlog.testing import capture_logs
@@ -78,7 +73,7 @@ def test_redis_down_is_a_503_and_one_log_line_pair_per_outage():
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    down = redis.Redis(port=_closed_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    down = redis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     app = TestClient(create_app(down, Keys(prefix="rl-down")), raise_server_exceptions=False)
     with capture_logs() as logs:
         for _ in range(3):  # the page polls every 2 s

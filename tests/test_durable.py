@@ -283,7 +283,7 @@ def test_resumes_after_answers_do_not_count_as_lost_workers(redis_client, monkey
         assert waiting.resume(redis_client, keys, handle.run_id, "ask", {"request_id": question.request["id"]}) == "ok"
     assert store.attempts()["ask"] == 3 and store.resumes()["ask"] == 2
     assert store.claim("ask", store.job_id("ask"), "doomed", lease_ms=200) == "ok"  # then the worker dies
-    wait_for(lambda: not redis_client.exists(keys.run_lease(handle.run_id, "ask")), timeout=5)
+    wait_for(lambda: not redis_client.exists(keys.run_lease(handle.run_id, "ask")))
     coordinator.sweep_run(handle.run_id)
     assert store.states()["ask"] == "queued"  # requeued: one lost worker, not three
     assert store.attempts()["ask"] == 4 and not [e for e in handle.events() if e.event == "task.failed"]

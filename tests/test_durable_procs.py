@@ -21,6 +21,7 @@ from robot_lab.network.dsl import create_network
 from robot_lab.llm.recording import recorded_calls
 from robot_lab.runtime.robot import build
 from tests.redis_server import REPO_ROOT, wait_for
+from tests.stopping import stopped
 from tests.test_connection_redis_restart import aof_redis  # noqa: F401 - a private redis-server with AOF
 from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
 
@@ -128,7 +129,7 @@ def test_ask_and_approve_answered_with_the_cli_resume_on_another_worker(client, 
     # the parked task holds no lease and no job: the worker can go away
     assert not client.exists(Keys(prefix=key_prefix).run_lease(handle.run_id, "ask"))
     first.send_signal(signal.SIGTERM)
-    assert first.wait(30) == 0
+    assert stopped(first) == 0
     processes.start([str(VENV_BIN / "robot-lab"), "worker", bot.name, "--no-bus"], env, "w1")
 
     listed = json.loads(_cli(env, "pending", "--json").stdout)
@@ -198,7 +199,7 @@ def test_a_parked_run_survives_a_redis_crash_with_aof_and_new_workers(aof_redis,
     handle = Coordinator(connection=client, keys=Keys(prefix=key_prefix)).submit(net, "refund my order")
     wait_for(lambda: handle.states().get("ask") == "waiting", timeout=30, interval=0.05)
     first.send_signal(signal.SIGTERM)
-    assert first.wait(30) == 0
+    assert stopped(first) == 0
     aof_redis.stop(signal.SIGKILL)  # a crash: the AOF (appendfsync always) has every acknowledged write
     aof_redis.start()
     client = redis.Redis.from_url(aof_redis.url)
@@ -280,7 +281,7 @@ def test_a_network_task_delegating_to_a_served_robot_that_asks_parks_and_resumes
     [question] = [r for r in listed if r.get("run_id") == handle.run_id]  # the desk's own waits too
     assert (question["question"], question["choices"]) == ("Which order?", ["A1", "B2"])
     first.send_signal(signal.SIGTERM)  # the parked task holds no worker: a fresh one resumes it
-    assert first.wait(30) == 0
+    assert stopped(first) == 0
     processes.start([str(VENV_BIN / "robot-lab"), "worker", boss.name, "--no-bus"], env, "boss1")
     _cli(env, "answer", handle.run_id, "1")
     approval = wait_for(lambda: [r for r in json.loads(_cli(env, "pending", "--json").stdout)

@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 
 from robot_lab.errors import MCPError
 from robot_lab.runtime.mcp.servers import MCPClient, MCPManager, MCPTool
+from tests.ports import free_port
 from tests.redis_server import wait_for
 
 SERVER = Path(__file__).parent / "mcp_servers" / "calculator.py"
@@ -25,12 +26,6 @@ SERVER = Path(__file__).parent / "mcp_servers" / "calculator.py"
 
 def stdio_config(name: str = "calc", **extra: object) -> dict:
     return {"name": name, "transport": "stdio", "command": sys.executable, "args": [str(SERVER)], **extra}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -60,7 +55,7 @@ def calc() -> Iterator[MCPClient]:
 @contextmanager
 def _serve(flag: str, path: str) -> Iterator[str]:
     """Run the calculator over HTTP in a subprocess on a free loopback port."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(SERVER), flag, "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -188,7 +183,7 @@ def test_missing_command_logs_and_does_not_raise() -> None:
 
 
 def test_unreachable_http_server_does_not_raise() -> None:
-    client = MCPClient({"name": "down", "url": f"http://127.0.0.1:{_free_port()}/mcp"})
+    client = MCPClient({"name": "down", "url": f"http://127.0.0.1:{free_port()}/mcp"})
     client.connect()
     assert not client.connected and "ConnectError" in (client.last_error or "")
 
@@ -199,7 +194,7 @@ def test_close_stops_the_stdio_server_process() -> None:
     pid = int(client.call_tool("pid", {}))
     assert _pid_alive(pid)
     client.close()
-    wait_for(lambda: not _pid_alive(pid), timeout=15)
+    wait_for(lambda: not _pid_alive(pid))
     client.close()
 
 
@@ -253,7 +248,7 @@ def test_manager_reconnects_after_server_dies() -> None:
         assert result.startswith("Error (crash): ")
         client = manager.client("fragile")
         assert client is not None
-        wait_for(lambda: not client.connected, timeout=15)
+        wait_for(lambda: not client.connected)
         assert tools["add"].call({"a": 1, "b": 2}).startswith("Error (add): Not connected to MCP server: fragile")
         tools = {t.name: t for t in manager.tools()}  # next use reconnects
         assert tools["add"].call({"a": 1, "b": 2}) == "3"

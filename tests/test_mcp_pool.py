@@ -60,7 +60,7 @@ def test_robots_of_one_spec_share_a_connection_across_runs() -> None:
         assert len(set(server_children(os.getpid())) - others) == 1
     finally:
         pool.close()
-    wait_for(lambda: not set(server_children(os.getpid())) - others, timeout=15)
+    wait_for(lambda: not set(server_children(os.getpid())) - others)
 
 
 def test_an_idle_connection_is_closed_and_the_next_run_reconnects() -> None:
@@ -75,8 +75,8 @@ def test_an_idle_connection_is_closed_and_the_next_run_reconnects() -> None:
             assert [t.name for t in manager.tools()][:1] == ["add"]
             time.sleep(0.6)  # in use: the reaper leaves it alone however long it takes
             assert manager.clients and len(pool) == 1
-        wait_for(lambda: len(pool) == 0, timeout=10)  # released and idle: closed by the reaper
-        wait_for(lambda: not ours(), timeout=15)
+        wait_for(lambda: len(pool) == 0)  # released and idle: closed by the reaper
+        wait_for(lambda: not ours())
         with pool.lease("idle", [calculator()]) as manager:
             assert manager.tools() and len(ours()) == 1
     finally:
@@ -123,4 +123,4 @@ def test_a_worker_runs_20_mcp_tasks_on_one_server_process_and_stops_it_on_shutdo
     worker.send_signal(signal.SIGTERM)
     worker.wait(60)
     assert worker.returncode == 0, processes.logs()
-    wait_for(lambda: not server_children(worker.pid), timeout=15)
+    wait_for(lambda: not server_children(worker.pid))

@@ -18,7 +18,8 @@ import pytest
 import redis
 
 from robot_lab.keys import Keys
-from tests.redis_server import REPO_ROOT, _free_port
+from tests.ports import free_port
+from tests.redis_server import REPO_ROOT
 from tests.worker_procs import VENV_BIN, uid
 
 ROBOT_LAB = str(VENV_BIN / "robot-lab")
@@ -52,13 +53,13 @@ def assert_one_clear_line(out: subprocess.CompletedProcess[str], *expected: str,
 # --- Redis: unreachable, malformed URLs, wrong password --------------------------------------
 
 def test_unreachable_redis() -> None:
-    url = f"redis://127.0.0.1:{_free_port()}/0"
+    url = f"redis://127.0.0.1:{free_port()}/0"
     for command in (["status"], ["runs"], ["send", "billing", "hi"], ["bus", "stats"]):
         assert_one_clear_line(cli(*command, REDIS_URL=url), f"cannot reach Redis at {url}", "check REDIS_URL")
 
 
 def test_debug_shows_the_traceback() -> None:
-    out = cli("--debug", "status", REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0")
+    out = cli("--debug", "status", REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
     assert out.returncode == 1 and "Traceback" in out.stderr and "ConnectionError" in out.stderr
 
 
@@ -90,7 +91,7 @@ def test_unix_socket_url_works(tmp_path: Path) -> None:
     try:
         from tests.redis_server import wait_for
 
-        wait_for(sock.exists, timeout=20)
+        wait_for(sock.exists)
         out = cli("status", "--json", REDIS_URL=f"unix://:pw@{sock}?db=3")
         assert out.returncode == 0, out.stderr
         assert_one_clear_line(cli("status", REDIS_URL=f"unix://:wrong@{sock}"), "refused the credentials")

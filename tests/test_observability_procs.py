@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import sys
 import urllib.request
 
@@ -22,6 +21,7 @@ from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from robot_lab.runtime.rails.budget import RedisLedger
+from tests.ports import free_port
 from tests.redis_server import REPO_ROOT, wait_for
 from tests.worker_procs import VENV_BIN, child_env, processes, uid  # noqa: F401
 
@@ -33,12 +33,6 @@ pytest.importorskip("prometheus_client", reason="the [metrics] extra is not inst
 @pytest.fixture
 def client(real_client):
     return real_client
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> dict[str, float]:

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 
+from tests.ports import free_port
 from tests.redis_server import REPO_ROOT, wait_for
 from tests.worker_procs import VENV_BIN, child_env
 
@@ -31,12 +32,8 @@ OTHERS = ("coordinator", "metrics", "dashboard", "a2a")
 
 def _free_port(span: int = 1) -> int:
     """A free port with ``span - 1`` more above it in range (honcho's -p base: +100 per type)."""
-    import socket
-
     while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         if port + span < 65535:
             return port
 

@@ -138,7 +138,7 @@ def test_streaming_logging_is_quiet_unless_a_litellm_callback_listens() -> None:
     try:
         gateway.complete("scripted/echo", user("loud"), on_chunk=lambda chunk: None)
         assert litellm.disable_streaming_logging is False  # a user's callback still sees streamed calls
-        wait_for(lambda: seen, timeout=10)
+        wait_for(lambda: seen)
     finally:
         litellm.success_callback = []
 

@@ -329,7 +329,7 @@ def test_node_publisher_signs_and_a_require_worker_answers(real_redis_url: str, 
                                env={**env, "ROBOT_LAB_KEY_ID": "n1", "ROBOT_LAB_KEY": "wrong-key-0123456789abcdef"},
                                capture_output=True, text=True, timeout=60, check=True)
         client.xadd(bus.keys.inbox("billing"), {"envelope": wrong.stdout.strip()})
-        wait_for(lambda: bus.dead_letters("billing"), timeout=20)
+        wait_for(lambda: bus.dead_letters("billing"))
         assert [d.reason for d in bus.dead_letters("billing")] == ["unauthenticated"]
         assert len(recorded_calls()) == calls
     finally:

@@ -314,7 +314,7 @@ def test_a_setsid_child_does_not_outlive_an_unconfined_call(tmp_path: Path, how:
     assert "escaped" in text
     assert tool.last_outcome.timed_out is (ending == "timeout")
     pid = int(pidfile.read_text())
-    wait_for(lambda: not _alive(pid), timeout=5)
+    wait_for(lambda: not _alive(pid))
 
 
 @needs_bwrap
@@ -328,7 +328,7 @@ def test_a_setsid_child_does_not_outlive_a_bwrap_call(tmp_path: Path, ending: st
     tool = AgentSkill(directory).script_tools(_ceiling(sandbox, "escape"), sandbox=sandbox)[0]
     assert "escaped" in tool.call({})
     assert tool.last_outcome is not None and tool.last_outcome.timed_out is (ending == "timeout")
-    wait_for(lambda: _processes_with(f"600.{token}") == [], timeout=5)
+    wait_for(lambda: _processes_with(f"600.{token}") == [])
 
 
 # --- location transparency: a real worker applies its own operator's ceiling -----------------------------------

@@ -188,7 +188,7 @@ def test_unconfined_timeout_kills_the_process_group(tmp_path: Path) -> None:
                             extra="timeout: 1")
     result = tools_of(directory, sandbox)["spin"].call({})
     assert result.startswith("Error (timed out):") and "[killed: exceeded 1s]" in result
-    assert wait_for(lambda: not _processes_with(token), timeout=5), _processes_with(token)
+    assert wait_for(lambda: not _processes_with(token)), _processes_with(token)
 
 
 def test_core_trust_runs_unconfined_with_parent_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -356,7 +356,7 @@ time.sleep(600)
     assert result.startswith("Error (timed out):\nchildren started"), result
     assert "[killed: exceeded 1.5s]" in result
     assert tool.last_outcome is not None and tool.last_outcome.mode == "bwrap"
-    assert wait_for(lambda: not _processes_with(token), timeout=5), _processes_with(token)
+    assert wait_for(lambda: not _processes_with(token)), _processes_with(token)
 
 
 @needs_bwrap

@@ -122,7 +122,7 @@ def test_pool_shares_use_one_pool_and_each_waits_for_its_own_work() -> None:
     rq_share.submit(lambda: (blocked.set(), gate.wait(10)))
     for _ in range(4):
         rq_share.submit(lambda: ran["rq"].add(threading.current_thread().name))
-    assert blocked.wait(10)
+    assert blocked.wait(60)
     waiter = threading.Thread(target=rq_share.shutdown, kwargs={"wait": True})
     waiter.start()
     waiter.join(0.2)

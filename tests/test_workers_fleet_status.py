@@ -54,7 +54,7 @@ def test_status_reports_queue_abandoned_task_dead_letters_and_workers(redis_clie
     # a worker claims task a and dies: its lease expires, nobody sweeps
     job_id = handle.store.job_id("a")
     assert handle.store.claim("a", job_id, "robot-lab.ghost.1", lease_ms=50) == "ok"
-    wait_for(lambda: not redis_client.exists(keys.run_lease(handle.run_id, "a")), timeout=5)
+    wait_for(lambda: not redis_client.exists(keys.run_lease(handle.run_id, "a")))
     data = collect_status(redis_client, keys)
     assert _row(data, slow)["abandoned"] == 1 and _row(data, idle)["abandoned"] == 0
     [lost] = data["abandoned"]
@@ -75,7 +75,7 @@ def test_status_reports_queue_abandoned_task_dead_letters_and_workers(redis_clie
                            interval=0.1)
     assert beat.beat()
     assert _row(collect_status(redis_client, keys), slow)["workers"] == 1
-    wait_for(lambda: _row(collect_status(redis_client, keys), slow)["workers"] == 0, timeout=5)
+    wait_for(lambda: _row(collect_status(redis_client, keys), slow)["workers"] == 0)
     assert collect_status(redis_client, keys)["workers"] == []
     assert redis_client.zcard(keys.workers()) == 0  # pruned
 

@@ -29,6 +29,7 @@ from robot_lab.runtime.robot import build
 from robot_lab.schemas import decode_message
 from tests.network_helpers import fan
 from tests.redis_server import wait_for
+from tests.stopping import stopped
 from tests.test_bus_procs import env, procs, publish_conversations_and_check_order, start_workers  # noqa: F401
 from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
 
@@ -108,7 +109,7 @@ def test_sigterm_drains_every_task_and_message_in_hand(client, real_redis_url, k
                                             model="scripted/sleep:1500", visibility="5", extra=1)
     store = handle.store
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == 0
+    assert stopped(proc) == 0
     completed = _events(store, "task.completed")
     assert len(completed) == IN_FLIGHT  # every task in hand finished, once, on its first attempt
     started = _events(store, "task.started")

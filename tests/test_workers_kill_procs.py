@@ -17,6 +17,7 @@ from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from robot_lab.network.run_state import RunStore
 from tests.redis_server import wait_for
+from tests.stopping import stopped
 from tests.worker_procs import VENV_BIN, child_env, processes, uid, wait_for_workers  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -115,7 +116,7 @@ def test_sigterm_lets_the_task_in_hand_finish(client, real_redis_url, key_prefix
     handle = Coordinator(connection=client).submit(net, "finish me")
     wait_for(lambda: _events(handle.store, "task.started", "only"), timeout=30)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == 0
+    assert stopped(proc) == 0
     assert handle.store.status() == "completed"
     assert handle.store.attempts()["only"] == 1
     assert handle.result().reply == "echo: finish me"
@@ -143,4 +144,4 @@ def test_concurrency_runs_tasks_in_parallel_and_stops_on_sigterm(client, real_re
     assert started["left"].data["worker"] != started["right"].data["worker"]
     assert max(e.ts for e in started.values()) < min(finished.values())
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == 0
+    assert stopped(proc) == 0

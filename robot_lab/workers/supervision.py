@@ -34,6 +34,7 @@ log = get_logger("robot_lab.worker")
 STARTING = "starting: "  # problem prefix of a loop that has not made progress yet (not an error)
 STARTUP_LIMIT = 180.0  # a registered loop must report progress within this (imports, warm-up)
 FAILING_LIMIT = 30.0  # a loop whose rounds keep failing (not an outage) for this long is unhealthy
+PUBSUB_WAKE = 1.0  # seconds: how long rq's command listener may wait before it sees a stop
 
 
 class Loop:
@@ -324,6 +325,20 @@ class RidesOutages:
                 raise
             self._tracker().lost(exc)  # stopping while Redis is away: its worker key expires
             return None
+
+    def subscribe(self) -> None:
+        """rq's subscription to the worker's command channel (``rq`` suspend/stop commands),
+        its listener thread waking every ``PUBSUB_WAKE`` s rather than rq's 60.
+
+        rq's teardown unsubscribes, then stops the listener; redis-py 8's ``stop()`` waits
+        for the thread to end. A listener that read the unsubscribe reply before the stop
+        went back to waiting for a subscription -- for its whole wake interval -- so a worker
+        whose jobs were done took a minute to exit after SIGTERM or to return from a burst
+        run (and results kept for 60 s were gone by then)."""
+        self.pubsub = self.connection.pubsub()  # type: ignore[attr-defined]
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})  # type: ignore[attr-defined]
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=PUBSUB_WAKE, daemon=True, exception_handler=self._pubsub_exception_handler)
 
     def _pubsub_exception_handler(self, exc: Exception, pubsub: Any, pubsub_thread: Any) -> None:
         if not is_outage(exc):
