@@ -1,0 +1,112 @@
+"""Every repository path the docs name exists, and every link between the docs lands.
+
+A reader who follows ``examples/refund_approval.py`` from docs/durable.md and finds no such
+file stops trusting the page. The docs name files in two ways, and both are checked: inside
+backticks (``bench/status.py``, ``python examples/01_hello.py``, ``tests/test_x.py::test_y``)
+and as Markdown link targets (``[durable runs](durable.md#resume)``, relative to the page).
+A link's ``#anchor`` must be a heading of the page it points at.
+
+The docs are README.md and docs/*.md. Inside backticks a word counts as a repository path when
+it starts with one of :data:`REPO_FOLDERS`; a ``*`` in it is a glob that must match something.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+REPO_FOLDERS = ("examples/", "docs/", "bench/", "scripts/", "robot_lab/", "tests/", "deploy/")
+
+# Words that start like a repository path and are not one, each with the reason.
+NOT_REPO_PATHS = {
+    "deploy/robot-x": "a Kubernetes resource (`kubectl scale deploy/robot-x`), not a file",
+    "scripts/office/unpack.py": "a script inside an office skill's bundle, not this repository's scripts/",
+    "scripts/office/*.py": "scripts inside an office skill's bundle, not this repository's scripts/",
+}
+
+_CODE = re.compile(r"`([^`\n]+)`")
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_PATH_WORD = re.compile(r"(?:^|(?<=[\s(=\"']))((?:%s)[^\s`'\",;)]*)" % "|".join(map(re.escape, REPO_FOLDERS)))
+_HEADING = re.compile(r"#{1,6}\s+(.*)")
+
+
+def _prose(text: str) -> str:
+    """The page without its fenced code blocks (a ``# comment`` in a shell block is no heading)."""
+    kept, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def named_paths(text: str) -> list[str]:
+    """The repository paths named inside backticks, as written (``::test`` and ``:line`` cut off)."""
+    found = []
+    for code in _CODE.findall(text):
+        for word in _PATH_WORD.findall(code):
+            found.append(re.sub(r"(::.*|:\d+.*)$", "", word).rstrip(".:"))
+    return found
+
+
+def anchors(text: str) -> set[str]:
+    """The ``#anchor`` of each heading of a page, as GitHub spells it (repeats get ``-1``, ``-2``)."""
+    seen: dict[str, int] = {}
+    out = set()
+    for line in _prose(text).splitlines():
+        heading = _HEADING.match(line)
+        if heading is None:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        out.add(slug if count == 0 else f"{slug}-{count}")
+    return out
+
+
+def _exists(path: str) -> bool:
+    return any(ROOT.glob(path)) if "*" in path else (ROOT / path).exists()
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_path_a_doc_names_exists(doc: Path) -> None:
+    missing = [path for path in named_paths(doc.read_text())
+               if path not in NOT_REPO_PATHS and not _exists(path)]
+    assert not missing, f"{doc.relative_to(ROOT)} names paths that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_link_of_a_doc_lands(doc: Path) -> None:
+    broken = []
+    for target in _LINK.findall(_prose(doc.read_text())):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto: -- not a repository file
+            continue
+        file, _, anchor = target.partition("#")
+        page = (doc.parent / file).resolve() if file else doc
+        if not page.exists():
+            broken.append(target)
+        elif anchor and page.suffix == ".md" and anchor not in anchors(page.read_text()):
+            broken.append(target)
+    assert not broken, f"{doc.relative_to(ROOT)} links to files or headings that do not exist: {broken}"
+
+
+def test_the_exceptions_are_still_named() -> None:
+    """An exception nobody names any more is dead weight that would hide a real miss later."""
+    named = {path for doc in DOCS for path in named_paths(doc.read_text())}
+    assert set(NOT_REPO_PATHS) <= named, set(NOT_REPO_PATHS) - named
+
+
+def test_the_checks_see_a_missing_path_and_a_broken_anchor() -> None:
+    """The parsers themselves: a wrong name is caught, and the forms the docs use are read."""
+    text = ("run `python examples/refund_approval.py` or `tests/test_bus.py::test_x`, "
+            "see `bench/*.py` and `kubectl scale deploy/robot-x`")
+    assert named_paths(text) == ["examples/refund_approval.py", "tests/test_bus.py", "bench/*.py",
+                                 "deploy/robot-x"]
+    assert not _exists("examples/refund_approval.py") and _exists("bench/*.py")
+    assert "in-flight-per-worker" in anchors("## In flight per worker\n```\n# not a heading\n```")
+    assert "not-a-heading" not in anchors("```\n# not a heading\n```")
