@@ -7,6 +7,8 @@ They read the page's structured parts, never its prose:
 * the module table ("Every module, by folder") -- every module it names exists in its folder
   and sits in the room its row says (the room of ``tests/test_layering.py``), and every module
   under ``robot_lab/`` is in the table;
+* the Words table (the glossary) -- the classes and modules it names exist;
+* every ``.py`` path the page names, relative to robot_lab/ or to the repository;
 * the shared-basename list -- the basenames that appear in more than one folder are exactly
   the ones it names;
 * the Redis key table -- every key it states is one that :class:`robot_lab.keys.Keys` builds
@@ -21,6 +23,7 @@ placeholder.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 from pathlib import Path
@@ -266,6 +269,28 @@ def test_the_cluster_examples_are_what_keys_builds() -> None:
     built = {getattr(keys, name)(*["billing"] * len(inspect.signature(getattr(keys, name)).parameters))
              for name in keys_patterns()}
     assert {example for example, _ in tagged} <= built
+
+
+def test_every_class_and_module_the_words_table_names_exists() -> None:
+    """The glossary says which class holds each word: those classes and modules exist."""
+    rows = _table(_section("Words"), "word")
+    assert {row[0] for row in rows} >= {"run", "turn", "pending", "park, parked", "waiting", "hold"}
+    named = {name for row in rows for name in re.findall(r"`([A-Z]\w+)(?:\.\w+)?`", row[2])}
+    defined = {node.name for path in PACKAGE.rglob("*.py")
+               for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)}
+    assert named and not named - defined, f"the Words table names classes that do not exist: {named - defined}"
+    paths = [path for row in rows for path in re.findall(r"`([\w/]+\.py)`", row[2])]
+    assert all((PACKAGE / path).exists() for path in paths), paths
+
+
+def test_every_module_path_the_page_names_exists() -> None:
+    """Paths the page writes relative to robot_lab/ (``network/task_job.py``) or to the
+    repository (``tests/test_layering.py``), and bare basenames (``core.py``), name files that exist."""
+    text = DOC.read_text()
+    paths = set(re.findall(r"`(\w[\w/]*\.py)`", text)) | set(re.findall(r"\((\w[\w/]*/\w+\.py)[;,)]", text))
+    missing = sorted(path for path in paths if not (PACKAGE / path).exists() and not (ROOT / path).exists()
+                     and not ("/" not in path and any(PACKAGE.rglob(path))))  # a bare basename
+    assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
 
 
 @pytest.mark.xfail(reason="the parked-message keys are still under bus:, until they move under the "
