@@ -6,7 +6,7 @@ backticks (``bench/status.py``, ``python examples/01_hello.py``, ``tests/test_x.
 and as Markdown link targets (``[durable runs](durable.md#resume)``, relative to the page).
 A link's ``#anchor`` must be a heading of the page it points at.
 
-The docs are README.md and docs/*.md. Inside backticks a word counts as a repository path when
+The docs are README.md, bench/README.md and docs/*.md. Inside backticks a word counts as a repository path when
 it starts with one of :data:`REPO_FOLDERS`; a ``*`` in it is a glob that must match something.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 REPO_FOLDERS = ("examples/", "docs/", "bench/", "scripts/", "robot_lab/", "tests/", "deploy/")
 
 # Words that start like a repository path and are not one, each with the reason.
@@ -93,6 +93,14 @@ def test_every_link_of_a_doc_lands(doc: Path) -> None:
         elif anchor and page.suffix == ".md" and anchor not in anchors(page.read_text()):
             broken.append(target)
     assert not broken, f"{doc.relative_to(ROOT)} links to files or headings that do not exist: {broken}"
+
+
+def test_every_bench_script_is_in_the_bench_index() -> None:
+    """bench/README.md's table is where a reader finds which script measures what."""
+    index = {row.split("`")[1] for row in (ROOT / "bench" / "README.md").read_text().splitlines()
+             if row.startswith("| `bench/")}
+    scripts = {path.relative_to(ROOT).as_posix() for path in (ROOT / "bench").glob("*.py")}
+    assert index == scripts, {"not in the index": scripts - index, "no such script": index - scripts}
 
 
 def test_the_exceptions_are_still_named() -> None:
