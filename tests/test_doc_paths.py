@@ -4,7 +4,8 @@ A reader who follows ``examples/refund_approval.py`` from docs/durable.md and fi
 file stops trusting the page. The docs name files in two ways, and both are checked: inside
 backticks (``bench/status.py``, ``python examples/01_hello.py``, ``tests/test_x.py::test_y``)
 and as Markdown link targets (``[durable runs](durable.md#resume)``, relative to the page).
-A link's ``#anchor`` must be a heading of the page it points at.
+A link's ``#anchor`` must be a heading of the page it points at, and a dotted
+``robot_lab.x.name`` a module or a name it defines.
 
 The docs are README.md, bench/README.md and docs/*.md. Inside backticks a word counts as a repository path when
 it starts with one of :data:`REPO_FOLDERS`; a ``*`` in it is a glob that must match something.
@@ -95,6 +96,38 @@ def test_every_link_of_a_doc_lands(doc: Path) -> None:
     assert not broken, f"{doc.relative_to(ROOT)} links to files or headings that do not exist: {broken}"
 
 
+# Dotted words that start like a robot_lab name and are not one, each with the reason.
+NOT_PYTHON_NAMES = {"robot_lab.yml": "the name of a configuration file"}
+
+
+def resolves(dotted: str) -> bool:
+    """Whether ``robot_lab.a.b.name`` names a module of the package, or a name its module
+    defines or exports (``def``/``class``/assignment/import, or a string: ``__all__`` and lazy
+    exports). Read from the source, not imported: nothing a doc names is loaded to check it."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:end])
+        module = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if module.exists():
+            break
+    else:
+        return False
+    if end == len(parts):
+        return True
+    name = re.escape(parts[end])
+    return re.search(rf"^\s*(?:async def|def|class) {name}\b|^{name}\s*[:=]|\bimport .*\b{name}\b|[\"']{name}[\"']",
+                     module.read_text(), re.M) is not None
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_robot_lab_name_a_doc_gives_exists(doc: Path) -> None:
+    """``robot_lab.connection.get_redis`` in a doc is a module, function or class that exists
+    (only the first name after the module is checked: ``Tool.create`` needs ``Tool``)."""
+    names = set(re.findall(r"`(robot_lab(?:\.\w+)+)(?:\([^`]*\))?`", doc.read_text()))
+    missing = sorted(name for name in names - set(NOT_PYTHON_NAMES) if not resolves(name))
+    assert not missing, f"{doc.relative_to(ROOT)} names robot_lab names that do not exist: {missing}"
+
+
 def test_every_bench_script_is_in_the_bench_index() -> None:
     """bench/README.md's table is where a reader finds which script measures what."""
     index = {row.split("`")[1] for row in (ROOT / "bench" / "README.md").read_text().splitlines()
@@ -107,10 +140,15 @@ def test_the_exceptions_are_still_named() -> None:
     """An exception nobody names any more is dead weight that would hide a real miss later."""
     named = {path for doc in DOCS for path in named_paths(doc.read_text())}
     assert set(NOT_REPO_PATHS) <= named, set(NOT_REPO_PATHS) - named
+    text = "".join(doc.read_text() for doc in DOCS)
+    assert all(f"`{name}`" in text for name in NOT_PYTHON_NAMES)
 
 
 def test_the_checks_see_a_missing_path_and_a_broken_anchor() -> None:
     """The parsers themselves: a wrong name is caught, and the forms the docs use are read."""
+    assert resolves("robot_lab.workers.run_task") and resolves("robot_lab.Robot")  # lazy exports
+    assert resolves("robot_lab.connection.get_redis") and resolves("robot_lab.bus")
+    assert not resolves("robot_lab.bus.replies.nothing_here") and not resolves("robot_lab.nowhere.x")
     text = ("run `python examples/refund_approval.py` or `tests/test_bus.py::test_x`, "
             "see `bench/*.py` and `kubectl scale deploy/robot-x`")
     assert named_paths(text) == ["examples/refund_approval.py", "tests/test_bus.py", "bench/*.py",
