@@ -78,7 +78,8 @@ def _cells(line: str) -> list[str]:
 def _table(section: str, first_header: str) -> list[list[str]]:
     """The body rows of the table in ``section`` whose first header cell is ``first_header``."""
     lines = section.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|") and _cells(line)[0] == first_header)
+    start = next((i for i, line in enumerate(lines) if line.startswith("|") and _cells(line)[0] == first_header), None)
+    assert start is not None, f"docs/architecture.md: no table whose first column is {first_header!r} in its section"
     rows = []
     for line in lines[start + 2:]:
         if not line.startswith("|"):
@@ -105,7 +106,7 @@ def module_table() -> list[tuple[str, str, list[str]]]:
 
 
 def shared_basenames() -> list[str]:
-    """The ``.py`` paths the "a basename appears more than once" list names."""
+    """The ``.py`` paths the paragraph "A basename appears in more than one folder ..." names."""
     section = _section("Layers")
     start = section.index("A basename appears in more than one folder")
     paragraph = section[start: section.find("\n\n", start)]
