@@ -156,3 +156,13 @@ def test_the_checks_see_a_missing_path_and_a_broken_anchor() -> None:
     assert not _exists("examples/refund_approval.py") and _exists("bench/*.py")
     assert "in-flight-per-worker" in anchors("## In flight per worker\n```\n# not a heading\n```")
     assert "not-a-heading" not in anchors("```\n# not a heading\n```")
+
+
+def test_code_and_tests_give_reasons_not_tracker_numbers() -> None:
+    """A comment that points at a tracker entry sends the reader somewhere they may not reach; the
+    comment should say the reason itself."""
+    tracker = re.compile(r"[Ii]ssue ?#?[0-9]+")
+    found = [f"{path.relative_to(ROOT)}:{number}" for folder in ("robot_lab", "tests")
+             for path in sorted((ROOT / folder).rglob("*.py"))
+             for number, line in enumerate(path.read_text().splitlines(), 1) if tracker.search(line)]
+    assert not found, f"tracker numbers instead of reasons: {found}"
