@@ -86,9 +86,6 @@ class Keys:
         """String: JSON list of a robot's messages in one conversation (any worker resumes it)."""
         return f"{self.prefix}:robot:{self._tag(robot)}:conv:{conversation_id}"
 
-    def network_spec(self, network: str) -> str:
-        return f"{self.prefix}:network:{network}:spec"
-
     # --- memory -------------------------------------------------------------------------
     def memory(self, scope: str) -> str:
         return f"{self.prefix}:mem:{self._tag(scope)}"

@@ -2,7 +2,7 @@
 
 os.urandom releases the interpreter lock around its getrandom() call; in a worker with a
 thousand busy threads each release hands the lock to another thread and this one queues
-to get it back (issue 30: three such calls per network task, for its ids). So random
+to get it back (three such calls per network task, for its ids). So random
 bytes come from one buffer refilled 4 KiB at a time: the same kernel randomness, each byte
 used once, one system call per ~400 ids. A forked child drops the buffer it inherited,
 or parent and child would hand out the same bytes.

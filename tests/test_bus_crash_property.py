@@ -1,4 +1,4 @@
-"""Issue 20, as a property: consumers that die between any two Redis calls never lose,
+"""As a property: consumers that die between any two Redis calls never lose,
 reorder or double-answer anything, and the survivors finish everything with one reclaim
 sweep once the dead consumers' leases (the visibility timeout) have run out.
 

@@ -1,4 +1,4 @@
-"""Issue 13: a consumer never dies of its input, and the protocol is strict.
+"""A consumer never dies of its input, and the protocol is strict.
 
 The fuzz test sends arbitrary stream entries -- arbitrary field names and bytes, arbitrary
 JSON, deep nesting, huge values, wrong types in every envelope field -- between good

@@ -1,4 +1,4 @@
-"""Issue 20: a conversation must not stall when the consumer running its head dies.
+"""A conversation must not stall when the consumer running its head dies.
 
 The head of a conversation list that a survivor reclaims from a dead consumer runs on the
 survivor, and the entries queued behind it follow in stream order; a head that nobody runs

@@ -1,4 +1,4 @@
-"""Issue 13, item 3: a Redis restart (AOF) mid-run is ridden out.
+"""A Redis restart (AOF) mid-run is ridden out.
 
 A private redis-server with ``--appendonly yes`` (never the session's server: this test
 stops it) serves three ``robot-lab worker`` processes (one with ``--concurrency 2``), a

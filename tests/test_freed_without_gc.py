@@ -1,6 +1,6 @@
 """A robot and a memory dropped after use are freed by reference counting, not left for the
 cyclic GC: a worker builds a Robot and two Memory objects per network task, and garbage in
-reference cycles made every collection of a busy worker walk them (issue 30). Each test
+reference cycles made every collection of a busy worker walk them. Each test
 runs with the collector off, so only reference counting can free the object."""
 
 from __future__ import annotations

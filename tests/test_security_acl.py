@@ -1,4 +1,4 @@
-"""Issue 14, item 3: Redis ACL users (``robot-lab acl``) on a private real redis-server.
+"""Redis ACL users (``robot-lab acl``) on a private real redis-server.
 
 A publisher appends to inboxes but cannot read another robot's inbox, write memory, touch
 specs, runs or rq, list keys, or read another publisher's reply streams. A worker cannot

@@ -1,4 +1,4 @@
-"""Issue 14, item 5: no password reaches printed text, for every URL form robot-lab accepts.
+"""No password reaches printed text, for every URL form robot-lab accepts.
 
 A hypothesis property over generated passwords (raw "/", "#", "?", "@", ":" and
 %-escapes included) and URL forms; plus the errors ``connect`` raises for a bad URL."""

@@ -1,4 +1,4 @@
-"""Issue 14, item 2: a robot replies only to the sender's inbox, to ``_reply.*`` streams or to
+"""A robot replies only to the sender's inbox, to ``_reply.*`` streams or to
 inboxes ``bus.reply_to_allowed`` names. A forged ``reply_to`` is dead-lettered as
 ``reply_refused``: no handler (model) call, nothing written to the redirected inbox."""
 

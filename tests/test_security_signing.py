@@ -1,4 +1,4 @@
-"""Issue 14, item 1: signed envelopes. HMAC-SHA256 over the RFC 8785 canonical form (the test
+"""Signed envelopes. HMAC-SHA256 over the RFC 8785 canonical form (the test
 vector of docs/security.md), keys per sender with rotation, and each robot's mode: under
 ``require`` an unsigned, wrongly keyed, tampered, unknown-key or forged-``from`` entry is
 dead-lettered as ``unauthenticated`` with no model call; under ``warn`` it is logged and runs.

@@ -1,4 +1,4 @@
-"""Issue 14, item 4: skill trust belongs to the operator (docs/security.md, "Skills").
+"""Skill trust belongs to the operator (docs/security.md, "Skills").
 
 A hostile ``SKILL.md`` asks for ``trust: core``, host variables, secrets, the network and
 the worker's cwd; with default settings it gets none of it, ``skills show`` / ``validate``

@@ -1,4 +1,4 @@
-"""Issue 13, item 2 with real processes: ``robot-lab health`` (the Kubernetes probes) fails,
+"""With real processes: ``robot-lab health`` (the Kubernetes probes) fails,
 naming the loop, when a loop of a ``robot-lab worker`` cannot serve -- here a bus poller whose
 inbox key holds a string from start-up (creating the consumer group fails with WRONGTYPE: the
 poller names the key and keeps trying) and, with ``--concurrency 2``, an rq child process

@@ -18,7 +18,7 @@ class Writer:
     memory's own name. A callable of its own, not a closure over the Memory, so the memory's
     parts hold no reference back to it: a dropped Memory is freed at once by reference
     counting instead of waiting, with everything it holds, for the cyclic GC (a worker
-    builds two per network task, issue 30)."""
+    builds two per network task)."""
 
     __slots__ = ("name",)
 

@@ -43,7 +43,7 @@ def task_job_lifecycle(base: type) -> type:
         records (execution hash, the job's execution registry, the started registry, the
         worker's execution index), with its uuid4 id from robot_lab.randomness: rq's
         ``uuid4()`` is an ``os.urandom`` system call, which hands the interpreter lock to
-        another of a thousand threads and queues this one behind them (issue 30)."""
+        another of a thousand threads and queues this one behind them."""
         import uuid
 
         from rq.executions import ExecutionRegistry

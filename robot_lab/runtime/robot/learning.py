@@ -23,7 +23,7 @@ class Learning:
     It points back at its robot through a weak reference: a Robot and its Learning are then
     no reference cycle, so a robot dropped after its run (a worker builds one per network
     task) is freed at once by reference counting, with its messages and config, instead of
-    piling up for the cyclic GC (issue 30). The robot owns its Learning; nothing else keeps
+    piling up for the cyclic GC (whose every collection walks a busy worker's garbage). The robot owns its Learning; nothing else keeps
     one, so the robot is alive whenever this is used."""
 
     def __init__(self, robot: RobotParts) -> None:
