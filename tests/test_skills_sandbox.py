@@ -465,11 +465,15 @@ exec "$@"
 
 ETC_PROBE = """
 import json, sys
-from robot_lab.settings import SandboxSettings
+from robot_lab.settings import SandboxSettings, SkillsSettings
+from robot_lab.skills import AgentSkill, Capabilities
 from robot_lab.sandbox.workspace_tools import workspace_tools
 tools = {t.name: t for t in workspace_tools(sys.argv[1], sandbox=SandboxSettings())}
 run = lambda command: tools["run_command"].call({"command": command})
+granted = SandboxSettings(fs_read=["/etc/ssl/mounted"])
+ceiling = Capabilities.ceiling(granted, skill="sslreader", skills=SkillsSettings())
 print(json.dumps({
+    "granted": AgentSkill(sys.argv[2]).script_tools(ceiling, sandbox=granted)[0].call({}),
     "host_sees": open("/etc/robot-lab/keys/coordinator.key").read().strip(),
     "cat": run("cat /etc/robot-lab/keys/coordinator.key /etc/ssl/mounted/extra.key"),
     "ls": run("ls -A /etc"),
@@ -500,7 +504,9 @@ def in_private_mount_namespace(tmp_path: Path, argv: list[str]) -> subprocess.Co
 def test_mounts_under_etc_are_not_visible_to_scripts_or_the_workspace_tools(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    done = in_private_mount_namespace(tmp_path, [sys.executable, "-c", ETC_PROBE, str(workspace)])
+    reader = write_skill(tmp_path / "skills", "sslreader", extra="fs_read: [/etc/ssl/mounted]",
+                         scripts={"read.sh": "cat /etc/ssl/mounted/extra.key\n"})
+    done = in_private_mount_namespace(tmp_path, [sys.executable, "-c", ETC_PROBE, str(workspace), str(reader)])
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["host_sees"] == "KEY-SECRET-1" and seen["mode"] == "bwrap"  # the mounts are there, outside
@@ -511,6 +517,7 @@ def test_mounts_under_etc_are_not_visible_to_scripts_or_the_workspace_tools(tmp_
     for hidden in ("robot-lab", "shadow", "gshadow", "sudoers", "ssh", "fstab", "hostname", "machine-id"):
         assert hidden not in listed, seen["ls"]
     assert "robot-lab" not in seen["list"] and "shadow" not in seen["list"] and "mounted/" not in seen["list"]
+    assert seen["granted"] == "KEY-SECRET-2"  # what the operator grants is seen, mount or not
 
 
 @needs_bwrap

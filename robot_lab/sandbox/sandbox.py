@@ -4,11 +4,14 @@ robot_lab core runs scripts unconfined with no timeout; its optional ``robot_lab
 gem confines them with Seatbelt on macOS only. robot-lab is a server-side runtime, so the
 Linux confinement is built in, with bubblewrap:
 
-* read-only: the system dirs (``/usr``, ``/bin``, ``/lib*``, ``/etc`` with the password and
-  SSH secrets masked), the skill's own directory, the Python running robot-lab (for ``.py``
-  scripts without a shebang), and every granted ``fs_read`` path;
+* read-only: the system dirs (``/usr``, ``/bin``, ``/lib*``), of ``/etc`` only the entries
+  programs need (:data:`ETC_ENTRIES`, nothing mounted under them), the skill's own directory,
+  the Python running robot-lab (for ``.py`` scripts without a shebang), and every granted
+  ``fs_read`` path;
 * writable: the granted ``fs_write`` paths only;
-* a private ``/tmp`` (also the script's ``HOME``), fresh ``/proc`` and ``/dev``, no ``$HOME``;
+* a private ``/tmp`` (also the script's ``HOME``, bounded by ``sandbox.tmp_max_bytes``),
+  fresh ``/proc`` and ``/dev``, no ``$HOME``;
+* no capabilities, and no ``ptrace`` (:mod:`robot_lab.sandbox.seccomp`);
 * new user/pid/ipc/uts/cgroup namespaces, and a new network namespace (loopback only)
   unless network was granted by both the skill and the ceiling;
 * an environment holding only ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` and the variables
@@ -327,7 +330,8 @@ def bwrap_argv(
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.exists(path):
             argv += ["--ro-bind", path, path]
-    for path in etc_mounts(etc):
+    hidden = etc_mounts(etc)
+    for path in hidden:
         argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
     for path in MASKED_DIRS:
         if os.path.isdir(path) and not os.path.islink(path) and _is_system(path, etc):
@@ -346,7 +350,9 @@ def bwrap_argv(
     seen: set[str] = set()
     for path in read_only:
         real = os.path.realpath(path)
-        if real in seen or _is_system(real, etc):
+        # a path the system binds already show is skipped, unless a mask hides it (an
+        # operator who grants a file mounted under /etc/ssl gets it, bound over the mask)
+        if real in seen or _is_system(real, etc) and not any(is_under(real, h) for h in hidden):
             continue
         if not os.path.exists(real):
             log.warning("sandbox.path_missing", path=real, access="read")
