@@ -31,12 +31,10 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
-import os
 import re
 import shlex
 import shutil
 import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
