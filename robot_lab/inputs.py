@@ -1,4 +1,11 @@
-"""Input requests in Redis: what a parked run asked, and its one answer.
+"""Input requests in Redis: what a parked run asked, and its one answer -- the one home of a
+person's answer. A request is recorded here (:meth:`InputStore.create`), checked and answered
+once here (:func:`check_answer`, :meth:`InputStore.give`), whoever answers; its owner is then
+woken by its client: a network task (``network.human_input``: the RESUME transition) or a
+served bus message (``bus.parking``: an ``answer`` envelope to where the record says it waits).
+``network.human_input.answer`` is the entry point of an answer given through Redis (the CLI,
+the dashboard, ``RunHandle.answer``, the A2A tier, the timeout sweep): the one layer that sees
+both clients.
 
 ``<prefix>:input:<id>`` is a hash: ``request`` (JSON: id, question, choices, default, kind,
 tool, arguments, robot, created_at, deadline), ``owner`` (JSON: who resumes the run once
@@ -74,6 +81,23 @@ class InputRequest:
         return out
 
 
+APPROVE_WORDS = frozenset({"y", "yes", "approve", "approved", "ok", "true"})
+
+
+def approves(text: str) -> bool:
+    """Does a typed answer to an approval approve (``yes``, ``ok``, ...)?"""
+    return text.strip().lower() in APPROVE_WORDS
+
+
+class AlreadyAnswered(ConfigurationError):
+    """The request holds an answer already (the first one stands); the message names who gave it."""
+
+
+def _already(request_id: str, answer: Answer | None) -> AlreadyAnswered:
+    return AlreadyAnswered(f"input request {request_id} was already answered by "
+                           f"{(answer.by if answer is not None else None) or 'someone'}")
+
+
 class InvalidAnswer(ConfigurationError):
     """An answer its request cannot take (not one of its choices, longer than
     ``durable.max_answer_chars``): nothing is recorded, the request still waits, and the
@@ -138,6 +162,32 @@ class InputStore:
         parked = json.loads(fields["parked"]) if "parked" in fields else None
         return InputRequest(request_id, json.loads(fields.get("request") or "{}"),
                             json.loads(fields.get("owner") or "{}"), answer, parked)
+
+    def unanswered(self, request_id: str) -> InputRequest:
+        """The request, still waiting for its answer; else ConfigurationError saying it is
+        unknown, or AlreadyAnswered naming who answered it."""
+        found = self.get(request_id)
+        if found is None:
+            raise ConfigurationError(f"no input request {request_id!r} (answered long ago, expired, or a typo)")
+        if found.answer is not None:
+            raise _already(found.id, found.answer)
+        return found
+
+    def give(self, found: InputRequest, answer: Answer) -> InputRequest:
+        """Answer ``found`` once: the one way an answer is recorded, whoever gives it (the CLI,
+        the dashboard, ``RunHandle.answer``, the A2A tier, a bus ``answer`` envelope, the
+        timeout sweep). Checked first (:func:`check_answer`); of two answers racing, one wins
+        and the other raises AlreadyAnswered naming the winner. Waking the owner is the
+        caller's next step (``network.human_input.answer`` for an answer given through Redis;
+        the bus poller runs a served message itself)."""
+        if found.answer is not None:
+            raise _already(found.id, found.answer)
+        check_answer(found, answer)
+        if not self.answer(found.id, answer):
+            again = self.get(found.id)
+            raise _already(found.id, again.answer if again is not None else None)
+        found.answer = answer
+        return found
 
     def answer(self, request_id: str, answer: Answer) -> bool:
         """Record ``answer`` unless the request already has one (True: this one won)."""

@@ -370,50 +370,46 @@ def _answerer(record: TaskRecord) -> str:
 
 
 def _answer_robot(backend: Backend, record: TaskRecord, request_id: str, text: str) -> None:
-    """Record the answer once, then wake the robot's parked message with an ``answer``
-    envelope from the tier's sender, replying into this task's stream (a copy of the
-    envelope lands there first: ``bus.parking.wake``)."""
-    from robot_lab.bus.parking import wake
-    from robot_lab.inputs import Answer, InputStore, InvalidAnswer, check_answer
+    """Answer the robot's request through the one answering path (``network.human_input``:
+    recorded once, then the robot's parked message is woken with an ``answer`` envelope from
+    the message's own sender -- the tier's -- whose reply goes into this task's stream, where
+    a copy of the envelope lands first: ``bus.parking.wake``)."""
+    from robot_lab.inputs import InputStore
 
-    inputs = InputStore(backend.bus.redis, backend.keys)
-    found = inputs.get(request_id)
+    found = InputStore(backend.bus.redis, backend.keys).get(request_id)
     if found is None:
         raise UnsupportedOperationError(message=f"task {record.id}: its question {request_id} is gone "
                                                 "(expired, or the robot's records were cleared)")
-    approved = text.lower() in APPROVALS if found.request.get("kind") == "approval" else None
-    answer = Answer(text="" if approved else text, approved=approved, by=_answerer(record))
-    try:
-        check_answer(found, answer)
-    except InvalidAnswer as exc:
-        raise InvalidParamsError(message=f"task {record.id}: {exc}") from None
-    if not inputs.answer(request_id, answer):
-        again = inputs.get(request_id)
-        who = again.answer.by if again is not None and again.answer is not None else "someone"
-        raise UnsupportedOperationError(message=f"task {record.id}: its question was already answered by {who}")
-    wake(backend.bus, record.target, request_id, answer, from_=backend.settings.sender,
-         reply_to=record.reply_stream, conversation_id=record.conversation_id)
-    log.info("a2a.answered", task=record.id, request=request_id, robot=record.target, by=answer.by)
+    _answer(backend, record, found, text, backend.bus.redis, reply_to=record.reply_stream)
+    log.info("a2a.answered", task=record.id, request=request_id, robot=record.target, by=_answerer(record))
 
 
 def _answer_run(backend: Backend, record: TaskRecord, text: str) -> str:
-    from robot_lab.inputs import InvalidAnswer
     from robot_lab.network import human_input  # lazy: start-up time
 
     connection = backend.coordinator.connection
     waiting = human_input.for_run(record.run_id, connection, backend.keys)
     if not waiting:
         raise UnsupportedOperationError(message=f"task {record.id} has no question waiting for an answer")
-    request = waiting[0]
-    approve = None
-    if request.request.get("kind") == "approval":
-        approve = text.lower() in APPROVALS
+    _answer(backend, record, waiting[0], text, connection)
+    return waiting[0].id
+
+
+def _answer(backend: Backend, record: TaskRecord, request: Any, text: str, connection: Any,
+            reply_to: str | None = None) -> None:
+    """``text`` as the answer to ``request`` (for an approval ``yes`` approves, any other text
+    denies with that reason), by ``a2a:<caller>``; the spec's errors for an answer the
+    question cannot take (-32602) and one it takes no more (-32004). ``reply_to``: the
+    task's reply stream, where a served robot's next reply goes."""
+    from robot_lab.inputs import InvalidAnswer
+    from robot_lab.network import human_input  # lazy: start-up time
+
+    approve = text.lower() in APPROVALS if request.request.get("kind") == "approval" else None
     try:
         human_input.answer(request.id, None if approve is True else text, approve=approve, by=_answerer(record),
-                           connection=connection, keys=backend.keys)
+                           connection=connection, keys=backend.keys, reply_to=reply_to)
     except InvalidAnswer as exc:  # not a choice, too long: the question still waits
         raise InvalidParamsError(message=f"task {record.id}: {exc}") from None
     except RobotLabError as exc:  # answered meanwhile, the run ended
         raise UnsupportedOperationError(message=f"task {record.id}: {exc}") from exc
-    return request.id
 

@@ -43,16 +43,13 @@ from redis.exceptions import ResponseError
 
 from robot_lab import coalesce
 from robot_lab.errors import InputRequired
-from robot_lab.inputs import Answer, InputStore, check_answer
+from robot_lab.inputs import AlreadyAnswered, Answer, InputStore, approves
 from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
 
 REPLY_STREAM_PREFIX = "_reply."  # private reply streams (bus.requests.REPLY_PREFIX)
 
 log = get_logger("robot_lab.bus")
-
-APPROVE_WORDS = {"y", "yes", "approve", "approved", "ok", "true"}
-
 
 class Parked:
     """An answer's parked message: the request it answers, M (the message to run again) and
@@ -143,12 +140,14 @@ def record_answer(poller: Any, msg: RobotMessage, parked: Parked) -> None:
         text, approved = str(content), None
     store = InputStore(poller.redis, poller.bus.keys)
     found = store.get(parked.request_id)
-    if found is not None and found.request.get("kind") == "approval" and approved is None:
-        approved = text.strip().lower() in APPROVE_WORDS
-    answer = Answer(text=text, approved=approved, by=msg.from_)
-    if found is not None and found.answer is None:
-        check_answer(found, answer)
-    store.answer(parked.request_id, answer)
+    if found is None or found.answer is not None:
+        return  # gone (the parked message runs on its own journal), or answered: that answer stands
+    if found.request.get("kind") == "approval" and approved is None:
+        approved = approves(text)
+    try:
+        store.give(found, Answer(text=text, approved=approved, by=msg.from_))
+    except AlreadyAnswered:
+        pass  # answered a moment ago, elsewhere: that answer stands
 
 
 def park(poller: Any, msg: RobotMessage, original: RobotMessage, exc: InputRequired) -> RobotMessage:
@@ -215,7 +214,8 @@ def is_parked(bus: Any, robot: str, request_id: str) -> bool:
     return bool(bus.redis.exists(bus.keys.legacy_parked_message(robot, request_id)))
 
 
-def wake_parked(bus: Any, robot: str, request_id: str, answer: Answer, parked: dict[str, Any] | None) -> bool:
+def wake_parked(bus: Any, robot: str, request_id: str, answer: Answer, parked: dict[str, Any] | None, *,
+                reply_to: str | None = None) -> bool:
     """Wake ``robot``'s message waiting for the (recorded) answer to ``request_id``: where the
     request's record says it waits (``parked``), else a message an older release parked under
     the inbox (read by an unrestricted user only). False when nothing waits."""
@@ -225,7 +225,7 @@ def wake_parked(bus: Any, robot: str, request_id: str, answer: Answer, parked: d
             return False
         parked = {"from": legacy.original.from_, "reply_to": legacy.original.reply_to,
                   "conversation_id": legacy.original.conversation_id}
-    wake(bus, robot, request_id, answer, from_=str(parked["from"]), reply_to=parked.get("reply_to"),
+    wake(bus, robot, request_id, answer, from_=str(parked["from"]), reply_to=reply_to or parked.get("reply_to"),
          conversation_id=parked.get("conversation_id"))
     return True
 

@@ -28,7 +28,7 @@ from robot_lab.network import transitions
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.run_state import RUN_TTL, TERMINAL, RunStore
 from robot_lab.runtime.durable.journal import Journal
-from robot_lab.inputs import Answer, InputRequest, InputStore, check_answer
+from robot_lab.inputs import Answer, InputRequest, InputStore, approves
 from robot_lab.runtime.durable.scopes import DurableScope
 
 if TYPE_CHECKING:
@@ -111,9 +111,11 @@ def resume(connection: RedisClient, keys: Keys, run_id: str, task: str, data: di
 
 
 def answer(request_id: str, text: str | None = None, *, approve: bool | None = None, by: str = "unknown",
-           connection: RedisClient | None = None, keys: Keys | None = None, timed_out: bool = False) -> InputRequest:
+           connection: RedisClient | None = None, keys: Keys | None = None, timed_out: bool = False,
+           reply_to: str | None = None) -> InputRequest:
     """Answer a request once, and resume what waits for it. ``approve=True/False`` answers
-    an approval (``text``: the reason of a denial). Raises ConfigurationError for an unknown
+    an approval (``text``: the reason of a denial). ``reply_to``: where a served message's
+    reply goes instead of where it was sent from (the A2A task that answered it). Raises ConfigurationError for an unknown
     request, one already answered, one whose run is no longer running, or an answer the
     request cannot take (InvalidAnswer: :func:`robot_lab.inputs.check_answer`)."""
     from robot_lab.connection import get_redis
@@ -122,35 +124,24 @@ def answer(request_id: str, text: str | None = None, *, approve: bool | None = N
     connection = connection if connection is not None else get_redis()
     keys = keys or default_keys()
     inputs = InputStore(connection, keys)
-    found = inputs.get(request_id)
-    if found is None:
-        raise ConfigurationError(f"no input request {request_id!r} (answered long ago, expired, or a typo)")
-    if found.answer is not None:
-        raise ConfigurationError(f"input request {request_id} was already answered by {found.answer.by or 'someone'}")
+    found = inputs.unanswered(request_id)
     owner = found.owner
     if owner.get("kind") == "task" and _task_gone(connection, keys, owner):
         inputs.unlist(request_id)
         status = RunStore(connection, keys, owner["run_id"]).status()
         raise ConfigurationError(f"input request {request_id}: run {owner['run_id']} is {status}, "
                                  f"its task {owner['task']!r} no longer waits")
-    kind = found.request.get("kind")
-    if kind == "approval" and approve is None and text is not None:
-        approve = text.strip().lower() in {"y", "yes", "approve", "approved", "ok", "true"}
-    reply = Answer(text=text or "", approved=approve, by=by, timed_out=timed_out)
-    check_answer(found, reply)
-    if not inputs.answer(request_id, reply):
-        again = inputs.get(request_id)
-        who = again.answer.by if again is not None and again.answer is not None else "someone"
-        raise ConfigurationError(f"input request {request_id} was already answered by {who}")
-    found.answer = reply
-    _resume_owner(connection, keys, found)
+    if found.request.get("kind") == "approval" and approve is None and text is not None:
+        approve = approves(text)
+    inputs.give(found, Answer(text=text or "", approved=approve, by=by, timed_out=timed_out))
+    _resume_owner(connection, keys, found, reply_to=reply_to)
     return found
 
 
-def _resume_owner(connection: RedisClient, keys: Keys, found: InputRequest) -> None:
+def _resume_owner(connection: RedisClient, keys: Keys, found: InputRequest, reply_to: str | None = None) -> None:
     owner = found.owner
     if owner.get("kind") == "message":
-        _wake_served(connection, keys, found)
+        _wake_served(connection, keys, found, reply_to)
         return
     if owner.get("kind") != "task":
         return  # an in-process durable run resumes when it is run again with its durable_id
@@ -163,7 +154,7 @@ def _resume_owner(connection: RedisClient, keys: Keys, found: InputRequest) -> N
     log.info("input.answered", request=found.id, run_id=owner["run_id"], task=owner["task"], resumed=status)
 
 
-def _wake_served(connection: RedisClient, keys: Keys, found: InputRequest) -> None:
+def _wake_served(connection: RedisClient, keys: Keys, found: InputRequest, reply_to: str | None = None) -> None:
     """A served message waits for this (now answered) request: put an ``answer`` envelope in
     its robot's inbox, in its conversation, so a worker runs it again and replies to its
     sender (bus/parking.py; the recorded answer stands, the envelope only wakes it). Where it
@@ -174,7 +165,8 @@ def _wake_served(connection: RedisClient, keys: Keys, found: InputRequest) -> No
 
     if found.answer is None:
         return
-    wake_parked(Bus(connection, keys=keys), str(owner_robot(found)), found.id, found.answer, found.parked)
+    wake_parked(Bus(connection, keys=keys), str(owner_robot(found)), found.id, found.answer, found.parked,
+                reply_to=reply_to)
 
 
 def owner_robot(found: InputRequest) -> Any:

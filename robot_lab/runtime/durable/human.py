@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from robot_lab.errors import InputRequired
-from robot_lab.inputs import Answer
+from robot_lab.inputs import Answer, approves
 from robot_lab.runtime.durable.scopes import _step, current_runner, on_input_handler
 from robot_lab.runtime.tools import Tool
 
@@ -100,7 +100,7 @@ def _normalized(answer: Answer, choices: list[str] | None, default: str | None, 
         text = choices[int(text) - 1]
     approved = answer.approved
     if kind == "approval" and approved is None:  # a typed answer to an approval
-        approved = text.lower() in {"y", "yes", "approve", "approved", "ok", "true"}
+        approved = approves(text)
     return Answer(text=text, approved=approved, by=answer.by, timed_out=answer.timed_out)
 
 
