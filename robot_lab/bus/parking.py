@@ -65,13 +65,13 @@ def _conv_key(poller: Any, conversation: str) -> str:
     return str(poller.bus.keys.parked_conversation(poller.robot, conversation))
 
 
-def _parked(bus: Any, robot: str, request_id: str) -> Parked | None:
-    """``robot``'s message parked on ``request_id``, at its key or where an older release
-    kept it (a key there that is no string -- a squatted stream -- or that this user may not
-    read is nothing parked)."""
+def _parked(bus: Any, robot: str, request_id: str, *, legacy: bool = True) -> Parked | None:
+    """``robot``'s message parked on ``request_id``, at its key or (``legacy``) where an older
+    release kept it (a key there that is no string -- a squatted stream -- or that this user
+    may not read is nothing parked)."""
     key = bus.keys.parked_message(robot, request_id)
     raw = coalesce.call(bus.redis, "get", key)
-    if raw is None:
+    if raw is None and legacy:
         key = bus.keys.legacy_parked_message(robot, request_id)
         try:
             raw = bus.redis.get(key)
@@ -84,8 +84,8 @@ def find(poller: Any, msg: RobotMessage) -> tuple[Parked | None, str | None]:
     """``(parked, None)`` when ``msg`` answers a parked request; ``(None, request id)`` when
     its conversation waits on a request that ``msg`` does not answer; else ``(None, None)``."""
     r = poller.redis
-    if msg.in_reply_to:
-        parked = _parked(poller.bus, poller.robot, msg.in_reply_to)
+    if msg.in_reply_to:  # an older release's parked message is looked for by an answer only (not every reply)
+        parked = _parked(poller.bus, poller.robot, msg.in_reply_to, legacy=msg.kind == "answer")
         if parked is not None:
             return parked, None
     key = waiting_key(poller, msg)
@@ -217,10 +217,14 @@ def is_parked(bus: Any, robot: str, request_id: str) -> bool:
 def wake_parked(bus: Any, robot: str, request_id: str, answer: Answer, parked: dict[str, Any] | None, *,
                 reply_to: str | None = None) -> bool:
     """Wake ``robot``'s message waiting for the (recorded) answer to ``request_id``: where the
-    request's record says it waits (``parked``), else a message an older release parked under
-    the inbox (read by an unrestricted user only). False when nothing waits."""
-    if parked is None:
-        legacy = _parked(bus, robot, request_id)
+    request's record says it waits (``parked``), else the parked message itself (at its key or
+    where an older release parked it; read by a user allowed to). False when nothing waits."""
+    if parked is None:  # not noted on the record: parked by an older release, or a crash between the two writes
+        try:
+            legacy = _parked(bus, robot, request_id)
+        except ResponseError as exc:  # another robot's keys, for a worker's user (its timeout sweep)
+            log.warning("bus.parked_unreadable", robot=robot, request=request_id, error=str(exc))
+            return False
         if legacy is None:
             return False
         parked = {"from": legacy.original.from_, "reply_to": legacy.original.reply_to,
