@@ -301,8 +301,6 @@ def test_every_module_path_the_page_names_exists() -> None:
     assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
 
 
-@pytest.mark.xfail(reason="the parked-message keys are still under bus:, until they move under the "
-                          "robot's private keys (robot_lab:robot:<robot>:...)", strict=False)
 def test_nothing_but_inboxes_and_reply_streams_is_under_bus() -> None:
     """The page's promise behind the ACL grant ``XADD ~robot_lab:bus:*``: that pattern reaches
     inboxes and reply streams, never a robot's own state."""
