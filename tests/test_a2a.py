@@ -386,6 +386,25 @@ class _RobotTier:
         return self.rpc("SendMessage", {"message": message})
 
 
+def test_two_tasks_on_a_waiting_context_the_one_answered_gets_the_reply() -> None:
+    """A second message in the context while the robot's question waits is a second task,
+    input-required with the same question; answering that one resumes the robot with the
+    reply going to it (not to the task whose message parked), and the first stays
+    input-required and takes no answer now (-32004)."""
+    with _RobotTier("a2a-two-desk", [
+            {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Which order?", "choices": ["A1", "B2"]}}]},
+            {"reply": "refunding {tool_results}"}]) as tier:
+        first = tier.send("refund please", context_id="ctx-two")["result"]["task"]
+        second = tier.send("and quickly", context_id="ctx-two")["result"]["task"]
+        assert first["status"]["state"] == second["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert second["status"]["message"]["parts"][0]["text"] == "Which order? (choices: A1, B2)"
+        done = tier.send("B2", task_id=second["id"])["result"]["task"]
+        assert done["id"] == second["id"] and done["status"]["state"] == "TASK_STATE_COMPLETED", done["status"]
+        assert done["status"]["message"]["parts"][0]["text"] == "refunding - ask_user: B2"
+        assert tier.rpc("GetTask", {"id": first["id"]})["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert tier.send("A1", task_id=first["id"])["error"]["code"] == -32004
+
+
 def test_cancelling_a_robot_task_waiting_for_input_withdraws_the_question() -> None:
     """tasks/cancel of a robot task that is input-required closes its question (no later
     answer runs it: robot-lab answer says so) and frees its conversation: the next message in
