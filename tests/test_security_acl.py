@@ -264,8 +264,9 @@ def test_a_conversation_message_and_a_served_question_under_acl_users(server: Ac
     """Users from ``robot-lab acl --apply``; a real worker of ``asker`` logged in as its user.
     A message with a conversation id (``robot-lab send --conversation c1 --wait``) is served:
     its robot asks which order (the message parks under the robot's own keys), ``robot-lab
-    answer`` as the coordinator wakes it, and the final reply reaches the sender. The
-    publisher cannot squat the conversation's wait key with a stream beforehand."""
+    answer`` as the coordinator wakes it, and the final reply reaches the sender; then the
+    same for a message with no conversation. The publisher cannot squat the conversation's
+    wait key with a stream beforehand."""
     folder = tmp_path / "passwords"
     applied = _cli(server.url, "acl", "--apply", "--robot", "asker", "--publisher", "askdesk", "--no-coordinator",
                    "--passwords-dir", str(folder))
@@ -278,32 +279,40 @@ def test_a_conversation_message_and_a_served_question_under_acl_users(server: Ac
     env = child_env(server.user_url("rl-worker-asker"), PREFIX, ROBOT_LAB_SCRIPTS_DIR=str(SCRIPTS))
     env.pop("ROBOT_LAB_TEST_REDIS_URL", None)
     worker = processes.start([str(VENV_BIN / "robot-lab"), "worker", "asker", "--app", APP], env, "asker")
-    try:
-        wait_for(lambda: worker.poll() is not None or admin.sismember(KEYS.registry(), "asker"), timeout=90)
-        assert worker.poll() is None, "the worker exited"
-        sent = _cli(server.user_url("rl-pub-askdesk"), "send", "asker", "refund please", "--conversation", "c1",
-                    "--from", "askdesk", "--wait", "--timeout", "60", "--json")
+    desk_url, coordinator_url = server.user_url("rl-pub-askdesk"), server.user_url("rl-coordinator")
+
+    def served(text: str, answer: str, *conversation: str) -> Any:
+        """Send ``text`` and wait for the question; answer it with the CLI; the final reply."""
+        sent = _cli(desk_url, "send", "asker", text, *conversation, "--from", "askdesk", "--wait", "--timeout", "60",
+                    "--json")
         assert sent.returncode == 0, sent.stderr + sent.stdout
         question = json.loads(sent.stdout)["reply"]
         assert question["question"] == "Which order?" and question["choices"] == ["A1", "B2"]
         request_id = question["request_id"]
-        assert admin.get(KEYS.parked_conversation("asker", "c1")) == request_id.encode()
-        answered = _cli(server.user_url("rl-coordinator"), "answer", request_id, "B2", "--by", "desk-person")
+        assert admin.exists(KEYS.parked_message("asker", request_id))
+        if conversation:
+            assert admin.get(KEYS.parked_conversation("asker", conversation[-1])) == request_id.encode()
+        answered = _cli(coordinator_url, "answer", request_id, answer, "--by", "desk-person")
         assert answered.returncode == 0, answered.stderr + answered.stdout
 
-        def final() -> Any:
+        def final() -> Any:  # the reply goes to the private reply stream the sender waited on
             for stream in admin.keys(f"{PREFIX}:bus:_reply.askdesk.*"):
                 for _, fields in admin.xrange(stream):
                     message = decode_message(fields[b"envelope"])
-                    if message.kind == "reply":
+                    if message.kind == "reply" and message.content == f"refunding - ask_user: {answer}":
                         return message
             return None
 
-        wait_for(lambda: final() is not None, timeout=90)
+        return wait_for(final, timeout=90)
+
+    try:
+        wait_for(lambda: worker.poll() is not None or admin.sismember(KEYS.registry(), "asker"), timeout=90)
+        assert worker.poll() is None, "the worker exited"
+        served("refund please", "B2", "--conversation", "c1")  # a conversation, and its question
+        served("another refund", "A1")  # a served question with no conversation
     except Exception:
         print(processes.logs())
         raise
-    assert final().content == "refunding - ask_user: B2"
     wait_for(lambda: not admin.exists(KEYS.parked_conversation("asker", "c1")), timeout=60)
     assert admin.xlen(KEYS.dlq("asker")) == 0
     log = Path(worker.log_path).read_text(errors="replace")  # type: ignore[attr-defined]
