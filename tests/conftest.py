@@ -11,6 +11,8 @@ files share a worker process differs from run to run.
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import uuid
 from collections.abc import Iterator
 
@@ -27,25 +29,59 @@ for _key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "ROBOT_LAB
              "ROBOT_LAB_REDIS_URL", "ROBOT_LAB_APP"):
     os.environ.pop(_key, None)
 
+from tests import hardened  # noqa: E402
 from tests.redis_cluster import RedisCluster, SentinelSet  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
 _server = RedisServer()
+_profile: dict[str, object] = {"unavailable": "", "state": None}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--profile", choices=hardened.PROFILES, default="default",
+                     help="default: as a developer runs it; hardened: only the process-level tests, each process "
+                          "logged in as its own Redis ACL user, signing.verify=require with keys mounted at "
+                          "/etc/robot-lab/keys, the sandbox on (tests/hardened.py, docs/contributing.md)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("profile") == "hardened":
+        if getattr(config, "workerinput", None) is None and config.getoption("numprocesses", None):
+            return  # the xdist controller runs no test: each worker makes its own server (ACL users are per server)
+        reason = hardened.unavailable(shutil.which("redis-server"))
+        url = None if reason else _server.start(private=True, password=secrets.token_urlsafe(24))
+        if url:
+            os.environ["ROBOT_LAB_TEST_REDIS_URL"] = url
+            _profile["state"] = hardened.prepare(url)
+            return
+        _profile["unavailable"] = reason or f"no private redis-server: {_server.reason}"
     _server.start()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     _server.stop()
+    state = _profile["state"]
+    if isinstance(state, hardened.State):
+        if not os.environ.get("RL_TEST_PROFILE_KEEP"):
+            shutil.rmtree(state.work_dir, ignore_errors=True)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    hardened.select(items, config, str(_profile["unavailable"]))
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    profile = config.getoption("profile")
+    lines = [f"robot-lab: test profile {profile}"
+             + (" (process-level tests only; tests/hardened.py)" if profile == "hardened" else "")]
+    if _profile["unavailable"]:
+        lines.append(f"robot-lab: hardened profile UNAVAILABLE, its tests skip: {_profile['unavailable']}")
     if _server.url:
         workers = " (xdist worker gwN: database + N)" if getattr(config.option, "numprocesses", None) else ""
-        return f"robot-lab: real Redis tests use {_server.url}{workers}"
-    return f"robot-lab: real Redis tests SKIPPED ({_server.reason})"
+        lines.append(f"robot-lab: real Redis tests use {hardened.redact(_server.url)}{workers}")
+    elif profile == "default":
+        lines.append(f"robot-lab: real Redis tests SKIPPED ({_server.reason})")
+    return lines
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
@@ -231,3 +267,18 @@ def memory_spans():  # type: ignore[no-untyped-def]
     finally:
         otel.configure(None)
         otel.reset()
+
+
+@pytest.fixture(scope="session")
+def test_profile(pytestconfig: pytest.Config) -> str:
+    """The profile this session runs in: ``default`` or ``hardened`` (``--profile``)."""
+    return str(pytestconfig.getoption("profile"))
+
+
+@pytest.fixture
+def hardened_state(test_profile: str) -> hardened.State:
+    """The hardened profile's keys and passwords folders (skips in the default profile)."""
+    state = _profile["state"]
+    if test_profile != "hardened" or not isinstance(state, hardened.State):
+        pytest.skip("checks the hardened profile itself (run with --profile=hardened)")
+    return state

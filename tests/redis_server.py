@@ -75,9 +75,10 @@ class RedisServer:
             raise SystemExit(f"no --url, no REDIS_URL and no private server: {self.reason}")
         return found
 
-    def start(self, *, private: bool = False) -> str | None:
+    def start(self, *, private: bool = False, password: str | None = None) -> str | None:
         """The test server's URL; ``private=True`` always starts a new server (for tests that
-        change server-wide state, such as ACL users) and leaves the environment alone."""
+        change server-wide state, such as ACL users) and leaves the environment alone;
+        ``password`` is the ``default`` user's (``requirepass``), in the URL returned."""
         url = None if private else os.environ.get("ROBOT_LAB_TEST_REDIS_URL")
         if url:
             own = worker_database(url)
@@ -94,7 +95,7 @@ class RedisServer:
         self.dir = tempfile.mkdtemp(prefix="robot-lab-redis-")
         self.process = subprocess.Popen(
             [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.dir],
+             "--dir", self.dir, *(["--requirepass", password] if password else [])],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -102,7 +103,7 @@ class RedisServer:
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    self.url = f"redis://127.0.0.1:{port}/0"
+                    self.url = f"redis://{f':{password}@' if password else ''}127.0.0.1:{port}/0"
                     if not private:
                         os.environ["ROBOT_LAB_TEST_REDIS_URL"] = self.url
                     return self.url

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.hardened import child_pythonpath
 from tests.redis_server import REPO_ROOT, wait_for
 
 VENV_BIN = Path(sys.executable).parent
@@ -22,6 +23,9 @@ def uid() -> str:
 
 
 def child_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
+    """The environment of a process under test on ``url`` and ``prefix``; under the hardened
+    profile its PYTHONPATH also starts the profile's boot (tests/hardened.py), which gives the
+    process its role's Redis user, keys and mount namespace."""
     env = dict(os.environ)
     env.update(
         REDIS_URL=url,
@@ -32,7 +36,7 @@ def child_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
         ROBOT_LAB_TASK_LEASE_MS="2000",
         ROBOT_LAB_LOG_LEVEL="WARNING",
         ROBOT_LAB_LOG_FORMAT="json",
-        PYTHONPATH=str(REPO_ROOT),
+        PYTHONPATH=child_pythonpath(),
     )
     env.update(extra)
     return env
