@@ -5,7 +5,9 @@
 
 Configuration comes from the environment the test sets: REDIS_URL, ROBOT_LAB_KEY_PREFIX,
 ROBOT_LAB_BUS__* (visibility timeout, batch size), BUSPROC_IN_FLIGHT (handlers at once, 1). Every side effect a handler has is
-recorded in Redis under ``<prefix>:test:*`` so the test can check it from outside.
+recorded in Redis under ``<prefix>:test:*`` so the test can check it from outside, through
+BUSPROC_RECORD_URL when set: the test's own connection, apart from the bus's, whose Redis
+user in the hardened profile (tests/hardened.py) may write only the robot's keys.
 
 Worker modes:
   record  count each message id (HINCRBY) and who handled it
@@ -35,10 +37,12 @@ def _prefix() -> str:
 
 
 def worker(mode: str, robot: str, consumer: str) -> None:
+    import redis
+
     from robot_lab.bus import BusPoller
     from robot_lab.connection import get_redis
 
-    r = get_redis()
+    r = redis.Redis.from_url(os.environ["BUSPROC_RECORD_URL"]) if os.environ.get("BUSPROC_RECORD_URL") else get_redis()
     test = f"{_prefix()}:test"
     poller = BusPoller(robot, consumer=consumer, block_ms=200, in_flight=int(os.environ.get("BUSPROC_IN_FLIGHT", "1")))
 

@@ -52,8 +52,8 @@ STATE_ENV = "RL_TEST_PROFILE_STATE"  # not ROBOT_LAB_*: settings would flag an u
 KEYS_MOUNT = "/etc/robot-lab/keys"
 PROFILES = ("default", "hardened")
 # senders with a key from the start: the job signer, the A2A tier, `robot-lab send`'s and
-# Bus.publish's default names
-COMMON_SENDERS = ("coordinator", "a2a", "cli", "anonymous")
+# Bus.publish's default names, and the sender most tests use
+COMMON_SENDERS = ("coordinator", "a2a", "cli", "anonymous", "client")
 # settings every process of the profile runs with (on top of what the test set)
 PROFILE_SETTINGS = {
     "ROBOT_LAB_SIGNING__VERIFY": "require",
@@ -105,6 +105,17 @@ def prepare(admin_url: str) -> State:
     os.environ["ROBOT_LAB_SIGNING__KEYS_DIR"] = state.keys_dir
     os.environ["PYTHONPATH"] = child_pythonpath(os.environ.get("PYTHONPATH", ""))
     return state
+
+
+def sender_keys(*senders: str) -> None:
+    """Keys for senders a test sends as from its own process (``Bus.request(..., from_="asker")``),
+    made in the profile's keys folder before they are used; nothing in the default profile,
+    where nothing is signed."""
+    path = os.environ.get(STATE_ENV)
+    if path:
+        keys = Path(State.load(path).keys_dir)
+        for sender in senders:
+            ensure_key(keys, sender)
 
 
 def child_pythonpath(rest: str = "") -> str:
@@ -248,6 +259,8 @@ def role_of(argv: list[str]) -> Role:
             return Role("publisher", ("anonymous",))
         return Role("coordinator")
     rest = args[1:]
+    if head == "otel_proc.py" and len(rest) > 1:  # tests/otel_proc.py SPANS_FILE <robot-lab arguments>
+        head, rest = "robot-lab", rest[1:]
     if head == "robot-lab" and rest:
         if rest[0] == "worker":
             robots = _worker_robots(rest[1:])

@@ -103,7 +103,7 @@ class RedisServer:
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    self.url = f"redis://{f':{password}@' if password else ''}127.0.0.1:{port}/0"
+                    self.url = f"redis://{f'default:{password}@' if password else ''}127.0.0.1:{port}/0"
                     if not private:
                         os.environ["ROBOT_LAB_TEST_REDIS_URL"] = self.url
                     return self.url

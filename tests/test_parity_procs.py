@@ -32,6 +32,8 @@ def client(real_redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
     conn.close()
 
 
+@pytest.mark.not_hardened(reason="an unsigned envelope written with redis-cli is refused under signing.verify=require "
+                                  "by design; the signed shell recipe is tests/test_security_signing.py's")
 def test_redis_cli_message_makes_a_served_robot_call_its_tool(real_redis_url, key_prefix, client,
                                                               processes):  # noqa: F811
     cli = shutil.which("redis-cli")

@@ -27,6 +27,7 @@ from robot_lab.network.run_state import DEFAULT_LEASE_MS
 from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from robot_lab.schemas import decode_message
+from tests.hardened import sender_keys
 from tests.network_helpers import fan
 from tests.redis_server import wait_for
 from tests.stopping import stopped
@@ -89,6 +90,7 @@ def _in_hand(client: Any, real_redis_url: str, key_prefix: str, processes: Any, 
     each in hand: (process, keys, message ids, run handle, environment, robot name)."""
     bot = build(f"inflight-{uid()}", model=model)
     publish_specs([bot.to_spec()], connection=client)
+    sender_keys("asker")  # this process sends as asker (signed in the hardened profile)
     env = child_env(real_redis_url, key_prefix, ROBOT_LAB_BUS__VISIBILITY_TIMEOUT=visibility)
     proc = _worker(processes, env, bot.name, "worker")
     wait_for_workers(client, [f"robot:{bot.name}"], timeout=90)
@@ -154,6 +156,7 @@ def test_200_conversations_request_one_worker_process_at_once(client, real_redis
 
     bot = build(f"inflight-{uid()}", model="scripted/sleep:300")
     publish_specs([bot.to_spec()], connection=client)
+    sender_keys(*(f"asker{i}" for i in range(200)))  # the senders below (signed in the hardened profile)
     env = child_env(real_redis_url, key_prefix)
     proc = processes.start([str(VENV_BIN / "robot-lab"), "worker", bot.name, "--in-flight", "200"], env, "worker")
     wait_for_workers(client, [f"robot:{bot.name}"], timeout=90)
