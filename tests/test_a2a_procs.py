@@ -631,3 +631,28 @@ def test_a_part_of_a_media_type_the_card_does_not_accept_refuses_the_whole_messa
     assert [i["protocolVersion"] for i in card.json()["supportedInterfaces"]] == ["1.0"]
     assert "application/x-unsupported" not in card.json()["defaultInputModes"]
     assert "max-age" in card.headers["cache-control"]
+
+
+def test_a_subscription_to_a_task_waiting_for_input_goes_on_to_its_end(stack: Stack) -> None:
+    """SubscribeToTask on an input-required task (A2A 1.0 section 3.1.6: the stream ends at a
+    terminal state) follows it past the question: the answer, sent on the other server,
+    resumes it and the subscription ends with the reply; the message's own stream still
+    ended at the question."""
+    from a2a.types.a2a_pb2 import SubscribeToTaskRequest
+
+    async def go() -> tuple[list[Any], list[Any]]:
+        client = await sdk_client(f"{stack.a}/robots/asker")
+        asked = await collect(client.send_message(user_message("refund please")))
+        task_id, context_id = asked[0].task.id, asked[0].task.context_id
+        watcher = await sdk_client(f"{stack.a}/robots/asker")
+        subscription = watcher.subscribe(SubscribeToTaskRequest(id=task_id)).__aiter__()
+        watched = [await subscription.__anext__()]  # subscribed (the task as it stands) before the answer
+        answerer = await sdk_client(f"{stack.b}/robots/asker", streaming=False)
+        await collect(answerer.send_message(user_message("A1", task_id=task_id, context_id=context_id)))
+        return asked, watched + await asyncio.wait_for(collect(subscription), timeout=60)
+
+    asked, watched = run(go())
+    assert asked[-1].status_update.status.state == INPUT_REQUIRED
+    assert watched[0].task.status.state == INPUT_REQUIRED  # as it stood when it began
+    final = watched[-1].status_update.status
+    assert final.state == COMPLETED and final.message.parts[0].text == "refunding - ask_user: A1"

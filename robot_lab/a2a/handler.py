@@ -315,7 +315,12 @@ class AgentHandler(RequestHandler):
                 message=f"task {params.id} is {TaskState.Name(view.ended.status.state)}: nothing more to stream "
                         "(tasks/get returns it)")
         yield view.snapshot()
-        async for event in view.events():
+        # A2A 1.0 section 3.1.6: a subscription "MUST terminate when the task reaches a terminal
+        # state" and may be made to any task not terminal, an input-required one included: so it
+        # goes on past a question (answered by another request) to the end. A message's own
+        # stream still ends at the question (section 3.1.2's blocking rule, and its client is the
+        # one to answer).
+        async for event in view.events(through_input=True):
             yield event
 
     # --- not offered ----------------------------------------------------------------------
