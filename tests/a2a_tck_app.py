@@ -1,11 +1,10 @@
 """The agent the A2A TCK (``../shared/tools/a2a-tck``) runs against: robot ``tck``.
 
 ``robot-lab worker tck --app a2a_tck_app:app`` and ``robot-lab a2a --app a2a_tck_app:app
---robots tck --anonymous`` serve it from the tests folder (``tests/test_a2a_tck.py``; the
-same for ``tck-asks``, which asks first). The
-suite's own system under test acts on the *messageId* prefixes of its messages; a robot sees
-a message's text only (its model's input is the conversation), so this one is scripted on
-the texts the suite sends: the artifact scenario's text gets the suite's expected text
+--robots tck --anonymous`` serve it from the tests folder (``tests/test_a2a_tck_procs.py``;
+the same for ``tck-asks``, which asks first). The suite's own system under test acts on the
+*messageId* prefixes of its messages; a robot sees a message's text only (its model's input
+is the conversation), so this one is scripted on the texts the suite sends: the artifact scenario's text gets the suite's expected text
 artifact, anything else is echoed and completes. What that leaves out is listed in
 docs/a2a.md ("Conformance: the A2A TCK").
 """
