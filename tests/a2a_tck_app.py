@@ -4,8 +4,9 @@
 --robots tck --anonymous`` serve it from the tests folder (``tests/test_a2a_tck_procs.py``;
 the same for ``tck-asks``, which asks first). The suite's own system under test acts on the
 *messageId* prefixes of its messages; a robot sees a message's text only (its model's input
-is the conversation), so this one is scripted on the texts the suite sends: the artifact scenario's text gets the suite's expected text
-artifact, anything else is echoed and completes. What that leaves out is listed in
+is the conversation), so this one is scripted on the texts the suite sends: the artifact
+scenario's text gets the suite's expected text artifact, anything else is echoed and
+completes. What that leaves out is listed in
 docs/a2a.md ("Conformance: the A2A TCK").
 """
 
