@@ -509,6 +509,14 @@ def test_a_context_belongs_to_its_caller_another_callers_message_on_it_starts_it
     assert mine[-1].status_update.status.message.parts[0].text == "refunding - ask_user: B2"
 
 
+IDLE_APP_MODULE = '''
+from robot_lab import App
+
+app = App("a2aidle", import_path="a2a_idle_app:app")
+app.robot("idle", model="scripted/echo", description="Served by no worker: its messages wait.")
+'''
+
+
 def _memory_kb(pid: int, field: str) -> int:
     """A /proc/<pid>/status memory figure (``VmRSS``, ``VmHWM``: the peak RSS), in kB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -521,25 +529,25 @@ def test_an_oversized_body_is_refused_unread_and_sigterm_still_ends_the_server(s
     """Bodies over `a2a.max_body_bytes` (default 4 MiB) get HTTP 413 with a JSON-RPC error,
     whether their length is declared or they stream chunked; the server's peak RSS stays
     near where it was (it never holds them); and a SIGTERM ends it while a message/send
-    waits on a robot no worker serves (the server has its own prefix)."""
+    waits on a robot no worker serves (`idle`, of an app of its own)."""
     import os
     import signal
     import threading
 
     from tests.worker_procs import Processes
 
-    write_app(tmp_path)
+    (tmp_path / "a2a_idle_app.py").write_text(IDLE_APP_MODULE)
     procs = Processes(tmp_path)
-    env = a2a_env(stack.url, f"{stack.prefix}-body", tmp_path)
+    env = a2a_env(stack.url, stack.prefix, tmp_path, **SIGNING_ENV)
     big = 48 * 1024 * 1024
     body = (b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x", "pad": "'
             + b"a" * big + b'"}}')
     try:
-        base = start_server(procs, env, "a2a_app:app", "a2a-body")
+        base = start_server(procs, env, "a2a_idle_app:app", "a2a-body")
         pid = procs.procs[0].pid
         peak_before = _memory_kb(pid, "VmHWM")
-        declared = _rpc(f"{base}/robots/echo/", None, raw=body)
-        chunked = httpx.post(f"{base}/robots/echo/", timeout=60,
+        declared = _rpc(f"{base}/robots/idle/", None, raw=body)
+        chunked = httpx.post(f"{base}/robots/idle/", timeout=60,
                              content=(body[i:i + 65536] for i in range(0, len(body), 65536)),
                              headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
         for refused in (declared, chunked):
@@ -549,13 +557,13 @@ def test_an_oversized_body_is_refused_unread_and_sigterm_still_ends_the_server(s
         grown_mib = (_memory_kb(pid, "VmHWM") - peak_before) / 1024
         assert grown_mib < 40, f"peak RSS grew {grown_mib:.0f} MiB for bodies of {big >> 20} MiB"
         # a body within the limit is served as before
-        assert _rpc(f"{base}/robots/echo/", {"jsonrpc": "2.0", "id": 2, "method": "GetTask",
+        assert _rpc(f"{base}/robots/idle/", {"jsonrpc": "2.0", "id": 2, "method": "GetTask",
                                              "params": {"id": "nope"}}).json()["error"]["code"] == -32001
         waiting: list[Any] = []
 
-        def wait_on_send() -> None:  # no worker of this prefix takes it: the request stays in flight
+        def wait_on_send() -> None:  # no worker takes it: the request stays in flight
             try:
-                waiting.append(_rpc(f"{base}/robots/echo/", {"jsonrpc": "2.0", "id": 3, "method": "SendMessage",
+                waiting.append(_rpc(f"{base}/robots/idle/", {"jsonrpc": "2.0", "id": 3, "method": "SendMessage",
                                     "params": {"message": {"messageId": "m-1", "role": "ROLE_USER",
                                                            "parts": [{"text": "anyone?"}]}}}))
             except httpx.HTTPError as exc:
@@ -564,21 +572,18 @@ def test_an_oversized_body_is_refused_unread_and_sigterm_still_ends_the_server(s
         from robot_lab.bus import Bus
         from robot_lab.keys import Keys
 
-        Bus(stack.redis, keys=Keys(f"{stack.prefix}-body")).register("echo")  # an inbox nobody reads
+        Bus(stack.redis, keys=Keys(stack.prefix)).register("idle")  # an inbox nobody reads
         sender = threading.Thread(target=wait_on_send, daemon=True)
         sender.start()
         from tests.redis_server import wait_for
 
-        wait_for(lambda: stack.redis.keys(f"{stack.prefix}-body:a2a:task:*"), timeout=60, interval=0.2)
+        wait_for(lambda: stack.redis.xlen(f"{stack.prefix}:bus:idle"), timeout=60, interval=0.2)
         os.killpg(pid, signal.SIGTERM)
         procs.procs[0].wait(60)  # raises TimeoutExpired if the in-flight request holds the process
         sender.join(60)
         assert waiting and not sender.is_alive()
     finally:
         procs.kill_all()
-        from tests.conftest import _forget
-
-        _forget(f"{stack.prefix}-body")
 
 
 def test_list_tasks_shows_each_caller_its_own_tasks_filtered_and_paged(stack: Stack) -> None:
@@ -639,4 +644,29 @@ def test_a_part_of_a_media_type_the_card_does_not_accept_refuses_the_whole_messa
     assert not {"url", "preferredTransport", "protocolVersion", "security"} & set(card.json())  # no 0.3 fields
     assert [i["protocolVersion"] for i in card.json()["supportedInterfaces"]] == ["1.0"]
     assert "application/x-unsupported" not in card.json()["defaultInputModes"]
-    assert "max-age" in card.headers["cache-control"]
+    assert "max-age" in card.headers["cache-control"] and card.headers["last-modified"].endswith("GMT")
+
+
+def test_a_subscription_to_a_task_waiting_for_input_goes_on_to_its_end(stack: Stack) -> None:
+    """SubscribeToTask on an input-required task (A2A 1.0 section 3.1.6: the stream ends at a
+    terminal state) follows it past the question: the answer, sent on the other server,
+    resumes it and the subscription ends with the reply; the message's own stream still
+    ended at the question."""
+    from a2a.types.a2a_pb2 import SubscribeToTaskRequest
+
+    async def go() -> tuple[list[Any], list[Any]]:
+        client = await sdk_client(f"{stack.a}/robots/asker")
+        asked = await collect(client.send_message(user_message("refund please")))
+        task_id, context_id = asked[0].task.id, asked[0].task.context_id
+        watcher = await sdk_client(f"{stack.a}/robots/asker")
+        subscription = watcher.subscribe(SubscribeToTaskRequest(id=task_id)).__aiter__()
+        watched = [await subscription.__anext__()]  # subscribed (the task as it stands) before the answer
+        answerer = await sdk_client(f"{stack.b}/robots/asker", streaming=False)
+        await collect(answerer.send_message(user_message("A1", task_id=task_id, context_id=context_id)))
+        return asked, watched + await asyncio.wait_for(collect(subscription), timeout=60)
+
+    asked, watched = run(go())
+    assert asked[-1].status_update.status.state == INPUT_REQUIRED
+    assert watched[0].task.status.state == INPUT_REQUIRED  # as it stood when it began
+    final = watched[-1].status_update.status
+    assert final.state == COMPLETED and final.message.parts[0].text == "refunding - ask_user: A1"

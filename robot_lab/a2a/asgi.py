@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import json
 import os
 import socket
@@ -25,7 +26,7 @@ from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
 from a2a.types.a2a_pb2 import AgentCard
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from robot_lab.a2a.auth import AuthMiddleware, Tokens
@@ -47,6 +48,21 @@ log = get_logger("robot_lab.a2a")
 
 CARD_PATH = "/.well-known/agent-card.json"
 CARD_CACHE = "public, max-age=300"  # cards change with a deploy; clients revalidate by ETag
+
+
+def card_routes(card: AgentCard, since: float) -> list[Route]:
+    """The SDK's card route (ETag, 304s) with ``Cache-Control`` and a ``Last-Modified`` of
+    ``since``, so caches and the spec's card-caching checks see both."""
+    last_modified = email.utils.formatdate(since, usegmt=True)
+    out = []
+    for route in create_agent_card_routes(card, card_url=CARD_PATH, cache_control=CARD_CACHE):
+        async def endpoint(request: Request, inner: Any = route.endpoint) -> Response:
+            response = await inner(request)
+            response.headers["Last-Modified"] = last_modified
+            return response
+
+        out.append(Route(route.path, endpoint, methods=["GET"]))
+    return out
 
 
 @dataclass
@@ -100,6 +116,7 @@ def build_a2a_app(app: Any, *, base_url: str, robots: list[str] | None = None, n
     backend = Backend(bus=bus, coordinator=Coordinator(connection, keys), store=TaskStore(bus, keys,
                       ttl=settings.task_ttl), keys=keys, settings=settings)
     robot_names, network_names = select(app, robots, networks)
+    started = time.time()  # the cards' Last-Modified: a card changes only with a new process
     base = base_url.rstrip("/")
     entries: list[AgentEntry] = []
     for name in robot_names:
@@ -112,11 +129,11 @@ def build_a2a_app(app: Any, *, base_url: str, robots: list[str] | None = None, n
                                                                       network=network)))
     routes: list[Any] = []
     for entry in entries:
-        inner = create_agent_card_routes(entry.card, card_url=CARD_PATH, cache_control=CARD_CACHE)
+        inner = card_routes(entry.card, started)
         inner += create_jsonrpc_routes(entry.handler, "/", enable_v0_3_compat=True)
         routes.append(Mount(entry.path.rstrip("/"), routes=inner))
     if len(entries) == 1:
-        routes += create_agent_card_routes(entries[0].card, card_url=CARD_PATH, cache_control=CARD_CACHE)
+        routes += card_routes(entries[0].card, started)
 
     async def index(request: Request) -> JSONResponse:
         return JSONResponse({"agents": [{"name": e.name, "kind": e.kind, "url": f"{base}{e.path}",

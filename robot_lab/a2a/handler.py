@@ -68,6 +68,7 @@ from robot_lab.settings import A2ASettings
 log = get_logger("robot_lab.a2a")
 
 LIST_WINDOW = 1000  # tasks/list looks at a caller's newest tasks on an agent, this many at most
+LIST_FOLDS = 16  # tasks one tasks/list folds at once (the other requests share the Redis pool)
 
 
 @dataclass
@@ -170,7 +171,8 @@ class AgentHandler(RequestHandler):
         records = await self.backend.store.listed(self.agent, owner_of(context), LIST_WINDOW)
         if params.context_id:
             records = [r for r in records if r.context_id == params.context_id]
-        tasks = await asyncio.gather(*(self._current(r) for r in records))
+        folds = asyncio.Semaphore(LIST_FOLDS)
+        tasks = await asyncio.gather(*(self._current(r, folds) for r in records))
         if params.status:
             tasks = [t for t in tasks if t.status.state == params.status]
         if params.HasField("status_timestamp_after"):
@@ -190,10 +192,11 @@ class AgentHandler(RequestHandler):
                                                          task_id=page[-1].id)) if more else ""
         return ListTasksResponse(tasks=page, next_page_token=token, page_size=size, total_size=total)
 
-    async def _current(self, record: TaskRecord) -> Task:
-        view = self.backend.view(record)
-        await view.catch_up()
-        return view.snapshot()
+    async def _current(self, record: TaskRecord, folds: asyncio.Semaphore) -> Task:
+        async with folds:
+            view = self.backend.view(record)
+            await view.catch_up()
+            return view.snapshot()
 
     @validate_request_params
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
@@ -315,7 +318,12 @@ class AgentHandler(RequestHandler):
                 message=f"task {params.id} is {TaskState.Name(view.ended.status.state)}: nothing more to stream "
                         "(tasks/get returns it)")
         yield view.snapshot()
-        async for event in view.events():
+        # A2A 1.0 section 3.1.6: a subscription "MUST terminate when the task reaches a terminal
+        # state" and may be made to any task not terminal, an input-required one included: so it
+        # goes on past a question (answered by another request) to the end. A message's own
+        # stream still ends at the question (section 3.1.2's blocking rule, and its client is the
+        # one to answer).
+        async for event in view.events(through_input=True):
             yield event
 
     # --- not offered ----------------------------------------------------------------------

@@ -306,10 +306,11 @@ class TaskView:
             return []
         return await self._apply(await self.source.read(self.cursor, None), resumed)
 
-    async def events(self, *, deadline: float | None = None) -> AsyncIterator[Event]:
+    async def events(self, *, deadline: float | None = None, through_input: bool = False) -> AsyncIterator[Event]:
         """The events from the current position until the task ends or waits for input
-        (a blocking read returns at once with what is already there)."""
-        while not self.over:
+        (a blocking read returns at once with what is already there); ``through_input``:
+        on past a wait for input (an answer given elsewhere), until the task ends."""
+        while self.ended is None if through_input else not self.over:
             if deadline is not None and time.monotonic() >= deadline:
                 return
             for event in await self._apply(await self.source.read(self.cursor, self.POLL_MS)):
