@@ -119,3 +119,15 @@ def delete_prefix(client: Any, prefix: str) -> None:
     keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
     if keys:
         client.delete(*keys)
+
+
+def publish_robot(client: Any, prefix: str, name: str, **build_kwargs: Any) -> Any:
+    """A robot built from ``build_kwargs``, its spec published under ``prefix`` (so a
+    ``robot-lab worker <name>`` with no app serves it)."""
+    from robot_lab.keys import Keys
+    from robot_lab.runtime.registry import publish_specs
+    from robot_lab.runtime.robot import build
+
+    bot = build(name, **build_kwargs)
+    publish_specs([bot.to_spec()], connection=client, keys=Keys(prefix=prefix))
+    return bot

@@ -37,11 +37,27 @@ def set_process_slots(slots: int) -> None:
     _process_slots = max(1, int(slots))
 
 
+# A process starved of CPU (other processes on the cores, thousands of its own threads) beats
+# late, by however long the interpreter lock and the scheduler kept the lease keeper waiting.
+# The keeper measures that (how late each of its rounds came after the earliest beat due) and
+# every lease and hold this process writes lasts STALL_FACTOR times the worst recent lateness
+# longer, so the next beat may come that much later again before the sweeper reads the
+# task as lost (40-296 live tasks requeued per 1000-task fan-out at a load of 10-21). The
+# worst lateness halves every STALL_HALF_LIFE seconds: a process that stopped lagging goes
+# back to its plain lease, and a dead worker's tasks wait at most that much longer.
+STALL_FACTOR = 3.0
+STALL_HALF_LIFE = 60.0
+# Lateness up to this is noise (a round waits for the lock for milliseconds on any busy
+# machine) and leaves leases as they are: each already outlives two missed beats.
+STALL_NOISE = 0.25
+
+
 def task_lease_ms() -> int:
     """A task's lease (``ROBOT_LAB_TASK_LEASE_MS``, default 5 s), at least ``SLOT_LEASE_MS``
-    per task this process runs at once (see above)."""
+    per task this process runs at once, plus the margin this process's measured beat
+    lateness asks for (see above)."""
     configured = int(os.environ.get("ROBOT_LAB_TASK_LEASE_MS", DEFAULT_LEASE_MS))
-    return max(configured, _process_slots * SLOT_LEASE_MS)
+    return max(configured, _process_slots * SLOT_LEASE_MS) + _keeper.stall_margin_ms()
 
 
 class LeaseHeartbeat:
@@ -129,6 +145,8 @@ class _LeaseKeeper:
         os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
+        self.late = 0.0  # seconds: the worst recent lateness of a round (decays, see STALL_HALF_LIFE)
+        self.late_at = time.monotonic()
         self.lock = threading.Lock()
         self.leases: set[LeaseHeartbeat] = set()
         self.wake = threading.Event()
@@ -154,18 +172,35 @@ class _LeaseKeeper:
         with self.lock:
             self.leases.discard(lease)
 
-    @staticmethod
-    def beat_all(leases: list[LeaseHeartbeat]) -> list[bool]:
-        """One SET XX PX per lease, pipelined per connection; each lease settles its reply."""
+    def stall_margin_ms(self) -> int:
+        """Milliseconds every lease and hold of this process lasts beyond its plain length:
+        ``STALL_FACTOR`` times the worst lateness of a recent round (0 while beats are on time)."""
+        late = self.late * 0.5 ** ((time.monotonic() - self.late_at) / STALL_HALF_LIFE)
+        return int(STALL_FACTOR * late * 1000)
+
+    def measured(self, lateness: float) -> None:
+        """A round came ``lateness`` seconds after its earliest beat was due."""
+        now = time.monotonic()
+        decayed = self.late * 0.5 ** ((now - self.late_at) / STALL_HALF_LIFE)
+        if lateness > max(decayed, STALL_NOISE):
+            self.late, self.late_at = lateness, now
+            if STALL_FACTOR * lateness * 1000 >= 1000:  # a second or more: worth a line
+                log.info("lease.beats_late", late_s=round(lateness, 2), margin_ms=self.stall_margin_ms())
+
+    def beat_all(self, leases: list[LeaseHeartbeat]) -> list[bool]:
+        """One SET XX PX per lease, pipelined per connection; each lease settles its reply.
+        Each is extended by its own length plus the stall margin measured now (a lease made
+        while the process lagged carries the margin of then as well: longer, never shorter)."""
         by_connection: dict[int, list[LeaseHeartbeat]] = {}
         for lease in leases:
             by_connection.setdefault(id(lease.connection), []).append(lease)
         out: dict[int, bool] = {}
+        margin = self.stall_margin_ms()
         for group in by_connection.values():
             try:
                 pipe = group[0].connection.pipeline(transaction=False)
                 for lease in group:
-                    pipe.set(lease.key, lease.value, px=lease.lease_ms, xx=True)
+                    pipe.set(lease.key, lease.value, px=lease.lease_ms + margin, xx=True)
                 replies: list[Any] = pipe.execute(raise_on_error=False)
             except Exception as exc:  # noqa: BLE001 - each lease reports it (outage or not)
                 replies = [exc] * len(group)
@@ -181,6 +216,7 @@ class _LeaseKeeper:
                 soon = min((lease.interval for lease in self.leases), default=1.0) / 2
                 due = [lease for lease in self.leases if lease.next_beat <= now + soon]
             if due:
+                self.measured(now - min(lease.next_beat for lease in due))
                 for lease, keep in zip(due, self.beat_all(due)):
                     if not keep:
                         self.remove(lease)

@@ -38,6 +38,7 @@ from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
 from robot_lab.outage import OutageTracker, is_oom, is_outage
 from robot_lab.settings import get_settings
+from robot_lab.workers.supervision import on_the_way_out, stop_time_left
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
@@ -235,12 +236,16 @@ class WorkerHeartbeat:
     def stop(self) -> None:
         """A clean exit: stop beating and withdraw the record and the file."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-        try:
+        if self._thread is not None:  # a beat in progress; one blocked on Redis is left behind
+            self._thread.join(stop_time_left())  # (None: no stop signal, a beat takes milliseconds)
+
+        def withdraw() -> None:
             self.connection.delete(self.keys.worker(self.name))
             self.connection.zrem(self.keys.workers(), self.name)
-        except Exception:
+
+        try:
+            on_the_way_out("health-record", withdraw)  # never waits on a Redis that does not answer
+        except Exception:  # noqa: BLE001 - Redis away: the record expires with its TTL
             pass
         self.file.unlink(missing_ok=True)
 

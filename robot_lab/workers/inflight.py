@@ -367,12 +367,12 @@ def in_flight_worker_class() -> type:
             self._stop_requested = True
             if self.on_stop is not None:
                 self.on_stop()
-            try:
-                self.set_shutdown_requested_date()
-            except Exception as exc:  # noqa: BLE001 - cosmetic in Redis; stopping matters
-                log.warning("worker.shutdown_date_failed", error=f"{type(exc).__name__}: {exc}")
+            self.set_shutdown_requested_date()  # on a thread of its own (RidesOutages)
             if self._waiting:
                 raise StopRequested()
+
+        def jobs_in_hand(self) -> int:
+            return len(self._jobs)
 
         def request_force_stop(self, signum: int, frame: Any) -> None:
             self._cold = True
@@ -396,8 +396,6 @@ def in_flight_worker_class() -> type:
             except Exception as exc:  # noqa: BLE001 - Redis away: the sweeper re-enqueues them
                 log.warning("worker.give_back_failed", jobs=len(self._taken), error=f"{type(exc).__name__}: {exc}")
             if not self._cold:
-                if self._jobs:
-                    log.info("worker.draining", jobs=len(self._jobs))
                 self.drain()
             if self._pool is not None:  # a work() restarted after a Redis outage makes a new one
                 self._pool.shutdown(wait=not self._cold)

@@ -12,7 +12,11 @@ Layout of one ``robot-lab worker billing technical --in-flight 16 --concurrency 
 
 SIGTERM / SIGINT: rq's warm shutdown -- nothing new is taken (tasks or messages), every task
 and message in hand finishes, the bus pollers hand back what they hold but never started,
-then the process exits. A second signal is rq's cold shutdown. Work killed anyway (kill -9)
+then the process exits (``worker.stopping`` says whether it had work in hand: ``path=drain``,
+or none: ``path=idle``). Nothing on that path waits on Redis or on an idle loop: the loops
+with nothing in hand and the bookkeeping writes share
+:data:`~robot_lab.workers.supervision.STOP_BUDGET` (3 s), so an idle worker is gone within
+seconds even while its Redis is down or hung. A second signal is rq's cold shutdown. Work killed anyway (kill -9)
 is re-run: a task when its lease expires (a sweeper requeues it), a message when its
 visibility timeout passes (another consumer reclaims it).
 """
@@ -49,7 +53,14 @@ from robot_lab.workers.health import (
     rq_loop_problem,
 )
 from robot_lab.workers.inflight import RobotPool, cap_malloc_arenas, in_flight_worker_class
-from robot_lab.workers.supervision import Loops, RidesOutages, supervise_poller
+from robot_lab.workers.supervision import (
+    Loops,
+    RidesOutages,
+    restart_stop_budget,
+    stop_signalled,
+    stop_time_left,
+    supervise_poller,
+)
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
@@ -326,9 +337,12 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
     warm_up(models, background=True)  # litellm loads beside the loops, not before them
     threads = [loops.thread(loops.add("sweeper", idle_limit=SWEEP_INTERVAL + LOOP_SLACK, busy_limit=300.0),
                             _sweeper, connection, keys, stop, loops.loops["sweeper"], stop=stop)]
+    pollers: dict[threading.Thread, Any] = {}  # each bus thread's poller: its messages in hand
     if bus:
         for name, spec in specs.items():
-            threads.append(bus_thread(loops, name, serving_poller(name, spec, connection, in_flight), stop))
+            poller = serving_poller(name, spec, connection, in_flight)
+            threads.append(bus_thread(loops, name, poller, stop))
+            pollers[threads[-1]] = poller
     if spawned:
         loops.add("spawn-watcher", idle_limit=LOOP_SLACK + 1.0, busy_limit=300.0)
         threads.append(loops.thread(loops.loops["spawn-watcher"], _spawn_watcher, connection, keys, stop,
@@ -339,8 +353,12 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
         loops.started()  # else _rq_loop says so once the rq loop is registered too
     try:
         if not queues:  # only spawned robots: nothing for rq to do; wait for SIGTERM/SIGINT
+            def on_signal(*_: Any) -> None:
+                stop_signalled("idle", 0)
+                stop.set()
+
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: stop.set())
+                signal.signal(sig, on_signal)
             stop.wait()
         elif concurrency == 1:
             # a warm shutdown stops the bus pollers at once too: nothing new is taken anywhere
@@ -350,13 +368,39 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
     finally:
         loops.stopping()
         stop.set()
-        for thread in threads:  # each bus poller lets the messages in hand finish
-            thread.join(DRAIN_LIMIT)
+        _join_loops(threads, pollers)
         heartbeat.stop()
         from robot_lab.runtime.mcp.pool import close_shared
 
         close_shared()  # the MCP servers its runs shared stop with the worker
         log.info("worker.stopped", robots=robots)
+
+
+def _join_loops(threads: list[threading.Thread], pollers: dict[threading.Thread, Any]) -> None:
+    """Wait for the main process's loops once ``stop`` is set: a bus poller with messages in
+    hand as long as they run (up to :data:`DRAIN_LIMIT`); a loop with nothing in hand while
+    the stop budget lasts (it sees the stop within a poll round: an idle poller within its
+    block_ms, 1 s), then it is left to die with the process (a daemon thread blocked on a
+    Redis that does not answer must not hold the exit; its held, unstarted messages go to
+    another consumer when their visibility timeout passes). Without a stop signal (a burst
+    run) every loop is waited for."""
+    import time
+
+    drain_until = time.monotonic() + DRAIN_LIMIT
+    for thread in threads:
+        poller = pollers.get(thread)
+        while thread.is_alive():
+            left = stop_time_left()
+            if poller is not None and poller._running and time.monotonic() < drain_until:  # handlers running now
+                thread.join(0.1)  # messages in hand: they finish
+            elif left is None and time.monotonic() < drain_until:
+                thread.join(0.1)
+            elif left:
+                thread.join(min(0.1, left))
+            else:
+                log.warning("worker.loop_left_running", loop=thread.name,
+                            reason="nothing in hand, and it did not see the stop (Redis not answering?)")
+                break
 
 
 def _publish_app(app: Any, connection: RedisClient, keys: Keys) -> None:
@@ -403,6 +447,7 @@ def _start_children(url: str | None, queues: list[str], base: str, burst: bool, 
 def _wait_children(children: list[Any], on_stop: Any = None) -> None:
 
     def forward(signum: int, frame: Any) -> None:
+        stop_signalled("children", 0)  # each child drains its own jobs; this process its messages
         if on_stop is not None:
             on_stop()
         for child in children:
@@ -416,6 +461,7 @@ def _wait_children(children: list[Any], on_stop: Any = None) -> None:
     try:
         for child in children:
             child.join()
+        restart_stop_budget()  # the children are done: the idle part of this process's stop
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -15,6 +15,11 @@ out Redis outages instead of dying.
 * :class:`RidesOutages` -- rq worker mixin: rq's own failure path raises ``ConnectionError``
   out of ``work()`` (and logs a traceback); these overrides keep the loop up through an
   outage and put a job that an outage interrupted back on its queue.
+* :func:`stop_signalled` / :func:`on_the_way_out` -- a stop signal starts the process's
+  :data:`STOP_BUDGET`: the stop path's Redis bookkeeping (rq's worker record, the health
+  record) and its idle loops get that long in all, so a Redis that does not answer (down,
+  hung, partitioned) never holds a stopping process; what was not written expires with its
+  TTL.
 """
 
 from __future__ import annotations
@@ -35,6 +40,63 @@ STARTING = "starting: "  # problem prefix of a loop that has not made progress y
 STARTUP_LIMIT = 180.0  # a registered loop must report progress within this (imports, warm-up)
 FAILING_LIMIT = 30.0  # a loop whose rounds keep failing (not an outage) for this long is unhealthy
 PUBSUB_WAKE = 1.0  # seconds: how long rq's command listener may wait before it sees a stop
+# Seconds from a stop signal within which a worker with nothing in hand is gone, whatever
+# Redis does: its bookkeeping writes and its idle loops share this budget (see on_the_way_out).
+STOP_BUDGET = 3.0
+_stop_deadline: float | None = None  # set by the first stop signal of the process (stop_signalled)
+
+
+def stop_signalled(path: str, jobs: int) -> None:
+    """A stop signal arrived: log which path the stop takes (``drain``: jobs in hand finish
+    first; ``idle``: nothing to wait for) and start the process's :data:`STOP_BUDGET`."""
+    global _stop_deadline
+    if _stop_deadline is None:
+        _stop_deadline = time.monotonic() + STOP_BUDGET
+    log.info("worker.stopping", path=path, jobs=jobs)
+
+
+def stop_time_left() -> float | None:
+    """Seconds left of the stop budget (None: no stop signal yet, nothing is hurried). Jobs
+    in hand are waited for outside it: the budget starts again once they are done."""
+    if _stop_deadline is None:
+        return None
+    return max(0.0, _stop_deadline - time.monotonic())
+
+
+def restart_stop_budget() -> None:
+    """The jobs in hand are done (a drain): the idle part of the stop gets its full budget."""
+    global _stop_deadline
+    if _stop_deadline is not None:
+        _stop_deadline = time.monotonic() + STOP_BUDGET
+
+
+def on_the_way_out(what: str, write: Callable[[], Any]) -> bool:
+    """Run ``write`` (bookkeeping of a stopping process: rq's worker record, the health
+    record); True when it ended. After a stop signal it runs on a daemon thread and is
+    waited for only while the stop budget lasts: the Redis client has no socket timeout,
+    so one SIGTERM to an idle worker whose Redis hung or was partitioned away left it alive
+    for minutes. What is not written expires with its TTL (rq's worker key, the health
+    record); the thread left behind dies with the process. Without a stop signal (a burst
+    run, a test) it runs here, as before."""
+    left = stop_time_left()
+    if left is None:
+        write()
+        return True
+
+    def run() -> None:
+        try:
+            write()
+        except Exception as exc:  # noqa: BLE001 - bookkeeping; the stop goes on
+            log.warning("worker.stop_write_failed", what=what, error=describe(exc))
+
+    thread = threading.Thread(target=run, name=f"stop-{what}", daemon=True)
+    thread.start()
+    thread.join(max(left, 0.05))
+    if thread.is_alive():
+        log.warning("worker.stop_write_skipped", what=what,
+                    reason="Redis did not answer within the stop budget; the record expires with its TTL")
+        return False
+    return True
 
 
 class Loop:
@@ -242,7 +304,8 @@ logging.getLogger("rq.worker").addFilter(_ReconnectNoise())
 
 
 class RidesOutages:
-    """rq worker mixin: stay up through a Redis outage (restart, failover).
+    """rq worker mixin: stay up through a Redis outage (restart, failover), and stop without
+    waiting on a Redis that does not answer.
 
     The heartbeat at the top of every dequeue round waits for Redis (backoff with jitter,
     one lost/back pair of log lines); state writes and registry maintenance are skipped
@@ -317,14 +380,41 @@ class RidesOutages:
             self._ride_out(lambda: _requeue_interrupted(job, queue))
             return None
 
+    def jobs_in_hand(self) -> int:
+        """Jobs this worker runs now (rq's one, when it says it is busy)."""
+        from rq.worker import WorkerStatus  # lazy: start-up time
+
+        return int(self.get_state() == WorkerStatus.BUSY)  # type: ignore[attr-defined]
+
+    def request_stop(self, signum: int, frame: Any) -> None:
+        """rq's warm-shutdown signal handler, saying which path the stop takes and starting
+        the stop budget (:func:`stop_signalled`): after it nothing waits on Redis."""
+        jobs = self.jobs_in_hand()
+        stop_signalled("drain" if jobs else "idle", jobs)
+        super().request_stop(signum, frame)  # type: ignore[misc]
+
     def teardown(self) -> Any:
+        """rq's teardown (the worker's death in its records), never waiting on Redis:
+        stopping while Redis is away or hung, its worker key expires (:func:`on_the_way_out`)."""
+        restart_stop_budget()  # the jobs in hand are done by now
         try:
-            return super().teardown()  # type: ignore[misc]
+            on_the_way_out("rq-worker-record", super().teardown)  # type: ignore[misc]
         except Exception as exc:
             if not is_outage(exc):
                 raise
             self._tracker().lost(exc)  # stopping while Redis is away: its worker key expires
-            return None
+
+    def set_shutdown_requested_date(self) -> None:
+        """rq writes the date of a warm shutdown to the worker's hash from the signal
+        handler; on a thread here, not waited for: a handler blocked on a hung Redis
+        kept the worker from stopping at all."""
+        threading.Thread(target=self._write_shutdown_date, name="stop-shutdown-date", daemon=True).start()
+
+    def _write_shutdown_date(self) -> None:
+        try:
+            super().set_shutdown_requested_date()  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - cosmetic in Redis; stopping matters
+            log.warning("worker.shutdown_date_failed", error=describe(exc))
 
     def subscribe(self) -> None:
         """rq's subscription to the worker's command channel (``rq`` suspend/stop commands),
