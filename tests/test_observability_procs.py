@@ -23,6 +23,7 @@ from robot_lab.runtime.robot import build
 from robot_lab.runtime.rails.budget import RedisLedger
 from tests.ports import free_port
 from tests.redis_server import REPO_ROOT, wait_for
+from tests.stopping import stopped
 from tests.worker_procs import VENV_BIN, child_env, processes, uid  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -72,7 +73,7 @@ def test_a_request_and_a_run_across_two_processes_form_one_trace_and_are_counted
              timeout=30, interval=0.1)
     samples = scrape(port)  # before stopping the worker: its counters, its robot's gauges
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(60) == 0, processes.logs()
+    assert stopped(worker) == 0
 
     local = [json.loads(json.dumps({"name": s.name, "trace_id": f"{s.context.trace_id:032x}",
                                     "span_id": f"{s.context.span_id:016x}",
