@@ -28,8 +28,6 @@ import inspect
 import re
 from pathlib import Path
 
-import pytest
-
 from robot_lab.keys import Keys
 from robot_lab.network.transitions import RUN_KEY_SUFFIXES
 from tests.test_layering import layer_of
