@@ -576,10 +576,11 @@ def test_an_oversized_body_is_refused_unread_and_sigterm_still_ends_the_server(s
         sender = threading.Thread(target=wait_on_send, daemon=True)
         sender.start()
         from tests.redis_server import wait_for
+        from tests.stopping import stopped
 
         wait_for(lambda: stack.redis.xlen(f"{stack.prefix}:bus:idle"), timeout=60, interval=0.2)
         os.killpg(pid, signal.SIGTERM)
-        procs.procs[0].wait(60)  # raises TimeoutExpired if the in-flight request holds the process
+        stopped(procs.procs[0])  # fails with its log if the request in flight holds the process
         sender.join(60)
         assert waiting and not sender.is_alive()
     finally:
