@@ -27,7 +27,6 @@ from tests.a2a_procs import (
     wait_for_bus_worker,
     write_app,
 )
-from tests.hardened import A2A_CONTEXTS
 from tests.stopping import stopped
 from tests.worker_procs import Processes, wait_for_workers
 
@@ -94,7 +93,6 @@ def test_cards_are_served_at_the_well_known_path_without_a_token(stack: Stack) -
                                                                   ("robot", "asker"), ("network", "pipeline")}
 
 
-@pytest.mark.xfail_hardened(reason=A2A_CONTEXTS)
 def test_message_send_to_a_robot_completes_with_its_reply_and_any_server_gets_it(stack: Stack) -> None:
     async def go() -> None:
         client = await sdk_client(f"{stack.a}/robots/echo", streaming=False)
@@ -113,7 +111,6 @@ def test_message_send_to_a_robot_completes_with_its_reply_and_any_server_gets_it
     run(go())
 
 
-@pytest.mark.xfail_hardened(reason=A2A_CONTEXTS)
 def test_message_stream_of_a_robot_is_submitted_then_the_reply_then_completed(stack: Stack) -> None:
     async def go() -> list[Any]:
         client = await sdk_client(f"{stack.b}/robots/echo")
@@ -232,7 +229,6 @@ def test_bad_input_gets_the_spec_error_codes(stack: Stack) -> None:
     assert by_key.json()["error"]["code"] == -32001
 
 
-@pytest.mark.xfail_hardened(reason=A2A_CONTEXTS)
 def test_legacy_message_send_and_a_finished_task_refuses_more(stack: Stack) -> None:
     url = f"{stack.b}/robots/echo/"
     sent = _rpc(url, {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
@@ -262,7 +258,6 @@ def test_tasks_belong_to_the_caller_who_started_them(stack: Stack) -> None:
     assert _rpc(f"{stack.a}/robots/slow/", get).json()["error"]["code"] == -32001
 
 
-@pytest.mark.xfail_hardened(reason=A2A_CONTEXTS)
 def test_under_signing_require_the_tier_signs_as_its_own_sender(stack: Stack) -> None:
     """The robots' worker dead-letters unsigned messages; the tier's are signed with the
     `a2a` sender's key, so its tasks complete (the other tests) while a bare publish does not."""
@@ -283,7 +278,6 @@ def test_under_signing_require_the_tier_signs_as_its_own_sender(stack: Stack) ->
     assert run(go()).status.state == COMPLETED
 
 
-@pytest.mark.xfail_hardened(reason=A2A_CONTEXTS)
 def test_a_new_message_in_the_same_context_continues_the_robots_conversation(stack: Stack) -> None:
     import json
 
@@ -355,7 +349,6 @@ def test_status_lists_the_a2a_processes(stack: Stack) -> None:
     assert f"A2A a2a-one at {stack.a}" in table.stdout and "network/pipeline" in table.stdout
 
 
-@pytest.mark.xfail_hardened(reason=A2A_CONTEXTS)
 def test_a_robot_in_a_network_calls_a_remote_a2a_agent_as_a_tool(stack: Stack, tmp_path: Path) -> None:
     """caller (served by its own worker and its own `robot-lab a2a`) is given the echo agent
     of server A as a tool; its network, itself run as an A2A task, gets echo's answer."""
@@ -390,7 +383,6 @@ INPUT_REQUIRED = 6  # TaskState.TASK_STATE_INPUT_REQUIRED
 WORKING = 2
 
 
-@pytest.mark.xfail_hardened(reason=A2A_CONTEXTS)
 def test_a_served_robot_asks_and_the_answer_given_on_the_other_server_finishes_it(stack: Stack) -> None:
     """The asker robot (a `robot-lab worker`, signing required) asks; the SDK client's stream
     on server A ends input-required with the question; the answer, sent on server B, is
@@ -422,7 +414,6 @@ def test_a_served_robot_asks_and_the_answer_given_on_the_other_server_finishes_i
     assert replies[-1].in_reply_to == answer.id
 
 
-@pytest.mark.xfail_hardened(reason=A2A_CONTEXTS)
 def test_a_network_run_parks_on_a_remote_agents_question_and_resumes_on_another_worker(
         stack: Stack, tmp_path: Path) -> None:
     """asking-caller, a robot in a network, calls the asker agent of server A as a tool; the
