@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from robot_lab.keys import Keys, is_wrong_type, wrong_typed
 
-__all__ = ["expected_types", "is_wrong_type", "shared_expected_types", "wrong_typed", "wrong_typed_keys"]
+__all__ = ["expected_types", "is_wrong_type", "wrong_typed", "wrong_typed_keys"]
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
@@ -31,11 +31,3 @@ def wrong_typed_keys(connection: RedisClient, keys: Keys, robot: str) -> list[st
     type (a missing key is fine: the scripts create it)."""
     return wrong_typed(connection, expected_types(keys, robot))
 
-
-def shared_expected_types(keys: Keys) -> dict[str, str]:
-    """The shared indexes any worker's Redis user may write (``robot-lab acl``:
-    SHARED_FOR_WORKERS) that ``robot-lab status`` and ``robot-lab pending`` read, and their
-    types: one set to a string by hand would otherwise fail those commands whole with a
-    WRONGTYPE that names no key."""
-    return {keys.registry(): "set", keys.workers(): "zset", keys.runs_index(): "zset", keys.runs_active(): "set",
-            keys.inputs_pending(): "zset", keys.inputs_deadlines(): "zset"}

@@ -52,10 +52,8 @@ def live_a2a_servers(connection: RedisClient, keys: Keys) -> list[dict[str, Any]
 def _shared_index(connection: RedisClient, command: str, key: str, *args: Any, **kwargs: Any) -> Any:
     """Read a shared index (the registry, the worker, run and input indexes): one of the
     wrong type -- any worker's Redis user may write it -- reads as empty, and
-    :func:`collect_status` names it in a problem line (``bus.key_types.shared_expected_types``)
+    :func:`collect_status` names it in a problem line (:func:`shared_expected_types`)
     instead of the whole status failing on an unnamed WRONGTYPE."""
-    from robot_lab.bus.key_types import is_wrong_type
-
     try:
         return getattr(connection, command)(key, *args, **kwargs)
     except Exception as exc:
@@ -374,7 +372,6 @@ def stalled_conversation_problems(connection: RedisClient, keys: Keys, robots: l
         return []
     from types import SimpleNamespace
 
-    from robot_lab.bus.key_types import is_wrong_type
     from robot_lab.bus.stalls import stalled_conversations  # lazy: start-up time
     from robot_lab.settings import get_settings
 
@@ -390,10 +387,17 @@ def stalled_conversation_problems(connection: RedisClient, keys: Keys, robots: l
     return found
 
 
+def shared_expected_types(keys: Keys) -> dict[str, str]:
+    """The shared indexes any worker's Redis user may write (``robot-lab acl``:
+    SHARED_FOR_WORKERS) that ``robot-lab status`` and ``robot-lab pending`` read, and their
+    types: one set to a string by hand would otherwise fail those commands whole with a
+    WRONGTYPE that names no key."""
+    return {keys.registry(): "set", keys.workers(): "zset", keys.runs_index(): "zset", keys.runs_active(): "set",
+            keys.inputs_pending(): "zset", keys.inputs_deadlines(): "zset"}
+
+
 def shared_index_problems(connection: RedisClient, keys: Keys) -> list[str]:
     """One line per shared index of the wrong type (read as empty meanwhile)."""
-    from robot_lab.bus.key_types import shared_expected_types, wrong_typed
-
     return [f"{problem} (written by hand?): read as empty; delete it and robot-lab starts it anew"
             for problem in wrong_typed(connection, shared_expected_types(keys))]
 
