@@ -53,7 +53,7 @@ from robot_lab.bus.core import Bus
 from robot_lab.bus.names import check_robot_name
 from robot_lab.bus.delivery import Delivery
 from robot_lab.bus.reply_files import reply_attachments
-from robot_lab.bus import parking
+from robot_lab.bus.parking import Parking, waiting_request
 from robot_lab.bus.handling import Handling
 from robot_lab.bus.intake import Intake
 from robot_lab.bus.key_types import is_wrong_type, wrong_typed_keys
@@ -139,6 +139,7 @@ class BusPoller(Intake, Handling, Reclaim):
         self.verify = verify or verify_mode(robot)
         if self.verify not in VERIFY_MODES:
             raise BusError(f"verify must be one of {', '.join(VERIFY_MODES)}, not {self.verify!r}")
+        self.parking = Parking(self.bus, self.robot)
         self.inbox = self.bus.keys.inbox(robot)
         self.dlq = self.bus.keys.dlq(robot)
         # the keys the conversation scripts take after the inbox (READ/ACQUIRE/COMPLETE/DEAD_LETTER)
@@ -250,7 +251,7 @@ class BusPoller(Intake, Handling, Reclaim):
             # answered through Redis already: run M again and reply where M asked to be answered
             msg = msgspec.structs.replace(msg, reply_to=parked.original.reply_to or parked.original.from_)
         if parked is not None and not wake:
-            if not parking.may_answer(self, msg, parked):
+            if self.verify == "require" and not self.parking.may_answer(msg, parked):
                 self._dead_letter(d, "answer_refused", f"{msg.from_!r} may not answer input requests of "
                                   f"{self.robot!r} (durable.answerers)")
                 return
@@ -264,7 +265,7 @@ class BusPoller(Intake, Handling, Reclaim):
         elif msg.is_reply:
             return
         elif waits_on is not None:  # the conversation waits for an answer: ask again, run nothing
-            reply = parking.pending_question(self, waits_on, msg)
+            reply = self.parking.pending_question(waits_on, msg)
             if reply is not None:
                 self._send_reply(d, reply)
                 return
@@ -282,9 +283,9 @@ class BusPoller(Intake, Handling, Reclaim):
             return
         if parked is not None and not wake:
             try:
-                parking.record_answer(self, msg, parked)
+                self.parking.record_answer(msg, parked)
             except InvalidAnswer as exc:  # not recorded: the message still waits, ask again saying why
-                again = parking.pending_question(self, parked.request_id, msg, error=str(exc))
+                again = self.parking.pending_question(parked.request_id, msg, error=str(exc))
                 if again is not None:
                     self._send_reply(d, again)
                 log.info("bus.answer_invalid", robot=self.robot, request=parked.request_id, error=str(exc))
@@ -294,13 +295,13 @@ class BusPoller(Intake, Handling, Reclaim):
         except InputRequired as exc:
             if not (exc.request or {}).get("id"):
                 raise  # nothing recorded the request (no durable id): a failure like any other
-            question = parking.park(self, msg, parked.original if parked else msg, exc)
+            question = self.parking.park(msg, parked.original if parked else msg, exc)
             coalesce.call(r, "set", record_key, make_record(fp, encode_message(question)), nx=True,
                           ex=int(self.bus.settings.record_ttl))
             self._send_reply(d, question)
             return
         if parked is not None:
-            parking.resumed(self, parked)
+            self.parking.resumed(parked)
         files = reply_attachments(self.bus, content) if getattr(content, "files", None) else []
         if content is not None and not isinstance(content, (str, Mapping)):
             content = getattr(content, "reply", None) if hasattr(content, "reply") else str(content)
@@ -329,8 +330,8 @@ class BusPoller(Intake, Handling, Reclaim):
         message; a record read that fails is read again where it was read before (its error
         raises there, as it did)."""
         if msg.in_reply_to:  # find reads the parked message first; the record waits for it
-            return (*parking.find(self, msg), _UNREAD)
-        key = parking.waiting_key(self, msg)
+            return (*self.parking.find(msg), _UNREAD)
+        key = self.parking.waiting_key(msg)
         pipe = coalesce.pipeline(self.redis)
         if key is not None:
             pipe.get(key)
@@ -339,7 +340,7 @@ class BusPoller(Intake, Handling, Reclaim):
         if key is not None and isinstance(replies[0], Exception):
             raise replies[0]  # find's own read failed: as before
         recorded = replies[-1]
-        return (None, parking.waiting_request(replies[0]) if key is not None else None,
+        return (None, waiting_request(replies[0]) if key is not None else None,
                 _UNREAD if isinstance(recorded, Exception) else recorded)
 
     def _send_reply(self, d: Delivery, reply: RobotMessage) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from robot_lab.bus.core import Bus
     from robot_lab.bus.delivery import Delivery
+    from robot_lab.bus.parking import Parking
     from robot_lab.connection import RedisClient
 
 
@@ -48,6 +49,7 @@ class PollerState:
     _vis_ms: int
     _register: bool  # create the inbox and group when missing
     verify: str  # signature check of each entry: off | warn | require (bus/keyring.py)
+    parking: Parking  # its served messages that wait for a person (bus/parking.py)
 
     # what this consumer holds and does
     _handler: Callable[[Delivery], Any]
