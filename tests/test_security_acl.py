@@ -325,9 +325,7 @@ def test_another_robots_worker_times_out_a_served_question_without_reading_its_p
     worker's sweep (any worker's) times it out: it may not read billing's parked keys, and
     needs not -- the request's record says where the message waits -- so the answer envelope
     lands in billing's inbox, in its conversation, from the message's sender."""
-    from types import SimpleNamespace
-
-    from robot_lab.bus import parking
+    from robot_lab.bus.parking import Parking
     from robot_lab.errors import InputRequired
     from robot_lab.inputs import InputStore
     from robot_lab.network import human_input
@@ -341,8 +339,7 @@ def test_another_robots_worker_times_out_a_served_question_without_reading_its_p
     message = RobotMessage(to="billing", from_="frontdesk", content="refund", conversation_id="c-sweep", id="m-7")
     exc = InputRequired("Which order?")
     exc.request = request
-    poller = SimpleNamespace(robot="billing", bus=Bus(billing, keys=KEYS), redis=billing)
-    parking.park(poller, message, message, exc)
+    Parking(Bus(billing, keys=KEYS), "billing").park(message, message, exc)
     assert server.admin.get(KEYS.parked_conversation("billing", "c-sweep")) == rid.encode()
 
     assert human_input.sweep(server.client("rl-worker-technical"), KEYS, now=10.0) == 1

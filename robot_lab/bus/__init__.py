@@ -22,7 +22,7 @@ _EXPORTS: dict[str, str] = {
     "Delivery": "robot_lab.bus.delivery",
     "BusPoller": "robot_lab.bus.poller",
     "default_consumer_name": "robot_lab.bus.poller",
-    "flatten_content": "robot_lab.bus.poller",
+    "flatten_content": "robot_lab.bus.responder",
     "DeadLetter": "robot_lab.bus.records",
     "InboxStats": "robot_lab.bus.inbox_stats",
     "OutboxEntry": "robot_lab.bus.records",
@@ -52,7 +52,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from robot_lab.bus.delivery import Delivery  # noqa: F401
     from robot_lab.bus.keyring import Keyring  # noqa: F401
     from robot_lab.bus.names import check_robot_name  # noqa: F401
-    from robot_lab.bus.poller import BusPoller, default_consumer_name, flatten_content  # noqa: F401
+    from robot_lab.bus.poller import BusPoller, default_consumer_name  # noqa: F401
+    from robot_lab.bus.responder import flatten_content  # noqa: F401
     from robot_lab.bus.inbox_stats import InboxStats  # noqa: F401
     from robot_lab.bus.records import DeadLetter, OutboxEntry  # noqa: F401
     from robot_lab.bus.requests import REPLY_PREFIX  # noqa: F401

@@ -33,7 +33,7 @@ from robot_lab.outage import is_outage, outage_cause
 from robot_lab.threads import PoolShare
 from robot_lab.observability import metrics
 from robot_lab.tracing import continue_trace
-from robot_lab.schemas import RobotMessage, utcnow
+from robot_lab.schemas import RobotMessage, encode_message, utcnow
 from robot_lab.bus.checks import text as check_text
 from robot_lab.bus.delivery import ACKED, DEAD, NACKED, PENDING, Delivery
 from robot_lab.bus.replies import refusal, reply_allowed
@@ -315,6 +315,13 @@ class Handling(PollerState):
             d.state = NACKED
             if d.entry_id in self._held:
                 self._held[d.entry_id] = retry  # same position: order within a conversation is kept
+
+    def _send_reply(self, d: Delivery, reply: RobotMessage) -> None:
+        """Send a reply; one that cannot be routed dead-letters the message with it."""
+        if self.bus.deliver_reply(reply) is None:
+            self._dead_letter(d, "unroutable_reply",
+                              f"the reply cannot be delivered: {reply.to!r} is not a valid inbox name",
+                              extra={"reply": encode_message(reply)})
 
     def _dead_letter(
         self, d: Delivery, reason: str, error: BaseException | str, *,

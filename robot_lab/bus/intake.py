@@ -19,7 +19,6 @@ import redis as _redis
 from robot_lab.errors import BusError
 from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage
-from robot_lab.bus import parking
 from robot_lab.bus.checks import Verdict, check_entry
 from robot_lab.text.strings import as_str as _s
 from robot_lab.bus.delivery import Delivery
@@ -218,7 +217,7 @@ class Intake(PollerState):
         problem = self.bus.keyring.problem(d.fields.get(b"envelope", b""), message)
         if not problem:
             return False
-        if self.verify == "require" and parking.is_wake(self, message):
+        if self.verify == "require" and self.parking.is_wake(message):
             log.info("bus.answer_wake", robot=self.robot, entry=d.entry_id, request=message.in_reply_to)
             return False  # the answer is recorded already: this only runs the parked message again
         log.warning("bus.unauthenticated", robot=self.robot, entry=d.entry_id, message_id=message.id,

@@ -30,14 +30,14 @@ tier) is recorded first and then *wakes* the parked message with such an envelop
 a copy of the answer envelope is appended there first, so whoever follows that stream (an
 A2A task) learns the id the final reply will answer -- the reply to the answer, not to M.
 Under require an unsigned wake is accepted only while its request holds a recorded answer and
-M is parked (:func:`is_wake`); its content is ignored and the reply goes to M's own
+M is parked (:meth:`Parking.is_wake`); its content is ignored and the reply goes to M's own
 ``reply_to``, so a forged wake can neither answer nor redirect anything.
 """
 
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
@@ -46,6 +46,9 @@ from robot_lab.errors import InputRequired
 from robot_lab.inputs import AlreadyAnswered, Answer, InputStore, approves
 from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
+
+if TYPE_CHECKING:
+    from robot_lab.bus.core import Bus
 
 REPLY_STREAM_PREFIX = "_reply."  # private reply streams (bus.requests.REPLY_PREFIX)
 
@@ -61,11 +64,7 @@ class Parked:
         self.key = key
 
 
-def _conv_key(poller: Any, conversation: str) -> str:
-    return str(poller.bus.keys.parked_conversation(poller.robot, conversation))
-
-
-def _parked(bus: Any, robot: str, request_id: str, *, legacy: bool = True) -> Parked | None:
+def _parked(bus: Bus, robot: str, request_id: str, *, legacy: bool = True) -> Parked | None:
     """``robot``'s message parked on ``request_id``, at its key or (``legacy``) where an older
     release kept it (a key there that is no string -- a squatted stream -- or that this user
     may not read is nothing parked)."""
@@ -80,90 +79,112 @@ def _parked(bus: Any, robot: str, request_id: str, *, legacy: bool = True) -> Pa
     return None if raw is None else Parked(request_id, decode_message(raw), str(key))
 
 
-def find(poller: Any, msg: RobotMessage) -> tuple[Parked | None, str | None]:
-    """``(parked, None)`` when ``msg`` answers a parked request; ``(None, request id)`` when
-    its conversation waits on a request that ``msg`` does not answer; else ``(None, None)``."""
-    r = poller.redis
-    if msg.in_reply_to:  # an older release's parked message is looked for by an answer only (not every reply)
-        parked = _parked(poller.bus, poller.robot, msg.in_reply_to, legacy=msg.kind == "answer")
-        if parked is not None:
-            return parked, None
-    key = waiting_key(poller, msg)
-    if key is not None:
-        return None, waiting_request(coalesce.call(r, "get", key))
-    return None, None
+class Parking:
+    """``robot``'s served messages that wait for a person, as its :class:`~robot_lab.bus.poller.BusPoller` handles
+    them (the poller owns one): find the message an answer wakes, park one that asks, record
+    an answer, ask again, forget it once it ran to its end. The functions below the class
+    serve processes that hold no poller (a sweep, ``robot-lab answer``, the A2A tier)."""
 
+    def __init__(self, bus: Bus, robot: str) -> None:
+        self.bus = bus
+        self.robot = robot
+        self.redis = bus.redis
 
-def waiting_key(poller: Any, msg: RobotMessage) -> str | None:
-    """The key :func:`find` reads for a message without ``in_reply_to`` (the request its
-    conversation waits on), or None when it reads nothing for it."""
-    if msg.conversation_id and msg.kind == "message" and not msg.in_reply_to:  # never a reply: no ping-pong
-        return _conv_key(poller, msg.conversation_id)
-    return None
+    def _conv_key(self, conversation: str) -> str:
+        return str(self.bus.keys.parked_conversation(self.robot, conversation))
+
+    def find(self, msg: RobotMessage) -> tuple[Parked | None, str | None]:
+        """``(parked, None)`` when ``msg`` answers a parked request; ``(None, request id)`` when
+        its conversation waits on a request that ``msg`` does not answer; else ``(None, None)``."""
+        if msg.in_reply_to:  # an older release's parked message is looked for by an answer only (not every reply)
+            parked = _parked(self.bus, self.robot, msg.in_reply_to, legacy=msg.kind == "answer")
+            if parked is not None:
+                return parked, None
+        key = self.waiting_key(msg)
+        if key is not None:
+            return None, waiting_request(coalesce.call(self.redis, "get", key))
+        return None, None
+
+    def waiting_key(self, msg: RobotMessage) -> str | None:
+        """The key :meth:`find` reads for a message without ``in_reply_to`` (the request its
+        conversation waits on), or None when it reads nothing for it."""
+        if msg.conversation_id and msg.kind == "message" and not msg.in_reply_to:  # never a reply: no ping-pong
+            return self._conv_key(msg.conversation_id)
+        return None
+
+    def is_wake(self, msg: RobotMessage) -> bool:
+        """``msg`` only wakes a parked message whose request was answered through Redis."""
+        if msg.kind != "answer" or not msg.in_reply_to or _parked(self.bus, self.robot, msg.in_reply_to) is None:
+            return False
+        found = InputStore(self.redis, self.bus.keys).get(msg.in_reply_to)
+        return found is not None and found.answer is not None
+
+    def may_answer(self, msg: RobotMessage, parked: Parked) -> bool:
+        """Is the (verified) sender allowed to answer here (``durable.answerers``; default: the
+        parked message's own sender)? Asked under ``signing.verify=require`` only."""
+        from robot_lab.settings import get_settings
+
+        answerers = get_settings().durable.answerers
+        allowed = [*answerers.get(self.robot, []), *answerers.get("*", [])] or [parked.original.from_]
+        return any(fnmatchcase(msg.from_, pattern) for pattern in allowed)
+
+    def record_answer(self, msg: RobotMessage, parked: Parked) -> None:
+        """Write ``msg``'s content as the request's answer (once: an earlier answer -- the CLI's,
+        say -- stands). Raises InvalidAnswer (nothing recorded) for an answer the request cannot
+        take (``inputs.check_answer``): the poller asks the sender again, saying why."""
+        content = msg.content
+        if isinstance(content, dict):
+            text = str(content.get("text") or content.get("answer") or "")
+            approved = content.get("approved")
+        else:
+            text, approved = str(content), None
+        store = InputStore(self.redis, self.bus.keys)
+        found = store.get(parked.request_id)
+        if found is None or found.answer is not None:
+            return  # gone (the parked message runs on its own journal), or answered: that answer stands
+        if found.request.get("kind") == "approval" and approved is None:
+            approved = approves(text)
+        try:
+            store.give(found, Answer(text=text, approved=approved, by=msg.from_))
+        except AlreadyAnswered:
+            pass  # answered a moment ago, elsewhere: that answer stands
+
+    def park(self, msg: RobotMessage, original: RobotMessage, exc: InputRequired) -> RobotMessage:
+        """Remember ``original`` under the request and build the ``input_required`` reply to ``msg``."""
+        request = exc.request or {}
+        rid = str(request["id"])
+        ttl = max(int(self.bus.settings.record_ttl), 7 * 86_400)  # as long as the request lives
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.bus.keys.parked_message(self.robot, rid), encode_message(original), ex=ttl)
+        if original.conversation_id:
+            pipe.set(self._conv_key(original.conversation_id), rid, ex=ttl)
+        pipe.execute()
+        InputStore(self.redis, self.bus.keys).park(rid, {
+            "robot": self.robot, "from": original.from_, "reply_to": original.reply_to,
+            "conversation_id": original.conversation_id})
+        return self.bus.build_reply(msg, question_content(request), from_=self.robot, kind="input_required")
+
+    def pending_question(self, request_id: str, msg: RobotMessage, error: str | None = None) -> RobotMessage | None:
+        """The ``input_required`` reply again, for a message that did not answer it (``error``:
+        why ``msg``, an answer, was not taken)."""
+        found = InputStore(self.redis, self.bus.keys).get(request_id)
+        if found is None:
+            return None
+        content = question_content({**found.request, "id": request_id})
+        if error is not None:
+            content["error"] = error
+        return self.bus.build_reply(msg, content, from_=self.robot, kind="input_required")
+
+    def resumed(self, parked: Parked) -> None:
+        """The parked message ran to its end: forget it."""
+        _forget(self.bus, self.robot, parked)
 
 
 def waiting_request(raw: bytes | str | None) -> str | None:
-    """The request id a conversation waits on, from the value of its :func:`waiting_key`."""
+    """The request id a conversation waits on, from the value of its :meth:`Parking.waiting_key`."""
     if raw is None:
         return None
     return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
-def is_wake(poller: Any, msg: RobotMessage) -> bool:
-    """``msg`` only wakes a parked message whose request was answered through Redis."""
-    if msg.kind != "answer" or not msg.in_reply_to or _parked(poller.bus, poller.robot, msg.in_reply_to) is None:
-        return False
-    found = InputStore(poller.redis, poller.bus.keys).get(msg.in_reply_to)
-    return found is not None and found.answer is not None
-
-
-def may_answer(poller: Any, msg: RobotMessage, parked: Parked) -> bool:
-    """Under ``signing.verify=require``: is the (verified) sender allowed to answer here?"""
-    if poller.verify != "require":
-        return True
-    from robot_lab.settings import get_settings
-
-    answerers = get_settings().durable.answerers
-    allowed = [*answerers.get(poller.robot, []), *answerers.get("*", [])] or [parked.original.from_]
-    return any(fnmatchcase(msg.from_, pattern) for pattern in allowed)
-
-
-def record_answer(poller: Any, msg: RobotMessage, parked: Parked) -> None:
-    """Write ``msg``'s content as the request's answer (once: an earlier answer -- the CLI's,
-    say -- stands). Raises InvalidAnswer (nothing recorded) for an answer the request cannot
-    take (``inputs.check_answer``): the poller asks the sender again, saying why."""
-    content = msg.content
-    if isinstance(content, dict):
-        text = str(content.get("text") or content.get("answer") or "")
-        approved = content.get("approved")
-    else:
-        text, approved = str(content), None
-    store = InputStore(poller.redis, poller.bus.keys)
-    found = store.get(parked.request_id)
-    if found is None or found.answer is not None:
-        return  # gone (the parked message runs on its own journal), or answered: that answer stands
-    if found.request.get("kind") == "approval" and approved is None:
-        approved = approves(text)
-    try:
-        store.give(found, Answer(text=text, approved=approved, by=msg.from_))
-    except AlreadyAnswered:
-        pass  # answered a moment ago, elsewhere: that answer stands
-
-
-def park(poller: Any, msg: RobotMessage, original: RobotMessage, exc: InputRequired) -> RobotMessage:
-    """Remember ``original`` under the request and build the ``input_required`` reply to ``msg``."""
-    request = exc.request or {}
-    rid = str(request["id"])
-    ttl = max(int(poller.bus.settings.record_ttl), 7 * 86_400)  # as long as the request lives
-    pipe = poller.redis.pipeline(transaction=False)
-    pipe.set(poller.bus.keys.parked_message(poller.robot, rid), encode_message(original), ex=ttl)
-    if original.conversation_id:
-        pipe.set(_conv_key(poller, original.conversation_id), rid, ex=ttl)
-    pipe.execute()
-    InputStore(poller.redis, poller.bus.keys).park(rid, {
-        "robot": poller.robot, "from": original.from_, "reply_to": original.reply_to,
-        "conversation_id": original.conversation_id})
-    return poller.bus.build_reply(msg, question_content(request), from_=poller.robot, kind="input_required")
 
 
 def question_content(request: dict[str, Any]) -> dict[str, Any]:
@@ -174,24 +195,7 @@ def question_content(request: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def pending_question(poller: Any, request_id: str, msg: RobotMessage, error: str | None = None) -> RobotMessage | None:
-    """The ``input_required`` reply again, for a message that did not answer it (``error``:
-    why ``msg``, an answer, was not taken)."""
-    found = InputStore(poller.redis, poller.bus.keys).get(request_id)
-    if found is None:
-        return None
-    content = question_content({**found.request, "id": request_id})
-    if error is not None:
-        content["error"] = error
-    return poller.bus.build_reply(msg, content, from_=poller.robot, kind="input_required")
-
-
-def resumed(poller: Any, parked: Parked) -> None:
-    """The parked message ran to its end: forget it."""
-    _forget(poller.bus, poller.robot, parked)
-
-
-def _forget(bus: Any, robot: str, parked: Parked) -> None:
+def _forget(bus: Bus, robot: str, parked: Parked) -> None:
     """Delete the parked message and its conversation's wait (if it is still this request's),
     and the request's note of where it waits."""
     keys = [parked.key]
@@ -204,7 +208,7 @@ def _forget(bus: Any, robot: str, parked: Parked) -> None:
     InputStore(bus.redis, bus.keys).unpark(parked.request_id)
 
 
-def is_parked(bus: Any, robot: str, request_id: str) -> bool:
+def is_parked(bus: Bus, robot: str, request_id: str) -> bool:
     """Does ``robot``'s message still wait for ``request_id``? Read from the request's record
     (any process may read it; the parked keys are the robot's own), else from where an older
     release parked it (``EXISTS`` under the inbox, which every worker may do)."""
@@ -214,7 +218,7 @@ def is_parked(bus: Any, robot: str, request_id: str) -> bool:
     return bool(bus.redis.exists(bus.keys.legacy_parked_message(robot, request_id)))
 
 
-def wake_parked(bus: Any, robot: str, request_id: str, answer: Answer, parked: dict[str, Any] | None, *,
+def wake_parked(bus: Bus, robot: str, request_id: str, answer: Answer, parked: dict[str, Any] | None, *,
                 reply_to: str | None = None) -> bool:
     """Wake ``robot``'s message waiting for the (recorded) answer to ``request_id``: where the
     request's record says it waits (``parked``), else the parked message itself (at its key or
@@ -234,7 +238,7 @@ def wake_parked(bus: Any, robot: str, request_id: str, answer: Answer, parked: d
     return True
 
 
-def withdraw(bus: Any, robot: str, request_id: str, *, by: str) -> bool:
+def withdraw(bus: Bus, robot: str, request_id: str, *, by: str) -> bool:
     """Cancel ``robot``'s message parked on ``request_id``: the request is closed (recorded as
     answered ``<by> (cancelled)``, so no later answer runs it) and the message and its
     conversation's wait are forgotten, so the conversation's next message runs. True when a
@@ -248,7 +252,7 @@ def withdraw(bus: Any, robot: str, request_id: str, *, by: str) -> bool:
     return True
 
 
-def wake(bus: Any, robot: str, request_id: str, answer: Answer, *, from_: str, reply_to: str | None,
+def wake(bus: Bus, robot: str, request_id: str, answer: Answer, *, from_: str, reply_to: str | None,
          conversation_id: str | None) -> RobotMessage:
     """Publish the ``answer`` envelope that runs ``robot``'s message parked on ``request_id``
     again (the answer itself is already recorded; the envelope carries it too, for the

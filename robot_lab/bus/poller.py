@@ -22,7 +22,9 @@ back entries it never started).
 ``in_flight`` (default 1) is how many handlers run at once. With 1 the handler runs in the
 polling thread, as in robot_lab. With N > 1 handlers run on N pool threads (see
 :mod:`.handling`): the handler must then be safe to call from several threads at once --
-``serve()`` makes sure of that for a robot (see there).
+``serve()`` makes sure of that for a robot (see there). The handler of ``serve()`` and
+``respond_to_tasks()`` -- answer each message once, park a run that asks a person -- is
+:mod:`.responder`'s.
 """
 
 from __future__ import annotations
@@ -33,32 +35,28 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import msgspec
 import redis as _redis
 
-from robot_lab import coalesce
 from robot_lab.connection import is_cluster_client
-from robot_lab.errors import BusError, InputRequired
-from robot_lab.inputs import InvalidAnswer
+from robot_lab.errors import BusError
 from robot_lab.logging import get_logger
 from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.threads import PoolShare
-from robot_lab.schemas import RobotMessage, decode_message, encode_message
+from robot_lab.schemas import RobotMessage
 from robot_lab.bus.stalls import sweep_interval
 from robot_lab.bus.core import Bus
 from robot_lab.bus.names import check_robot_name
 from robot_lab.bus.delivery import Delivery
-from robot_lab.bus.reply_files import reply_attachments
-from robot_lab.bus import parking
+from robot_lab.bus.parking import Parking
 from robot_lab.bus.handling import Handling
 from robot_lab.bus.intake import Intake
 from robot_lab.bus.key_types import is_wrong_type, wrong_typed_keys
 from robot_lab.bus.reclaim import Reclaim
-from robot_lab.bus.replies import fingerprint, make_record, read_record, record_key_part
+from robot_lab.bus.responder import Responder, ServedRobot, robot_runner
 from robot_lab.bus.keyring import VERIFY_MODES, verify_mode
 
 if TYPE_CHECKING:
@@ -67,14 +65,6 @@ if TYPE_CHECKING:
 log = get_logger("robot_lab.bus.poller")
 
 Handler = Callable[[Delivery], Any]
-_UNREAD: Any = object()  # a read not made (yet)
-
-
-def flatten_content(content: str | Mapping[str, Any]) -> str:
-    """The Ruby gem's ``serve`` input: a Hash content becomes ``"k: v"`` lines."""
-    if isinstance(content, str):
-        return content
-    return "\n".join(f"{k}: {v}" for k, v in content.items())
 
 
 def default_consumer_name() -> str:
@@ -90,15 +80,6 @@ def _positional_arity(fn: Callable[..., Any]) -> int:
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
         return 2
     return sum(1 for p in params if p.kind in kinds and p.default is inspect.Parameter.empty)
-
-
-class ServedRobot(Protocol):
-    """What :meth:`BusPoller.serve` runs: ``run(text, **kwargs)`` returning a result with a
-    ``.reply`` (or the reply itself). It also uses, when present, ``serve_policy(headers)``
-    (the run arguments a message may narrow: a Robot's) and ``concurrent_runs`` (safe in
-    several threads at once: a worker's RobotPool, which has both)."""
-
-    def run(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 class BusPoller(Intake, Handling, Reclaim):
@@ -139,6 +120,7 @@ class BusPoller(Intake, Handling, Reclaim):
         self.verify = verify or verify_mode(robot)
         if self.verify not in VERIFY_MODES:
             raise BusError(f"verify must be one of {', '.join(VERIFY_MODES)}, not {self.verify!r}")
+        self.parking = Parking(self.bus, self.robot)
         self.inbox = self.bus.keys.inbox(robot)
         self.dlq = self.bus.keys.dlq(robot)
         # the keys the conversation scripts take after the inbox (READ/ACQUIRE/COMPLETE/DEAD_LETTER)
@@ -191,7 +173,7 @@ class BusPoller(Intake, Handling, Reclaim):
         sender). Replies are acked without calling ``fn`` (no ping-pong). The reply of each
         handled message id is recorded, so a redelivery re-sends it instead of calling
         ``fn`` (an LLM) again."""
-        self._handler = lambda d: self._respond(d, fn, auto_reply)
+        self._handler = Responder(self, fn, auto_reply)  # bus/responder.py
         self._auto_ack = True
         return self
 
@@ -199,160 +181,8 @@ class BusPoller(Intake, Handling, Reclaim):
         """Run ``robot.run(text, **run_kwargs)`` on each task and reply with ``.reply``
         (a dict content is flattened to ``"k: v"`` lines, as robot_lab does). A robot with
         a ``serve_policy(headers)`` (a Robot) offers what it was built with, narrowed by the
-        message's headers; ``run_kwargs`` given here win."""
-
-        takes_conversation = "conversation_id" in inspect.signature(robot.run).parameters
-        policy = getattr(robot, "serve_policy", None)
-        takes_attachments = "attachments" in inspect.signature(robot.run).parameters
-        params = inspect.signature(robot.run).parameters
-        # a Robot (or RobotPool) keeps a step journal per message: a redelivery replays it,
-        # and a run that asks a person parks until the answer comes (bus/parking.py)
-        takes_durable = "durable_id" in params or (policy is not None and any(
-            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()))
-        # A Robot keeps the conversation of the run in hand on itself, so one object runs one
-        # message at a time. In flight, serve an object that says it takes concurrent runs
-        # (``concurrent_runs = True``: robot_lab.workers.inflight.RobotPool, a robot per
-        # slot); any other robot object is run under a lock, one message at a time.
-        guard = threading.Lock() if self.in_flight > 1 and not getattr(robot, "concurrent_runs", False) else None
-        if guard is not None:
-            log.warning("bus.serve_serialized", robot=self.robot, in_flight=self.in_flight,
-                        hint="serve a RobotPool to run messages concurrently")
-
-        def run(message: RobotMessage) -> Any:
-            kwargs = {**(policy(message.headers) if callable(policy) else {}), **run_kwargs}
-            if takes_conversation and message.conversation_id and "conversation_id" not in kwargs:
-                kwargs["conversation_id"] = message.conversation_id  # any worker continues the chat
-            if takes_durable and "durable_id" not in kwargs:
-                kwargs["durable_id"] = f"bus:{self.robot}:{message.key}"
-            if takes_attachments and message.extensions.get("attachments") and "attachments" not in kwargs:
-                kwargs["attachments"] = message.extensions["attachments"]  # files for the skills' workspace
-            if guard is None:
-                result = robot.run(flatten_content(message.content), **kwargs)
-            else:
-                with guard:
-                    result = robot.run(flatten_content(message.content), **kwargs)
-            return result if getattr(result, "files", None) else getattr(result, "reply", result)
-
-        return self.respond_to_tasks(run, auto_reply=auto_reply)
-
-    def _respond(self, d: Delivery, fn: Callable[[RobotMessage], Any], auto_reply: bool) -> None:
-        """Answer ``d`` once per (sender, id): see :mod:`robot_lab.bus.replies`; a message
-        that answers a parked one runs that one again (:mod:`robot_lab.bus.parking`)."""
-        msg = d.message
-        assert msg is not None
-        r = self.redis
-        record_key = self.bus.keys.replied_for(self.robot, record_key_part(msg))
-        parked, waits_on, recorded = self._first_reads(msg, record_key)
-        wake = parked is not None and self.verify == "require" and bool(
-            self.bus.keyring.problem(d.fields.get(b"envelope", b""), msg))  # let in by intake as a wake
-        if wake:
-            assert parked is not None
-            # answered through Redis already: run M again and reply where M asked to be answered
-            msg = msgspec.structs.replace(msg, reply_to=parked.original.reply_to or parked.original.from_)
-        if parked is not None and not wake:
-            if not parking.may_answer(self, msg, parked):
-                self._dead_letter(d, "answer_refused", f"{msg.from_!r} may not answer input requests of "
-                                  f"{self.robot!r} (durable.answerers)")
-                return
-        if parked is not None:
-            original = parked.original
-            fn = lambda _answer, fn=fn: fn(original)  # noqa: E731 - the answer re-runs the parked message
-        elif msg.kind == "answer":  # to nothing waiting: already answered, expired or unknown
-            self._dead_letter(d, "answer_refused", f"no message of {self.robot!r} waits for request "
-                              f"{msg.in_reply_to!r} (already answered, expired, or unknown)")
-            return
-        elif msg.is_reply:
-            return
-        elif waits_on is not None:  # the conversation waits for an answer: ask again, run nothing
-            reply = parking.pending_question(self, waits_on, msg)
-            if reply is not None:
-                self._send_reply(d, reply)
-                return
-        fp = fingerprint(msg)
-        if recorded is _UNREAD:
-            recorded = coalesce.call(r, "get", record_key)  # with other handlers' round trips (in flight)
-        if recorded is not None:
-            theirs, body = read_record(recorded)
-            if theirs not in (None, fp):
-                self._conflict(d, msg)
-            else:
-                if body:
-                    self._send_reply(d, decode_message(body))
-                log.info("bus.reply_resent", entry=d.entry_id, deliveries=d.deliveries)
-            return
-        if parked is not None and not wake:
-            try:
-                parking.record_answer(self, msg, parked)
-            except InvalidAnswer as exc:  # not recorded: the message still waits, ask again saying why
-                again = parking.pending_question(self, parked.request_id, msg, error=str(exc))
-                if again is not None:
-                    self._send_reply(d, again)
-                log.info("bus.answer_invalid", robot=self.robot, request=parked.request_id, error=str(exc))
-                return
-        try:
-            content = fn(msg)
-        except InputRequired as exc:
-            if not (exc.request or {}).get("id"):
-                raise  # nothing recorded the request (no durable id): a failure like any other
-            question = parking.park(self, msg, parked.original if parked else msg, exc)
-            coalesce.call(r, "set", record_key, make_record(fp, encode_message(question)), nx=True,
-                          ex=int(self.bus.settings.record_ttl))
-            self._send_reply(d, question)
-            return
-        if parked is not None:
-            parking.resumed(self, parked)
-        files = reply_attachments(self.bus, content) if getattr(content, "files", None) else []
-        if content is not None and not isinstance(content, (str, Mapping)):
-            content = getattr(content, "reply", None) if hasattr(content, "reply") else str(content)
-        ttl = int(self.bus.settings.record_ttl)
-        if content is None or not auto_reply:
-            coalesce.call(r, "set", record_key, make_record(fp, b""), nx=True, ex=ttl)
-            return
-        reply: RobotMessage | None = self.bus.build_reply(msg, content, from_=self.robot)
-        if files and reply is not None:
-            reply.extensions["attachments"] = files  # what the run wrote (robot_lab.bus.reply_files)
-        if not coalesce.call(r, "set", record_key, make_record(fp, encode_message(reply)), nx=True,  # type: ignore[arg-type]
-                             ex=ttl):
-            # another consumer handled it meanwhile: send the reply it recorded, not ours
-            theirs, body = read_record(r.get(record_key) or b"")
-            if theirs not in (None, fp):
-                self._conflict(d, msg)
-                return
-            reply = decode_message(body) if body else None
-        if reply is not None:
-            self._send_reply(d, reply)
-
-    def _first_reads(self, msg: RobotMessage, record_key: str) -> tuple[Any, str | None, Any]:
-        """``parking.find(msg)`` and, in the same round trip where find has nothing to read
-        first (no ``in_reply_to``: the common case), the reply record: ``(parked, waits_on,
-        record)``, the record ``_UNREAD`` when it was not read. One round trip less per
-        message; a record read that fails is read again where it was read before (its error
-        raises there, as it did)."""
-        if msg.in_reply_to:  # find reads the parked message first; the record waits for it
-            return (*parking.find(self, msg), _UNREAD)
-        key = parking.waiting_key(self, msg)
-        pipe = coalesce.pipeline(self.redis)
-        if key is not None:
-            pipe.get(key)
-        pipe.get(record_key)
-        replies = coalesce.execute(pipe, raise_on_error=False)
-        if key is not None and isinstance(replies[0], Exception):
-            raise replies[0]  # find's own read failed: as before
-        recorded = replies[-1]
-        return (None, parking.waiting_request(replies[0]) if key is not None else None,
-                _UNREAD if isinstance(recorded, Exception) else recorded)
-
-    def _send_reply(self, d: Delivery, reply: RobotMessage) -> None:
-        """Send a reply; one that cannot be routed dead-letters the message with it."""
-        if self.bus.deliver_reply(reply) is None:
-            self._dead_letter(d, "unroutable_reply",
-                              f"the reply cannot be delivered: {reply.to!r} is not a valid inbox name",
-                              extra={"reply": encode_message(reply)})
-
-    def _conflict(self, d: Delivery, msg: RobotMessage) -> None:
-        self._dead_letter(d, "duplicate_id",
-                          f"message id {msg.id!r} from {msg.from_!r} was already used for a different message "
-                          "(other content); give each message its own id")
+        message's headers; ``run_kwargs`` given here win. See :mod:`robot_lab.bus.responder`."""
+        return self.respond_to_tasks(robot_runner(self, robot, run_kwargs), auto_reply=auto_reply)
 
     # --- lifecycle --------------------------------------------------------------------
     def start(self) -> BusPoller:

@@ -3,9 +3,12 @@
 BusPoller is assembled from one mixin per concern -- :mod:`.intake` (reading entries into
 held deliveries), :mod:`.handling` (running them in conversation order and resolving them:
 ack, nack, dead letter), :mod:`.reclaim` (heartbeats, the reclaim sweep, hand-back) -- and
-:mod:`.poller` (settings, handler styles, the loop). This class names the attributes they
-share, so each of those modules can be read alone; :class:`robot_lab.bus.poller.BusPoller`
-sets them in ``__init__``.
+:mod:`.poller` (settings, handler styles, the loop); it owns a :class:`~.parking.Parking`
+and, as the handler of ``serve()``, a :class:`~.responder.Responder`. This class names the
+attributes they share, so each of those modules can be read (and type-checked) alone;
+:class:`robot_lab.bus.poller.BusPoller` sets them in ``__init__``. It is not in poller.py
+because those modules need it and poller.py imports them: no import cycles
+(tests/test_layering.py), not even for types.
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from robot_lab.bus.core import Bus
     from robot_lab.bus.delivery import Delivery
+    from robot_lab.bus.parking import Parking
     from robot_lab.connection import RedisClient
+    from robot_lab.schemas import RobotMessage
+    from robot_lab.threads import PoolShare
 
 
 class PollerState:
@@ -48,6 +53,7 @@ class PollerState:
     _vis_ms: int
     _register: bool  # create the inbox and group when missing
     verify: str  # signature check of each entry: off | warn | require (bus/keyring.py)
+    parking: Parking  # its served messages that wait for a person (bus/parking.py)
 
     # what this consumer holds and does
     _handler: Callable[[Delivery], Any]
@@ -58,7 +64,7 @@ class PollerState:
     _run_since: dict[str, float]  # entry id -> when its handler started on the pool
     _lock: threading.RLock  # guards _held, _running, _ack_queue, counts (handler threads resolve)
     _wake: threading.Event  # set when a handler thread finishes (a slot is free)
-    _pool: ThreadPoolExecutor | None  # the handler threads (in_flight > 1)
+    _pool: PoolShare | None  # the handler threads (in_flight > 1)
     _handler_errors: list[BaseException]  # Redis errors of handler threads, raised by poll()
     _finished: int  # entries the pool finished since poll() last counted them
     _waiting_ready: int  # entries the last round could have started but for a free slot
@@ -77,7 +83,9 @@ class PollerState:
         def _delivery_counts(self, ids: list[str]) -> dict[str, int]: ...
 
         def _dead_letter(self, d: Delivery, reason: str, error: BaseException | str, *, notify: Any = None,
-                         report: bool = True) -> None: ...
+                         extra: Any = None, report: bool = True) -> None: ...
+
+        def _send_reply(self, d: Delivery, reply: RobotMessage) -> None: ...
 
         def flush_acks(self) -> None: ...
 
