@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.connection import get_redis, mget, redact_url
-from robot_lab.keys import Keys, default_keys
+from robot_lab.keys import Keys, default_keys, is_wrong_type, wrong_typed
 from robot_lab.rq_connection import rq_connection, rq_prefix
 from robot_lab.settings import get_settings
 from robot_lab.text.strings import as_str as _s
