@@ -70,6 +70,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     hardened.select(items, config, str(_profile["unavailable"]))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Hardened profile: a failed test's report names what Redis refused the processes' users
+    (``ACL LOG``: user, command, key), and each test starts with an empty log."""
+    report = yield
+    state = _profile["state"]
+    if isinstance(state, hardened.State) and call.when in ("setup", "call", "teardown"):
+        if call.when == "setup":
+            hardened.acl_denials(state.admin_url, reset=True)
+        elif report.failed:
+            denied = hardened.acl_denials(state.admin_url)
+            if denied:
+                report.sections.append(("Redis ACL denials (hardened profile)", "\n".join(denied)))
+    return report
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     profile = config.getoption("profile")
     lines = [f"robot-lab: test profile {profile}"

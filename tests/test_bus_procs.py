@@ -20,7 +20,7 @@ from robot_lab.bus import Bus
 from robot_lab.errors import AwaitTimeout
 from robot_lab.keys import Keys
 from robot_lab.schemas import decode_message
-from tests.hardened import PARKED_KEYS_UNDER_BUS, child_pythonpath
+from tests.hardened import child_pythonpath
 from tests.redis_server import REPO_ROOT, wait_for
 from tests.stopping import stopped
 
@@ -147,7 +147,6 @@ def test_conversation_order_holds_across_two_worker_processes(env, procs, tmp_pa
     assert set(by) == {"o1", "o2"}  # both processes took part
 
 
-@pytest.mark.xfail_hardened(reason=PARKED_KEYS_UNDER_BUS)
 def test_request_round_trip_across_processes_and_timeout(env, procs, tmp_path) -> None:  # type: ignore[no-untyped-def]
     bus = start_workers(procs, env, tmp_path, "echo", "echo", "e1")
     reply = bus.request("echo", "across processes", timeout=20, conversation_id="x1")

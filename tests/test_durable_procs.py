@@ -20,7 +20,6 @@ from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.dsl import create_network
 from robot_lab.llm.recording import recorded_calls
 from robot_lab.runtime.robot import build
-from tests.hardened import PARKED_KEYS_UNDER_BUS
 from tests.redis_server import REPO_ROOT, wait_for
 from tests.stopping import stopped
 from tests.test_connection_redis_restart import aof_redis  # noqa: F401 - a private redis-server with AOF
@@ -240,7 +239,6 @@ def test_an_unanswered_question_times_out_to_its_default_in_a_real_worker(client
     assert [e.data["by"] for e in _events(handle.store, "hitl.resolved", "ask")] == ["timeout"]
 
 
-@pytest.mark.xfail_hardened(reason=PARKED_KEYS_UNDER_BUS)
 def test_a_served_robot_in_a_real_worker_asks_over_the_bus(client, real_redis_url, key_prefix, processes,
                                                            tmp_path):  # noqa: F811
     from robot_lab.bus import Bus
@@ -266,7 +264,6 @@ def test_a_served_robot_in_a_real_worker_asks_over_the_bus(client, real_redis_ur
     assert [v.decode().split("|")[0] for v in _refund_lines(tmp_path)] == ["big:A1"]
 
 
-@pytest.mark.xfail_hardened(reason=PARKED_KEYS_UNDER_BUS)
 def test_a_network_task_delegating_to_a_served_robot_that_asks_parks_and_resumes_on_another_worker(
         client, real_redis_url, key_prefix, processes, tmp_path):  # noqa: F811
     """The delegatee (served by its own worker) asks which order, then for an approval: each

@@ -90,3 +90,20 @@ def test_a_worker_for_two_robots_is_a_process_per_robot_that_dies_with_it(
     os.kill(proc.pid, signal.SIGKILL)  # the supervisor only: its robots' workers go with it
     wait_for(lambda: not {"rl-worker-billing", "rl-worker-technical"} & set(_users(real_client)), timeout=60,
              interval=0.2)
+
+
+def test_a_second_key_prefix_in_one_session_leaves_the_first_ones_processes_their_keys(
+        hardened_state: State, real_client: redis.Redis, real_redis_url: str, key_prefix: str) -> None:
+    """``robot-lab acl`` names users by role, not by prefix: a test that starts a deployment
+    beside a running one (the A2A stack and a server on another prefix) must not take the
+    first one's keys away from its processes."""
+    other = f"{key_prefix}-second"
+    code = "import os, redis; redis.Redis.from_url(os.environ['REDIS_URL']).set(os.environ['ROBOT_LAB_KEY_PREFIX'] + ':probe', 1)"
+    for prefix in (key_prefix, other):
+        done = subprocess.run([sys.executable, "-c", code], env=child_env(real_redis_url, prefix), cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    for prefix in (key_prefix, other):
+        assert real_client.execute_command("ACL", "DRYRUN", "rl-coordinator", "SET", f"{prefix}:probe", "1") == b"OK"
+    assert real_client.execute_command("ACL", "DRYRUN", "rl-coordinator", "SET", "rltest-elsewhere:probe", "1") != b"OK"
+    real_client.delete(f"{other}:probe")

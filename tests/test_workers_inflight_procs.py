@@ -27,7 +27,7 @@ from robot_lab.network.run_state import DEFAULT_LEASE_MS
 from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from robot_lab.schemas import decode_message
-from tests.hardened import PARKED_KEYS_UNDER_BUS, sender_keys
+from tests.hardened import SUBMIT_RACE, sender_keys
 from tests.network_helpers import fan
 from tests.redis_server import wait_for
 from tests.stopping import stopped
@@ -105,7 +105,6 @@ def _in_hand(client: Any, real_redis_url: str, key_prefix: str, processes: Any, 
     return proc, keys, asked, handle, env, bot.name
 
 
-@pytest.mark.xfail_hardened(reason=PARKED_KEYS_UNDER_BUS)
 def test_sigterm_drains_every_task_and_message_in_hand(client, real_redis_url, key_prefix, processes) -> None:  # noqa: F811
     # one more message and one more task than there are slots: those two must not be taken
     proc, keys, asked, handle, _, robot = _in_hand(client, real_redis_url, key_prefix, processes,
@@ -127,7 +126,6 @@ def test_sigterm_drains_every_task_and_message_in_hand(client, real_redis_url, k
     assert group["lag"] == 1
 
 
-@pytest.mark.xfail_hardened(reason=PARKED_KEYS_UNDER_BUS)
 def test_kill_9_with_many_in_flight_reruns_every_task_and_message(client, real_redis_url, key_prefix,
                                                                    processes) -> None:  # noqa: F811
     victim, keys, asked, handle, env, robot = _in_hand(client, real_redis_url, key_prefix, processes,
@@ -148,7 +146,6 @@ def test_kill_9_with_many_in_flight_reruns_every_task_and_message(client, real_r
     assert set(_replies(client, keys, "asker")) == set(asked)  # every message in hand answered
 
 
-@pytest.mark.xfail_hardened(reason=PARKED_KEYS_UNDER_BUS)
 def test_200_conversations_request_one_worker_process_at_once(client, real_redis_url, key_prefix,
                                                               processes) -> None:  # noqa: F811
     """What a reviewer runs: 200 threads of one client each ``request`` on a conversation of
@@ -237,6 +234,7 @@ def test_budgets_and_max_concurrent_robots_hold_with_many_in_flight(client, real
     assert any("BudgetExceeded" in e for e in errors), "\n".join(errors)
 
 
+@pytest.mark.xfail_hardened(reason=SUBMIT_RACE)
 def test_a_thousand_tasks_in_one_worker_process_run_once_each(client, real_redis_url, key_prefix,
                                                               processes) -> None:  # noqa: F811
     """One ``robot-lab worker --in-flight 1000`` holds a 1000-task fan-out at once: while it

@@ -68,8 +68,9 @@ def _status(client: Any, job_id: str) -> str:
 @pytest.mark.parametrize("in_flight", ["1", "4"])
 def test_undecodable_jobs_fail_and_the_same_worker_serves_on(real_redis_url: str, key_prefix: str,
                                                             tmp_path: Path, in_flight: str,
-                                                            processes) -> None:  # noqa: F811
+                                                            processes, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     client = redis.Redis.from_url(real_redis_url)
+    monkeypatch.setenv("ROBOT_LAB_KEY_PREFIX", key_prefix)  # the run submitted below: the worker's prefix
     env = child_env(real_redis_url, key_prefix, ROBOT_LAB_LOG_LEVEL="INFO")
     worker = processes.start([str(VENV_BIN / "robot-lab"), "worker", "billing", "--app", APP,
                               "--in-flight", in_flight], env, "worker")
