@@ -176,6 +176,11 @@ class Keys:
         """Zset: worker name -> time of its last beat (index of ``worker`` keys)."""
         return f"{self.prefix}:workers"
 
+    def builds_handed(self) -> str:
+        """Zset: ``<build>\\t<run>\\t<task>\\t<job id>`` -> time, of queued tasks a worker of
+        another build handed back, re-enqueued once a worker of that build beats (network/builds.py)."""
+        return f"{self.prefix}:builds:handed"
+
     # --- the A2A tier ---------------------------------------------------------------------
     def a2a_task(self, task_id: str) -> str:
         """Hash: one A2A task (its agent, context, what it runs -- a bus message or a network

@@ -38,6 +38,7 @@ from robot_lab.bus import Bus
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
+from robot_lab.network.builds import process_build
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.settings import A2ASettings, get_settings
 
@@ -172,7 +173,7 @@ class ServerBeat:
     def __init__(self, bus: Bus, keys: Keys, name: str, url: str, agents: list[str]) -> None:
         self.bus, self.keys, self.name = bus, keys, name
         self.record = {"name": name, "role": "a2a", "host": socket.gethostname(), "pid": os.getpid(), "url": url,
-                       "agents": agents, "started_at": time.time()}
+                       "agents": agents, "started_at": time.time(), "build": process_build()}
         self.interval = float(get_settings().worker_heartbeat)
         self._task: asyncio.Task[None] | None = None
 

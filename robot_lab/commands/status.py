@@ -77,12 +77,16 @@ def _robots_table(data: dict[str, Any]) -> Any:
 @click.argument("robots", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print the status document as JSON")
 @click.option("--check", is_flag=True, help="Exit 3 when there is any problem line (for cron, CI and probes)")
-def status(robots: tuple[str, ...], as_json: bool, check: bool) -> None:
+@click.option("--builds", "builds", is_flag=True,
+              help="Per build: live workers, open runs pinned to it, stalled / drained (docs/operations.md)")
+def status(robots: tuple[str, ...], as_json: bool, check: bool, builds: bool) -> None:
     """Queues, workers, bus lag, dead letters and active runs of ROBOTS (default: every
     robot this key prefix knows), and a problem line for each thing that needs a human.
     Exit 1 when a named robot is unknown; with --check, 3 when there is any problem line.
     It never requeues anything; it only drops rq's registrations of workers that are
     certainly dead."""
+    if builds:
+        return builds_status(as_json, check)
     from robot_lab.workers.fleet_status import collect_status
 
     data = collect_status(robots=list(robots) or None)
@@ -93,6 +97,28 @@ def status(robots: tuple[str, ...], as_json: bool, check: bool) -> None:
     if data["unknown"]:  # the user named a robot that does not exist: a mistake, not a state
         sys.exit(1)
     if check and data["problems"]:
+        sys.exit(PROBLEMS_EXIT)
+
+
+def builds_status(as_json: bool, check: bool) -> None:
+    """``robot-lab status --builds``: one row per build (network/builds.py); with --check,
+    exit 3 while a build has runs stalled on it."""
+    from robot_lab.commands.plain import Table, use_color
+    from robot_lab.connection import get_redis
+    from robot_lab.network.builds import build_report
+
+    report = build_report(get_redis(), default_keys())
+    if as_json:
+        click.echo(json.dumps({"builds": list(report.values())}))
+    elif not report:
+        click.echo("no builds: no live worker and no open pinned run under this prefix")
+    else:
+        table = Table("builds", [("build", "left"), ("workers", "right"), ("pinned runs", "right"), ("state", "left")])
+        for row in report.values():
+            state = ("stalled", "bold red") if row["stalled"] else "drained" if row["drained"] else "serving"
+            table.add_row(row["build"], str(len(row["workers"])), str(len(row["runs"])), state)
+        click.echo(table.render(use_color(sys.stdout)))
+    if check and any(row["stalled"] for row in report.values()):
         sys.exit(PROBLEMS_EXIT)
 
 

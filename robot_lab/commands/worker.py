@@ -23,6 +23,9 @@ from robot_lab.errors import ConfigurationError
 @click.option("--burst", is_flag=True, help="Quit when the queues are empty")
 @click.option("--no-bus", is_flag=True, help="Do not poll the robots' bus inboxes")
 @click.option("--spawned", is_flag=True, help="Also serve robots spawned at run time (Robot.spawn)")
+@click.option("--build", "build", is_flag=False, flag_value="", default=None, metavar="[BUILD]",
+              help="Serve (and advertise) build BUILD instead of the one computed from the app; alone: print "
+                   "this worker's build and exit (docs/operations.md, \"Rolling out a new build\")")
 @click.option("--metrics-port", type=int, default=None,
               help="Serve this process's Prometheus counters on this port (robot-lab[metrics]); queue and "
                    "fleet gauges come from one `robot-lab metrics`")
@@ -31,7 +34,7 @@ from robot_lab.errors import ConfigurationError
               help="Also serve the Redis gauges of this worker's robots (queue depth, lag, DLQ) on --metrics-port")
 def worker(robots: tuple[str, ...], in_flight: int | None, concurrency: int, app_path: str | None,
            url: str | None, burst: bool, no_bus: bool, spawned: bool, metrics_port: int | None,
-           metrics_addr: str, metrics_gauges: bool) -> None:
+           metrics_addr: str, metrics_gauges: bool, build: str | None) -> None:
     """Run ROBOTS' tasks (rq queues robot:<name>) and serve their bus inboxes.
 
     Each process runs up to --in-flight tasks, and as many messages per robot, at once
@@ -41,6 +44,8 @@ def worker(robots: tuple[str, ...], in_flight: int | None, concurrency: int, app
     from robot_lab.workers.process import run_worker  # lazy: start-up time
 
     try:
+        if _use_build(app_path, build):
+            return
         if metrics_port is not None:
             from robot_lab.workers.fleet_gauges import start_worker_metrics
 
@@ -56,3 +61,23 @@ def worker(robots: tuple[str, ...], in_flight: int | None, concurrency: int, app
     # machine, past honcho's / Kubernetes' kill timeout. The work is done; skip that walk.
 
     gc.freeze()
+
+
+def _use_build(app_path: str | None, build: str | None) -> bool:
+    """Set this worker's build (``--app``'s app, ``--build BUILD``); ``--build`` alone prints
+    it instead (True: nothing to serve)."""
+    import os
+
+    from robot_lab.network.builds import process_build, serve_app
+    from robot_lab.settings import reload_settings
+
+    if build:
+        if any(c.isspace() for c in build):
+            raise ConfigurationError(f"--build {build!r}: a build id has no whitespace")
+        os.environ["ROBOT_LAB_BUILD"] = build  # the rq children (forked) and every reader of settings
+        reload_settings()
+    serve_app(app_path)
+    if build == "":
+        click.echo(process_build())
+        return True
+    return False

@@ -20,6 +20,7 @@ from robot_lab.connection import get_redis
 from robot_lab.errors import AwaitTimeout, ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
+from robot_lab.network.builds import build_for_app, default_pinned, requeue_handed_back
 from robot_lab.network.dag import Graph, compile_network
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.graphs import graph_for
@@ -304,10 +305,13 @@ class Coordinator:
 
     @observe.network_submit
     def submit(self, network: Any, message: Any = None, *, context: dict[str, Any] | None = None,
-               max_concurrent: int | None = None, stream: bool = True, run_id: str | None = None) -> RunHandle:
+               max_concurrent: int | None = None, stream: bool = True, run_id: str | None = None,
+               pinned: bool | None = None) -> RunHandle:
         """Store the run and enqueue its first tasks, all or nothing (network/submitting.py):
         on any failure what was written is removed and the error raised (Redis out of memory:
-        :class:`~robot_lab.errors.RedisOutOfMemory`)."""
+        :class:`~robot_lab.errors.RedisOutOfMemory`). The run records this process's build of
+        its app; ``pinned`` (default: :func:`~robot_lab.network.builds.default_pinned`) keeps
+        its tasks on workers of that build."""
         graph = network.validate() if hasattr(network, "validate") else compile_network(network)
         specs = self.resolve_robots(network, graph)
 
@@ -315,6 +319,8 @@ class Coordinator:
         limit = max_concurrent if max_concurrent is not None else graph.spec.config.max_concurrent_robots
         store = RunStore(self.connection, self.keys, run_id)
         items: list[tuple[str, str, str]] = []
+        build = build_for_app(graph.spec.app)
+        pinned = default_pinned(graph.spec.app) if pinned is None else pinned
         try:
             with out_of_memory(f"network run {run_id} of {graph.spec.name!r}"):
                 publish_specs(list(specs.values()), connection=self.connection, keys=self.keys)
@@ -326,8 +332,10 @@ class Coordinator:
                     max_concurrent=limit,
                     robots={name: msgspec.json.encode(spec).decode() for name, spec in specs.items()},
                     stream=stream,
+                    build=build,
+                    pinned=pinned,
                 )
-                enqueue_jobs(self.connection, self.keys, run_id, items, graph)
+                enqueue_jobs(self.connection, self.keys, run_id, items, graph, build=build)
                 self.connection.hdel(store.key, SUBMITTING)  # HDEL runs under maxmemory too
         except BaseException:
             try:
@@ -446,6 +454,7 @@ class Coordinator:
                     raise  # Redis is away for every run: the caller backs off
                 log.warning("run.sweep_failed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
         total += waiting.sweep(self.connection, self.keys)  # input requests past their input_timeout
+        total += requeue_handed_back(self.connection, self.keys)  # tasks whose build has a worker again
         return total
 
     def runs(self, limit: int = 20) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from robot_lab.network.dag import Graph
 
 JOB_FUNC = "robot_lab.workers.run_task"
+BUILD_META = "robot_lab_build"  # rq job meta: the build of the run the task belongs to (network/builds.py)
 DEFAULT_JOB_TIMEOUT = 600
 # Jobs per round trip when a task's end enqueues many (a fan-out): building 1000 rq jobs takes
 # ~0.1 s of CPU, and in one pipeline every other worker waited for all of them
@@ -29,16 +30,21 @@ ENQUEUE_CHUNK = 64
 
 
 def enqueue_jobs(connection: RedisClient, keys: Keys, run_id: str, items: list[tuple[str, str, str]],
-                 graph: Graph | None = None) -> None:
+                 graph: Graph | None = None, build: str | None = None) -> None:
     """Put one rq job per (task, job_id, robot) on queue ``robot:<robot>``.
 
     The job carries everything a plain ``rq worker robot:<robot>`` needs: the key
     prefix, the run id, the task and the attempt's job id (the robot spec and app path are in
     the run record). Data-only serializer (JobSerializer), function by import path, signed
-    by the coordinator's key when this process has one (network/job_signing.py).
+    by the coordinator's key when this process has one (network/job_signing.py). ``build``:
+    the run's build (read from the run record when not given), carried in the job's meta
+    (``robot_lab_build``) for whoever looks at the queue; the task job's check reads the run.
     """
     if not items:
         return
+    if build is None:
+        recorded = connection.hget(keys.run(run_id), "build")
+        build = (recorded.decode() if isinstance(recorded, bytes) else recorded) or ""
     from rq import Queue, Retry  # lazy: start-up time
 
     from robot_lab.rq_connection import rq_connection  # lazy: start-up time
@@ -61,13 +67,14 @@ def enqueue_jobs(connection: RedisClient, keys: Keys, run_id: str, items: list[t
         queue.enqueue_call(
             func=JOB_FUNC,
             args=args,
-            meta=job_signature_meta(job_id, JOB_FUNC, args),  # signed under signing.keys.coordinator
+            # signed under signing.keys.coordinator; the build is not signed: it routes nothing
+            meta={**job_signature_meta(job_id, JOB_FUNC, args), **({BUILD_META: build} if build else {})},
             job_id=job_id,
             timeout=timeout,
             result_ttl=300,
             failure_ttl=86_400,
             retry=Retry(max=retries) if retries > 0 else None,
-            description=f"robot-lab task {task} of run {run_id} ({robot})",
+            description=f"robot-lab task {task} of run {run_id} ({robot}{f', build {build}' if build else ''})",
             pipeline=pipe,
         )
         queued += 1

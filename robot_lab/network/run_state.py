@@ -203,7 +203,11 @@ class RunStore:
         max_concurrent: int | None,
         robots: dict[str, str] | None = None,
         stream: bool = True,
+        build: str | None = None,
+        pinned: bool = False,
     ) -> list[tuple[str, str, str]]:
+        """Write the run and start it; ``build``: the build it is submitted on, ``pinned``:
+        served only by workers of that build (network/builds.py)."""
         spec_json = msgspec.json.encode(graph.spec).decode()
         # The indexes live in other cluster slots than the run's own keys, so they are written
         # first and outside the transaction: a run id in the index whose record never got
@@ -233,6 +237,8 @@ class RunStore:
                 "open": str(len(graph.order)),  # tasks not ended (the transitions keep it)
                 "active": "0",  # tasks queued or running (max_concurrent)
                 "traceparent": _outgoing_traceparent(),
+                "build": build or "",
+                "pinned": "1" if pinned and build else "0",
                 SUBMITTING: str(time.time()),  # removed once its first jobs are enqueued (submitting.py)
             },
         )

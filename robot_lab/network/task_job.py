@@ -31,6 +31,7 @@ from robot_lab.logging import get_logger, log_context
 from robot_lab.memory.store import Memory
 from robot_lab.memory.values import local_writes
 from robot_lab.network import human_input as waiting
+from robot_lab.network.builds import hand_back, wrong_build
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.graphs import cached_graph, graph_for
 from robot_lab.network.lease import DeltaBuffer, LeaseHeartbeat, task_lease_ms
@@ -181,7 +182,7 @@ class TaskWork:
 
 # The run record's fields a task reads with its claim ("spec" too while this process has not
 # compiled the run's graph yet).
-RUN_FIELDS = ["network", "app", "message", "context", "robots", "stream", "traceparent"]
+RUN_FIELDS = ["network", "app", "message", "context", "robots", "stream", "traceparent", "build"]
 
 
 class FinishWrites:
@@ -258,6 +259,10 @@ def run_task(prefix: str, run_id: str, task: str, job_id: str) -> dict[str, Any]
         # Redis away: wait for it (a claim is re-entrant for the same worker), rather than
         # fail the job in rq and have the sweeper record the task as failed
         outage = OutageTracker(f"task-{task}")  # one lost/back pair per outage for this job
+        pinned = outage.call(lambda: wrong_build(connection, keys, run_id))  # a run of another build
+        if pinned is not None:
+            outage.call(lambda: hand_back(connection, keys, run_id, task, job_id, pinned))
+            return {"task": task, "status": "handed_back", "build": pinned}
         start, also = outage.call(lambda: _start(store, task, job_id, worker, lease_ms, rq_start))
         if start.status != "ok":
             log.info("task.not_claimed", reason=start.status, job_id=job_id)
@@ -352,7 +357,7 @@ def _execute(store: RunStore, keys: Keys, run_id: str, task: str, job_id: str, w
         if ignored:
             log.warning("task.activation_ignored", names=ignored, routes=spec.routes)
         if status == "ok":
-            outage.call(lambda: enqueue_jobs(store.r, keys, run_id, items, graph))
+            outage.call(lambda: enqueue_jobs(store.r, keys, run_id, items, graph, build=meta.get("build") or ""))
         log.info("task.finished", status=status, failed=result.failed, queued=[t for t, _, _ in items])
         return {"task": task, "status": status, "failed": result.failed}
 

@@ -137,6 +137,9 @@ class CoreSettings:
     # one slot. Implied by a redis+cluster:// URL; set it when a proxy hides the cluster.
     cluster: bool = False
     app: str | None = None
+    # The build id this process serves and submits runs on (network/builds.py); None: a
+    # hash of the robot-lab version and the app's robots, tools and their schemas.
+    build: str | None = None
     # Worker health: seconds between heartbeats (Redis key TTL = 3 beats) and the folder of
     # the heartbeat files `robot-lab health` reads (liveness probes); None = a folder per user and
     # key prefix, <tmp>/robot-lab-health-<uid>/<prefix> (workers/health.py).

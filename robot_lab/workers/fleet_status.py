@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from robot_lab.connection import get_redis, mget, redact_url
 from robot_lab.keys import Keys, default_keys, is_wrong_type, wrong_typed
+from robot_lab.network.builds import stalled_problems
 from robot_lab.rq_connection import rq_connection, rq_prefix
 from robot_lab.settings import get_settings
 from robot_lab.text.strings import as_str as _s
@@ -448,6 +449,7 @@ def collect_status(connection: RedisClient | None = None, keys: Keys | None = No
                             f"robot-lab worker serving it (start one: robot-lab worker {row['robot']})")
     problems += orphans
     problems += stalled_conversation_problems(connection, keys, names)
+    problems += stalled_problems(connection, keys)  # runs pinned to a build no live worker serves
     problems += wrong_types
     problems += shared
     failed_runs = failed_runs_problem(connection, keys)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
+from robot_lab.network.builds import process_build
 from robot_lab.outage import OutageTracker, is_oom, is_outage
 from robot_lab.settings import get_settings
 from robot_lab.workers.supervision import on_the_way_out, stop_time_left
@@ -174,7 +175,7 @@ class WorkerHeartbeat:
     def record(self) -> dict[str, Any]:
         data = {"name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "role": self.role,
                 "robots": self.robots, "started_at": self.started_at, "beat": time.time(),
-                "interval": self.interval}
+                "interval": self.interval, "build": process_build()}  # network/builds.py
         if self.info is not None:
             data.update(self.info())
         return data
