@@ -133,3 +133,8 @@ def test_worker_build_option_prints_or_rejects(monkeypatch):
     assert out.exit_code == 0 and out.output.strip() == builds.compute_build(None)
     out = CliRunner().invoke(main, ["worker", "--build", "two words"])
     assert out.exit_code != 0 and "a build id has no whitespace" in out.output
+
+
+def test_an_app_this_process_cannot_load_has_the_build_of_no_app(monkeypatch):
+    monkeypatch.delenv("ROBOT_LAB_BUILD", raising=False)
+    assert builds.build_for_app("no_such_module_here:app") == builds.compute_build(None)

@@ -40,8 +40,9 @@ def test_a_submit_failing_after_some_jobs_were_enqueued_leaves_nothing(redis_cli
     robot = f"atomic-{uid()}"
     real_enqueue = coordinator_module.enqueue_jobs
 
-    def half_then_fail(connection: Any, keys: Any, run_id: str, items: list[Any], graph: Any = None) -> None:
-        real_enqueue(connection, keys, run_id, items[:1], graph)  # one job made it, then Redis refused
+    def half_then_fail(connection: Any, keys: Any, run_id: str, items: list[Any], graph: Any = None,
+                       **kwargs: Any) -> None:
+        real_enqueue(connection, keys, run_id, items[:1], graph, **kwargs)  # one job made it, then Redis refused
         raise RuntimeError("the second enqueue failed")
 
     monkeypatch.setattr(coordinator_module, "enqueue_jobs", half_then_fail)

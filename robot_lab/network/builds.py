@@ -80,7 +80,14 @@ def build_for_app(app: str | None = None) -> str:
         return cached
     from robot_lab.runtime.registry import robot_source  # lazy: imports the app
 
-    build = compute_build(robot_source(path) if path else None)
+    try:
+        source = robot_source(path) if path else None
+    except Exception as exc:  # noqa: BLE001 - an app this process cannot load
+        # ... is not served here with the code it names: the build of no app, so a run pinned
+        # to the app's build is handed back rather than run (the heartbeat still beats)
+        log.warning("build.app_unloadable", app=path, error=f"{type(exc).__name__}: {exc}")
+        source = None
+    build = compute_build(source)
     with _lock:
         _builds[path] = build
     return build
