@@ -138,3 +138,13 @@ def test_worker_build_option_prints_or_rejects(monkeypatch):
 def test_an_app_this_process_cannot_load_has_the_build_of_no_app(monkeypatch):
     monkeypatch.delenv("ROBOT_LAB_BUILD", raising=False)
     assert builds.build_for_app("no_such_module_here:app") == builds.compute_build(None)
+
+
+def test_a_sweep_goes_on_when_the_handed_back_index_holds_another_type(redis_client, monkeypatch):
+    _serve_build(monkeypatch, "build-a")
+    net = _network()
+    redis_client.set(default_keys().builds_handed(), "by hand")
+    with EmbeddedWorkers(redis_client, [net.spec.tasks[0].robot], threads=1):
+        handle = Coordinator(connection=redis_client).submit(net, "hi", pinned=True)
+        assert builds.requeue_handed_back(redis_client, default_keys()) == 0
+        assert handle.wait(timeout=60).status == "completed"  # its own build: never handed back

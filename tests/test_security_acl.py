@@ -142,6 +142,9 @@ def test_a_worker_cannot_touch_another_robots_keys(server: AclServer) -> None:
     worker.hset(KEYS.memory("run:r1"), "k", "v")
     worker.xrange(KEYS.inbox("billing"))
     worker.set(KEYS.conversation("billing", "c1"), "[]")
+    # a task of a run pinned to another build is handed back, and its sweeper re-enqueues those
+    worker.zadd(KEYS.builds_handed(), {"b-1\tr1\tt\tj": 1.0})
+    assert worker.zrangebyscore(KEYS.builds_handed(), "-inf", "+inf") and worker.zrem(KEYS.builds_handed(), "b-1\tr1\tt\tj")
 
 
 @pytest.mark.slow

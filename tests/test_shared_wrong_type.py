@@ -16,7 +16,7 @@ from robot_lab.inputs import InputStore
 from robot_lab.keys import Keys
 
 INDEXES = {"registry": "set", "workers": "zset", "runs_index": "zset", "runs_active": "set",
-           "inputs_pending": "zset", "inputs_deadlines": "zset"}
+           "inputs_pending": "zset", "inputs_deadlines": "zset", "builds_handed": "zset"}
 
 
 @pytest.mark.parametrize("index", sorted(INDEXES))

@@ -149,9 +149,18 @@ def requeue_handed_back(connection: RedisClient, keys: Keys) -> int:
     """Re-enqueue every handed-back task whose build has a live worker (returns how many);
     the others wait. Enqueued before their note is removed: a crash in between enqueues one
     twice, which the claim makes harmless."""
+    from robot_lab.keys import is_wrong_type
+
     # a task handed back a moment ago waits REQUEUE_AFTER: while workers of both builds
     # take from one queue, a job the wrong one takes again is not bounced at sweep pace
-    raw = connection.zrangebyscore(keys.builds_handed(), "-inf", time.time() - REQUEUE_AFTER)
+    try:
+        raw = connection.zrangebyscore(keys.builds_handed(), "-inf", time.time() - REQUEUE_AFTER)
+    except Exception as exc:
+        if not is_wrong_type(exc):
+            raise
+        # written by hand: the sweep of every run goes on (``robot-lab status`` names the key)
+        log.warning("builds.handed_wrong_type", key=keys.builds_handed())
+        return 0
     if not raw:
         return 0
     from robot_lab.network.enqueue import enqueue_jobs  # lazy: enqueue imports rq

@@ -53,6 +53,7 @@ SHARED_FOR_WORKERS: tuple[tuple[str, str], ...] = (
                   "writes its run's events, results and lease"),
     ("{p}:runs", "run index (sweeper)"),
     ("{p}:runs:*", "active runs and the sweep lock (sweeper)"),
+    ("{p}:builds:*", "tasks of pinned runs a worker of another build handed back; any sweeper re-enqueues them"),
     ("{p}:mem:*", "shared memory: a task reads and writes its run's or network's scope (any name)"),
     ("{p}:budget:*", "budgets shared by the robots of a run or network"),
     ("{p}:skills:emb:*", "content-addressed embedding cache of skill descriptions"),

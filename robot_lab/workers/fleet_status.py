@@ -394,7 +394,8 @@ def shared_expected_types(keys: Keys) -> dict[str, str]:
     types: one set to a string by hand would otherwise fail those commands whole with a
     WRONGTYPE that names no key."""
     return {keys.registry(): "set", keys.workers(): "zset", keys.runs_index(): "zset", keys.runs_active(): "set",
-            keys.inputs_pending(): "zset", keys.inputs_deadlines(): "zset"}
+            keys.inputs_pending(): "zset", keys.inputs_deadlines(): "zset",
+            keys.builds_handed(): "zset"}
 
 
 def shared_index_problems(connection: RedisClient, keys: Keys) -> list[str]:
