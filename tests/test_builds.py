@@ -148,3 +148,35 @@ def test_a_sweep_goes_on_when_the_handed_back_index_holds_another_type(redis_cli
         handle = Coordinator(connection=redis_client).submit(net, "hi", pinned=True)
         assert builds.requeue_handed_back(redis_client, default_keys()) == 0
         assert handle.wait(timeout=60).status == "completed"  # its own build: never handed back
+
+
+def test_a_run_parked_on_a_question_resumes_only_on_its_build(redis_client, monkeypatch):
+    """The deploy this is for: a run parks on a question under build A, the workers now run
+    build B, the question is answered. B leaves the task alone (stalled, not failed); once A
+    is back the run completes, its journal replayed by the build that recorded it."""
+    from robot_lab.llm.scripted import register_script
+    from robot_lab.runtime.durable import AskUser
+
+    script = f"ask-{uuid.uuid4().hex[:8]}"
+    register_script(script, {"turns": [
+        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "Which order?"}}]},
+        {"reply": "refunding {tool_results}"}]})
+    net = create_network(f"parked-{uuid.uuid4().hex[:6]}")
+    desk = build(f"desk-{uuid.uuid4().hex[:8]}", model=f"scripted/{script}", local_tools=[AskUser])
+    net.task("desk", desk, tools="inherit")
+    keys = default_keys()
+    monkeypatch.setattr(builds, "REQUEUE_AFTER", 0.0)
+    _serve_build(monkeypatch, "build-a")
+    with EmbeddedWorkers(redis_client, [desk.name], threads=1):
+        handle = Coordinator(connection=redis_client).submit(net, "refund please", pinned=True)
+        question = wait_for(lambda: handle.pending(), timeout=60)[0]
+        _serve_build(monkeypatch, "build-b")  # the rollout replaced the workers
+        handle.answer("A1", request_id=question.id)
+        wait_for(lambda: redis_client.zcard(keys.builds_handed()) == 1, timeout=60, interval=0.1)
+        assert handle.store.status() == "running"
+        assert builds.build_report(redis_client, keys)["build-a"]["stalled"]
+        _serve_build(monkeypatch, "build-a")  # a worker of build A is back
+        _beat(redis_client, "build-a")
+        assert builds.requeue_handed_back(redis_client, keys) == 1
+        result = handle.wait(timeout=60)
+    assert result.status == "completed" and result.reply == "refunding - ask_user: A1", result.reply
