@@ -264,6 +264,7 @@ def _unsigned_task_job(client: Any, queue: str, origin: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", ["robot-lab", "rq"])
 def test_the_signing_mode_is_the_queues_not_the_jobs_origin(real_redis_url: str, key_prefix: str, command: str,
                                                              processes) -> None:  # noqa: F811

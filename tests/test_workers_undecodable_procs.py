@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 
+from robot_lab.keys import Keys
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.dsl import create_network
 from robot_lab.network.enqueue import JOB_FUNC
@@ -85,7 +86,7 @@ def test_undecodable_jobs_fail_and_the_same_worker_serves_on(real_redis_url: str
             wait_for(lambda job_id=job_id: "JobRefused" in _status(client, job_id), timeout=60)
         net = create_network(f"undecodable-{uid()}")
         net.task("answer", make_app().build_robot("billing"))
-        result = Coordinator(connection=client).submit(net, "still serving").wait(timeout=60)
+        result = Coordinator(connection=client, keys=Keys(prefix=key_prefix)).submit(net, "still serving").wait(timeout=60)
     except Exception:
         print(processes.logs())
         print({kind: _status(client, job_id) for kind, job_id in bad.items()})

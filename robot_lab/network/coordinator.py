@@ -24,6 +24,7 @@ from robot_lab.network.builds import build_for_app, default_pinned, requeue_hand
 from robot_lab.network.dag import Graph, compile_network
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.graphs import graph_for
+from robot_lab.network.lease import task_lease_ms
 from robot_lab.network.run_state import RunStore
 from robot_lab.network import human_input as waiting
 from robot_lab.network.submitting import SUBMITTING, discard, sweep_leftover
@@ -415,7 +416,10 @@ class Coordinator:
         if "waiting" in view.states.values():  # answered but not resumed (a crash in between), timed out
             waiting.repair(store)
             waiting.sweep(self.connection, self.keys)
-        items += store.repair_queued(view=view)
+        # a job off its queue that no live worker holds yet: stranded once two sweeps a task
+        # lease apart saw it so -- a starved worker's pop and hold lie apart by no more than
+        # its beats do (2 s requeued live jobs under load; lease.py: the stall margin)
+        items += store.repair_queued(grace=task_lease_ms() / 1000, view=view)
         for task, job_id, error in store.failed_jobs(view):
             hint = ""
             if "Deserializ" in error or "pickle" in error.lower():

@@ -28,6 +28,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +41,7 @@ from robot_lab.logging import get_logger
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.enqueue import DEFAULT_JOB_TIMEOUT, queue_name
 from robot_lab.network.serializer import JobSerializer
-from robot_lab.outage import is_outage
+from robot_lab.outage import Backoff, is_outage
 from robot_lab.rq_connection import rq_connection
 from robot_lab.runtime.registry import check_importable, published_spec
 from robot_lab.settings import get_settings
@@ -114,8 +115,6 @@ def warm_up(models: Iterable[str] | None = None, *, background: bool = False) ->
 
 
 def _load_litellm() -> None:
-    import time
-
     from robot_lab.llm import gateway as llm
 
     started = time.monotonic()
@@ -182,18 +181,39 @@ def _rq_loop(url: str | None, queues: list[str], name: str, burst: bool, loops: 
 
 
 def _work(worker: Any, burst: bool) -> None:
-    """rq's ``work()``; started again when it quit because of a Redis outage (rq's own
-    failure path raises out of it), never when asked to stop."""
+    """rq's ``work()``; started again when it quit without being asked to stop: because of
+    a Redis outage (rq's own failure path raises out of it), or on an error of rq's loop
+    itself ("found an unhandled exception, quitting", with rq's traceback before it) -- a
+    worker whose rq loop ended either exited with status 0, and under honcho its exit
+    stopped the whole Procfile, or stayed up taking no job. The restart after an error
+    waits a backoff (an error that repeats is one line per round, and the health probe's
+    "rq loop silent" names it); a stop signal meanwhile ends it."""
+    from rq.exceptions import StopRequested  # lazy: start-up time
+
+    backoff = Backoff()
     while True:
         outages = worker._tracker().outages
         worker.work(burst=burst, logging_level="WARNING")
-        # an idle worker's SIGTERM raises StopRequested without setting _stop_requested;
-        # rq records the request's date either way
-        asked = worker._stop_requested or worker._shutdown_requested_date is not None
-        if burst or asked or worker._tracker().outages == outages:
+        if burst or _asked_to_stop(worker):
             return
-        log.warning("worker.rq_loop_restarted", worker=worker.name)
-        worker._ride_out(worker.connection.ping)
+        if worker._tracker().outages != outages:
+            log.warning("worker.rq_loop_restarted", worker=worker.name)
+            worker._ride_out(worker.connection.ping)
+            continue
+        delay = backoff.next_delay()
+        log.error("worker.rq_loop_restarted", worker=worker.name, after_error=True, retry_in=round(delay, 2))
+        try:
+            time.sleep(delay)  # rq's signal handlers stay installed: SIGTERM raises StopRequested here
+        except StopRequested:
+            return
+        if _asked_to_stop(worker):
+            return
+
+
+def _asked_to_stop(worker: Any) -> bool:
+    # an idle worker's SIGTERM raises StopRequested without setting _stop_requested; rq
+    # records the request's date either way
+    return bool(worker._stop_requested or worker._shutdown_requested_date is not None)
 
 
 def served_models(specs: dict[str, Any], spawned: bool) -> list[str] | None:
@@ -384,8 +404,6 @@ def _join_loops(threads: list[threading.Thread], pollers: dict[threading.Thread,
     Redis that does not answer must not hold the exit; its held, unstarted messages go to
     another consumer when their visibility timeout passes). Without a stop signal (a burst
     run) every loop is waited for."""
-    import time
-
     drain_until = time.monotonic() + DRAIN_LIMIT
     for thread in threads:
         poller = pollers.get(thread)
