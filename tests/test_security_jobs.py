@@ -213,7 +213,9 @@ def test_under_require_only_coordinator_signed_jobs_run(real_redis_url: str, key
         assert signed.meta.get(KEY_ID_META) == "c1" and len(signed.meta.get(SIGNATURE_META, "")) == 64
         tampered = Queue("robot:billing", connection=client, serializer=JobSerializer).enqueue_call(
             func=JOB_FUNC, args=[key_prefix, handle.run_id, "other", signed.id], meta=dict(signed.meta))
-        wait_for(lambda: "failed" in _failure(client, tampered.id), timeout=30)
+        # each refused job's failure is recorded on a job thread of its own: wait for both
+        for refused in (tampered, unsigned):
+            wait_for(lambda refused=refused: "failed" in _failure(client, refused.id), timeout=60)
     except Exception:
         print(processes.logs())
         raise
