@@ -143,8 +143,11 @@ def test_fleet_commands_load_neither_the_robot_runtime_nor_anything_heavy(
     assert not (HEAVY | NO_MODELS) & tops, sorted((HEAVY | NO_MODELS) & tops)
     ours = {name for name in modules if name.startswith("robot_lab.")}
     assert "robot_lab.settings.models" not in ours
-    assert not {n for n in ours if n.startswith(("robot_lab.runtime", "robot_lab.network", "robot_lab.llm",
-                                                  "robot_lab.memory", "robot_lab.skills"))}, sorted(ours)
+    # of the DAG engine's package only its lazy __init__ and builds (reads the builds' keys: the
+    # stalled-on-build lines) may load
+    light = {"robot_lab.network", "robot_lab.network.builds"}
+    assert not {n for n in ours - light if n.startswith(("robot_lab.runtime", "robot_lab.network", "robot_lab.llm",
+                                                         "robot_lab.memory", "robot_lab.skills"))}, sorted(ours)
     assert "robot_lab.bus.poller" not in ours, sorted(ours)
     assert not {"robot_lab.network.dsl", "robot_lab.network.dag"} & ours, sorted(ours)
     if args[0] == "runs":  # a runs listing reads run records: no bus at all
