@@ -1,4 +1,4 @@
-"""One run of a robot: the run plan resolved, hooks and log context around it, the
+"""One turn of a robot: the run plan resolved, hooks and log context around it, the
 prompt re-rendered with run-time context, the tools offered (local, MCP, skills),
 learnings injected, then the tool loop. Conversations stored in Redis wrap a run so any
 worker can continue them.
