@@ -462,7 +462,7 @@ def test_a_model_steps_journal_record_is_asdict_of_its_response() -> None:
 
 def test_a_deferred_last_step_waits_for_its_owners_round_trip(redis_client) -> None:
     """``defer_last``: a ``last`` step stays pending until the owner's pipeline
-    (``queue_pending``/``sent``), the next step's write, or ``flush``; others go out at once."""
+    (``queue_unwritten``/``sent``), the next step's write, or ``flush``; others go out at once."""
     from robot_lab.runtime.durable.journal import Journal
 
     key = default_keys().durable_steps(uid())
@@ -470,13 +470,13 @@ def test_a_deferred_last_step_waits_for_its_owners_round_trip(redis_client) -> N
     journal.write(0, {"kind": "model", "status": "done"}, last=True)
     assert redis_client.hgetall(key) == {} and journal.steps()[0]["kind"] == "model"
     pipe = redis_client.pipeline(transaction=False)
-    assert journal.queue_pending(pipe) == 2
+    assert journal.queue_unwritten(pipe) == 2
     pipe.execute()
     journal.sent()
-    assert set(redis_client.hgetall(key)) == {b"0"} and journal.pending == {}
+    assert set(redis_client.hgetall(key)) == {b"0"} and journal.unwritten == {}
     journal.write(1, {"kind": "model"}, last=True)
     journal.write(2, {"kind": "tool"})  # not last: written now, with the pending one
-    assert set(redis_client.hgetall(key)) == {b"0", b"1", b"2"} and journal.queue_pending(pipe) == 0
+    assert set(redis_client.hgetall(key)) == {b"0", b"1", b"2"} and journal.queue_unwritten(pipe) == 0
     journal.write(3, {"kind": "model"}, last=True)
     journal.flush()
     assert b"3" in redis_client.hgetall(key) and redis_client.ttl(key) > 0

@@ -119,7 +119,7 @@ class LeaseHeartbeat:
 _HOLDS_OUTAGE = OutageTracker("job-holds")  # one lost/back pair per outage for all holds
 
 
-class JobHold(LeaseHeartbeat):
+class HeldJobLease(LeaseHeartbeat):
     """A job a worker process has taken off its queue and not yet claimed (the in-flight
     worker takes many at once, and one may wait seconds for a free thread and the GIL): the
     run's ``R:held:<task>`` key, beaten like a lease, tells the sweeper the job is in the
@@ -234,11 +234,11 @@ def _encoded(data: dict[str, Any] | None) -> str:
     return json.dumps(data) if data else ""
 
 
-def hold_jobs(connection: RedisClient, holds: list[tuple[str, str]], lease_ms: int) -> list[JobHold]:
+def hold_jobs(connection: RedisClient, holds: list[tuple[str, str]], lease_ms: int) -> list[HeldJobLease]:
     """Write and start beating the holds ``(key, job id)`` of jobs just taken (one round trip)."""
     if not holds:
         return []
-    made = [JobHold(connection, key, job_id, lease_ms) for key, job_id in holds]
+    made = [HeldJobLease(connection, key, job_id, lease_ms) for key, job_id in holds]
     pipe = connection.pipeline(transaction=False)
     for hold in made:
         pipe.set(hold.key, hold.value, px=lease_ms)
@@ -251,7 +251,7 @@ def hold_jobs(connection: RedisClient, holds: list[tuple[str, str]], lease_ms: i
     return made
 
 
-def release_holds(holds: list[JobHold], *, ran: bool = True) -> None:
+def release_holds(holds: list[HeldJobLease], *, ran: bool = True) -> None:
     """Stop beating holds (the job ran, or went back unstarted: ``ran=False``); the keys
     expire by themselves. A job that ran was claimed and completed in Redis: an outage the
     holds saw is over (its ``redis.back`` line, even when no hold beats again to say so)."""

@@ -149,7 +149,7 @@ class RunStore:
         """:meth:`_eval`, with ``after``'s writes queued behind the script in its pipeline
         (one round trip) where that keeps the script's guarantees: one server for every key
         (not Cluster) and, for a ``critical`` script, no replicas to wait for. ``before`` (a
-        step journal: ``queue_pending``, ``sent``, ``flush``) queues its writes ahead of the
+        step journal: ``queue_unwritten``, ``sent``, ``flush``) queues its writes ahead of the
         script there; elsewhere it flushes them first."""
         if (after is None and before is None) or is_cluster_client(self.r) or (
                 critical and waits_for_replicas(self.r)):
@@ -158,7 +158,7 @@ class RunStore:
             return self._eval(script, *argv, leases=leases, critical=critical)
         keys = self._script_keys(leases)
         pipe = coalesce.pipeline(self.r)
-        skip = before.queue_pending(pipe) if before is not None else 0
+        skip = before.queue_unwritten(pipe) if before is not None else 0
         pipe.evalsha(transitions.sha_of(script), len(keys), *keys, self.run_id, *argv)
         if after is not None:
             after.queue(pipe)
@@ -339,7 +339,7 @@ class RunStore:
             *owed,
             leases=(task,),
             critical=True,  # a recorded result must survive a failover: it is paid for
-            before=journal if journal is not None and journal.pending else None,
+            before=journal if journal is not None and journal.unwritten else None,
         )
         status = _decode(raw[0])
         if status != "ok":

@@ -158,7 +158,7 @@ def in_flight_worker_class() -> type:
             self._suspension_checked = 0.0
             self._state_written: str | None = None
             self._taken: deque[tuple[Any, Any]] = deque()  # popped by a batch, not yet running
-            self._holds: dict[str, Any] = {}  # job id -> its JobHold (network/lease.py), taken until it ends
+            self._holds: dict[str, Any] = {}  # job id -> its HeldJobLease (network/lease.py), taken until it ends
             self.jobs_done = 0
 
         # --- taking jobs --------------------------------------------------------------

@@ -49,7 +49,7 @@ class Journal:
         # The owner sends a step written with ``last=True`` with its own next round trip (see
         # :meth:`write`): a network task, with its result.
         self.defer_last = defer_last
-        self.pending: dict[str, str] = {}  # field -> JSON of steps recorded here, not yet in Redis
+        self.unwritten: dict[str, str] = {}  # field -> JSON of steps recorded here, not yet in Redis
 
     @staticmethod
     def _parse(raw: Mapping[Any, Any]) -> dict[int, dict[str, Any]]:
@@ -85,37 +85,37 @@ class Journal:
     def write(self, index: int, record: dict[str, Any], *, last: bool = False) -> None:
         """Record step ``index`` (and refresh the hash's expiry), on the server when this
         returns -- except a ``last`` step (a model reply asking for no tool: the run ends
-        unless its loop goes on) in a ``defer_last`` journal: it stays :attr:`pending` and
-        goes out with the owner's next round trip (:meth:`queue_pending`; a network task's
+        unless its loop goes on) in a ``defer_last`` journal: it stays :attr:`unwritten` and
+        goes out with the owner's next round trip (:meth:`queue_unwritten`; a network task's
         result, one round trip per task less), or with the next step's write, or
         :meth:`flush` before the next step runs. Nothing runs between such a step and that
         round trip that a replay would protect (no tool, no other step), so a crash between
         them costs this one model call again, as a crash just before a write does."""
         value = json.dumps(record, separators=(",", ":"), default=str)
-        self.pending[str(index)] = value
+        self.unwritten[str(index)] = value
         if not (last and self.defer_last):
             self.flush()
         self.steps()[index] = record
 
-    def queue_pending(self, pipe: Any) -> int:
-        """Queue the pending steps' write on ``pipe`` (the owner's round trip); returns how
-        many commands it queued (0: none pending). Call :meth:`sent` once they are written."""
-        if not self.pending:
+    def queue_unwritten(self, pipe: Any) -> int:
+        """Queue the unwritten steps' write on ``pipe`` (the owner's round trip); returns how
+        many commands it queued (0: none unwritten). Call :meth:`sent` once they are written."""
+        if not self.unwritten:
             return 0
-        pipe.hset(self.key, mapping=dict(self.pending))
+        pipe.hset(self.key, mapping=dict(self.unwritten))
         pipe.expire(self.key, self.ttl)
         return 2
 
     def sent(self) -> None:
-        """The pending steps queued by :meth:`queue_pending` are on the server."""
-        self.pending.clear()
+        """The unwritten steps queued by :meth:`queue_unwritten` are on the server."""
+        self.unwritten.clear()
 
     def flush(self) -> None:
-        """Write the pending steps now, in a round trip of their own (none pending: no-op)."""
-        if not self.pending:
+        """Write the unwritten steps now, in a round trip of their own (none unwritten: no-op)."""
+        if not self.unwritten:
             return
         pipe = coalesce.pipeline(self.redis)
-        self.queue_pending(pipe)
+        self.queue_unwritten(pipe)
         coalesce.execute(pipe)  # with other runs' steps; on the server when this returns
         self.sent()
 
@@ -123,7 +123,7 @@ class Journal:
         """Forget steps ``index`` and later (a diverged scope continues live)."""
         later = [str(i) for i in self.steps() if i >= index]
         for field in later:
-            self.pending.pop(field, None)
+            self.unwritten.pop(field, None)
         if later:
             self.redis.hdel(self.key, *later)
         for i in [i for i in self.steps() if i >= index]:

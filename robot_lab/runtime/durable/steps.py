@@ -88,7 +88,7 @@ class StepRunner:
         if record is not None and record.get("status") == "done":
             self.replayed = True
             return response_from(record["result"])
-        if self.scope.journal.pending:  # the step before (a last one, after all) is in Redis first
+        if self.scope.journal.unwritten:  # the step before (a last one, after all) is in Redis first
             await io.blocking(self.scope.journal.flush)
         started = self._started(index, "model", model)
         try:
@@ -121,7 +121,7 @@ class StepRunner:
             asks = Asks(list(record.get("requests") or []) if record is not None else [])
         step = StepInfo(index, "tool", name, f"{scope.id}:{index}" if scope else None,
                         scope.id if scope else None, asks)
-        if scope is not None and scope.journal.pending:  # every step before it is in Redis first
+        if scope is not None and scope.journal.unwritten:  # every step before it is in Redis first
             await io.blocking(scope.journal.flush)
         started = self._started(index, "tool", name) if scope is not None else time.monotonic()
         token = _step.set(step)

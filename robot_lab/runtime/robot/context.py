@@ -53,7 +53,7 @@ def current_memory() -> Any:
     return current_run().memory
 
 
-class running:  # noqa: N801 - a context manager used as a function; a class: it runs once per run
+class turn_scope:  # noqa: N801 - a context manager used as a function; a class: it runs once per turn
     """Publish ``ctx`` for the duration of a run, and make the run's memory write as the
     robot (the Ruby gem's ``current_writer``; per thread, so parallel runs don't mix)."""
 

@@ -9,7 +9,7 @@ templates with template skills, and the ``RunConfig`` cascade. A robot holds liv
 
 The class is the public face; each concern lives in a collaborator beside it: the prompt
 (:mod:`.prompt`), tool selection (:mod:`.toolset`), MCP (:mod:`.mcp_attach`), one run
-(:mod:`.one_run`) and its tool loop (:mod:`.loop`), written once as coroutines and driven
+(:mod:`.turn`) and its tool loop (:mod:`.loop`), written once as coroutines and driven
 blocking by ``run`` or on an event loop by ``arun`` (:mod:`.drive`; ``astream`` in
 :mod:`.streaming`), learning (:mod:`.learning`), history compaction (:mod:`.compaction`)
 and the spec (:mod:`.spec`).
@@ -32,7 +32,7 @@ from robot_lab.llm.gateway import LLMGateway, default_gateway
 from robot_lab.runtime.rails import budget as budget_mod
 from robot_lab.runtime.rails.hooks import HookRegistry
 from robot_lab.runtime.robot import compaction
-from robot_lab.runtime.robot import one_run as run_mod
+from robot_lab.runtime.robot import turn as turn_mod
 from robot_lab.runtime.robot.context import conversation_state, default_conversation_turn
 from robot_lab.runtime.robot.drive import ASYNC, SYNC, run_sync
 from robot_lab.runtime.robot.learning import Learning
@@ -478,11 +478,11 @@ class Robot:
     async def _run_core(self, io: Any, message: str | None, conversation_id: str | None,
                         kwargs: dict[str, Any], context: dict[str, Any]) -> RobotResult:
         if conversation_id is not None:
-            return await run_mod.run_in_conversation(self, conversation_id, message, io, **kwargs, **context)
+            return await turn_mod.run_in_conversation(self, conversation_id, message, io, **kwargs, **context)
         if io.is_async and conversation_state(self) is None:
             async with default_conversation_turn(self):
-                return await run_mod.execute(self, message, **kwargs, context=context, io=io)
-        return await run_mod.execute(self, message, **kwargs, context=context, io=io)
+                return await turn_mod.execute(self, message, **kwargs, context=context, io=io)
+        return await turn_mod.execute(self, message, **kwargs, context=context, io=io)
 
     def serve_policy(self, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
         """The ``tools``/``mcp`` arguments of a served run (bus, delegation, spawn): what the

@@ -1,6 +1,6 @@
 """One run core, two drivers: how ``Robot.run`` and ``Robot.arun`` share the tool loop.
 
-The run (:mod:`.one_run`) and its tool loop (:mod:`.loop`) are written once, as coroutines.
+The run (:mod:`.turn`) and its tool loop (:mod:`.loop`) are written once, as coroutines.
 Everything in them that waits goes through an ``io`` object:
 
 * :data:`SYNC` (``Robot.run``): every operation is the plain blocking call, so the

@@ -1,7 +1,7 @@
 """What the Robot's collaborators read on the robot that owns them, as Protocols.
 
 Each collaborator (:mod:`.plan`, :mod:`.prompt`, :mod:`.toolset`, :mod:`.serving`,
-:mod:`.one_run`, :mod:`.context`, :mod:`.loop`, :mod:`.drive`, :mod:`.streaming`,
+:mod:`.turn`, :mod:`.context`, :mod:`.loop`, :mod:`.drive`, :mod:`.streaming`,
 :mod:`.learning`, :mod:`.compaction`, :mod:`.spec`) takes the Robot as an argument; these
 Protocols list the attributes and methods they use, so the seam between the class and its
 parts reads in one place. Typing only: the collaborators import this module under
@@ -63,7 +63,7 @@ class Learner(Protocol):
 
     def inject(self, message: str | None) -> str | None: ...
 
-    # one_run.read_ahead: the stored learnings read with the run's first round trip
+    # turn.read_ahead: the stored learnings read with the run's first round trip
     @property
     def memory(self) -> Any: ...
 

@@ -1,4 +1,4 @@
-"""One run of a robot: the run plan resolved, hooks and log context around it, the
+"""One turn of a robot: the run plan resolved, hooks and log context around it, the
 prompt re-rendered with run-time context, the tools offered (local, MCP, skills),
 learnings injected, then the tool loop. Conversations stored in Redis wrap a run so any
 worker can continue them.
@@ -18,7 +18,7 @@ from robot_lab.runtime.rails.hooks import (
     hook_scope,
 )
 from robot_lab.runtime.durable.scopes import DurableScope, current_scope, durable_scope, input_handler, local_scope
-from robot_lab.runtime.robot.context import TurnContext, conversation_scope, running
+from robot_lab.runtime.robot.context import TurnContext, conversation_scope, turn_scope
 from robot_lab.runtime.robot.drive import IO, SYNC
 from robot_lab.runtime.robot.loop import ContentCallback, tool_loop
 from robot_lab.runtime.robot.plan import TurnPlan, resolve_plan
@@ -67,7 +67,7 @@ async def execute(
     scope = (durable_id if isinstance(durable_id, DurableScope) else
              local_scope(durable_id) if durable_id is not None else current_scope())
     with log_context(robot=robot.name, run_id=run_id, task=task), \
-            hook_scope(network_hooks, robot.hooks, per_run), running(run_ctx), \
+            hook_scope(network_hooks, robot.hooks, per_run), turn_scope(run_ctx), \
             durable_scope(scope), input_handler(on_input):
         ctx = RunHookContext(
             robot=robot, network=network, task=task, memory=plan.memory, config=plan.config, request=message,

@@ -1,5 +1,5 @@
 """A run in a stored conversation reads its history, its step journal (a ``durable_id``) and
-its robot's learnings in one round trip (robot_lab/runtime/robot/one_run.py read_ahead), and
+its robot's learnings in one round trip (robot_lab/runtime/robot/turn.py read_ahead), and
 uses what it read: no read of its own for the journal or the learnings."""
 
 from __future__ import annotations
