@@ -26,6 +26,9 @@ IMAGE = "ghcr.io/robot-lab/robot-lab:0.1.0"
 GRACE_SECONDS = 630
 KEY_PREFIX = "robot_lab"
 KEYS_DIR = "/etc/robot-lab/keys"
+# Each worker's Prometheus counters (robot-lab worker --metrics-port). The worker binds
+# loopback by default; Prometheus scrapes the pod's address, hence --metrics-addr 0.0.0.0.
+METRICS_PORT = 9100
 USERS_NOTE = """# One Redis ACL user per robot worker and one for the coordinator (docs/security.md):
 # each Secret holds the REDIS_URL its pods log in with and the password the robot-lab-acl
 # Job gives that user (robot-lab acl --apply, run as the admin of robot-lab-redis). Replace
@@ -56,7 +59,9 @@ def deployment(robot: str, app_path: str) -> dict[str, Any]:
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
             "selector": {"matchLabels": {"robot-lab/robot": robot}},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": labels,
+                             "annotations": {"prometheus.io/scrape": "true",
+                                             "prometheus.io/port": str(METRICS_PORT)}},
                 "spec": {
                     # SIGTERM = rq warm shutdown: the task in hand (<= its 600 s rq timeout) finishes.
                     "terminationGracePeriodSeconds": GRACE_SECONDS,
@@ -66,7 +71,9 @@ def deployment(robot: str, app_path: str) -> dict[str, Any]:
                         "name": "worker",
                         "image": IMAGE,
                         "imagePullPolicy": "IfNotPresent",
-                        "args": ["worker", robot, "--app", app_path],
+                        "args": ["worker", robot, "--app", app_path,
+                                 "--metrics-port", str(METRICS_PORT), "--metrics-addr", "0.0.0.0"],
+                        "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
                         # REDIS_URL of this robot's own Redis ACL user (redis-users.yaml)
                         "envFrom": [{"configMapRef": {"name": "robot-lab-config"}},
                                     {"secretRef": {"name": f"robot-lab-redis-{robot}"}},

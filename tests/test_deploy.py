@@ -104,6 +104,23 @@ def test_each_demo_robot_has_a_worker_deployment_with_meaningful_probes():
         assert {"robot-lab-config", f"robot-lab-redis-{robot}"} <= refs  # its own Redis ACL user
 
 
+def test_each_worker_pod_serves_its_metrics_on_the_pod_address_at_a_named_port():
+    """A worker's --metrics-port listens on loopback unless --metrics-addr widens it; in a pod
+    Prometheus scrapes the pod's address, so each worker Deployment passes 0.0.0.0 and names
+    the port it serves (real `robot-lab worker` arguments: a usage error raises here)."""
+    from robot_lab.commands.worker import worker
+
+    for robot in _demo_robots():
+        pod = _by_kind("Deployment")[f"robot-{robot}"]["spec"]["template"]
+        [container] = pod["spec"]["containers"]
+        params = worker.make_context("worker", list(container["args"][1:])).params
+        assert params["metrics_addr"] == "0.0.0.0", robot
+        [port] = [p for p in container["ports"] if p["name"] == "metrics"]
+        assert port["containerPort"] == params["metrics_port"], robot
+        annotations = pod["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == str(params["metrics_port"])
+
 def test_each_robot_logs_in_as_its_own_redis_user_created_by_the_acl_job():
     """redis-users.yaml: a Secret per robot whose REDIS_URL names rl-worker-<robot> with the
     password the robot-lab-acl Job gives that user; the Job runs `robot-lab acl --apply` for

@@ -179,3 +179,49 @@ def test_a_worker_with_forked_children_adds_their_counters_up_behind_one_port(
     assert samples[f'robot_lab_task_seconds_count{{outcome="done",robot="{robot.name}"}}'] == 4
     assert not [k for k in samples if k.startswith("robot_lab_queue_depth")]  # no --metrics-gauges
     assert samples[f'robot_lab_llm_calls_total{{model="scripted/echo",outcome="ok",robot="{robot.name}"}}'] == 4
+
+
+def listening_hosts(port: int) -> set[str]:
+    """The addresses a TCP socket of this machine listens on at ``port`` (from /proc/net/tcp*)."""
+    import ipaddress
+
+    hosts = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            hex_addr, hex_port = local.split(":")
+            if state != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(hex_addr)
+            # /proc prints each 32-bit word in host (little-endian) order
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            hosts.add(str(ipaddress.ip_address(raw)))
+    return hosts
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/net/tcp"), reason="reads /proc/net/tcp (Linux)")
+def test_metrics_endpoints_listen_on_loopback_unless_widened(client, real_redis_url, key_prefix,
+                                                            processes):  # noqa: F811
+    """A worker's --metrics-port and `robot-lab metrics` bind 127.0.0.1 by default (like the
+    dashboard); --metrics-addr widens either one."""
+    keys = Keys(prefix=key_prefix)
+    robot = build(f"bind-{uid()}", model="scripted/echo")
+    publish_specs([robot.to_spec()], connection=client, keys=keys)
+    env = child_env(real_redis_url, key_prefix)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    cli = str(VENV_BIN / "robot-lab")
+    worker_port, exporter_port, wide_port = free_port(), free_port(), free_port()
+    processes.start([cli, "worker", robot.name, "--metrics-port", str(worker_port)], env, "worker")
+    processes.start([cli, "metrics", "--port", str(exporter_port)], env, "exporter")
+    processes.start([cli, "metrics", "--port", str(wide_port), "--metrics-addr", "0.0.0.0"], env, "wide")
+    for port in (worker_port, exporter_port, wide_port):
+        wait_for(lambda: listening_hosts(port), timeout=60, interval=0.2)
+    assert listening_hosts(worker_port) == {"127.0.0.1"}, processes.logs()
+    assert listening_hosts(exporter_port) == {"127.0.0.1"}, processes.logs()
+    assert listening_hosts(wide_port) == {"0.0.0.0"}, processes.logs()
+    assert "robot_lab_redis_up 1.0" in urllib.request.urlopen(
+        f"http://127.0.0.1:{exporter_port}/metrics", timeout=10).read().decode()

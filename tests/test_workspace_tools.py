@@ -236,6 +236,38 @@ def test_the_files_a_run_wrote_come_back_in_the_result_and_the_reply(skills_env:
         unregister_script("ws-writer")
 
 
+OFFICE_LITTER = {"turns": [
+    {"tool_calls": [{"name": "run_command", "arguments": {"command": (
+        "echo doc > report.docx && echo lock > '.~lock.report.docx#' && echo owner > '~$report.docx' && "
+        "echo t > lu12345.tmp && echo b > report.docx~ && echo s > .report.docx.swp && echo e > '.#notes' && "
+        "mkdir -p __pycache__ && echo c > __pycache__/x.cpython-311.pyc && echo l > debug.log && "
+        "mkdir -p out && echo keep > out/summary.txt")}}]},
+    {"reply": "done"},
+]}
+
+
+@needs_bwrap
+def test_lock_and_temp_files_are_not_returned_and_a_setting_ignores_more(
+        skills_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An office edit leaves LibreOffice's ``.~lock.*#``, Word's ``~$*``, editor backups and
+    temp files beside what the user wants: only the wanted files come back (in the result and
+    in the script's note to the model), and ``sandbox.result_ignore`` names more."""
+    monkeypatch.setenv("ROBOT_LAB_SANDBOX__RESULT_IGNORE", json.dumps(["*.log"]))
+    reload_settings()
+    register_script("ws-litter", OFFICE_LITTER)
+    clear_recorded_calls()
+    try:
+        robot = robot_lab.build(name="editor", model="scripted/ws-litter", skills=["sheets"])
+        result = robot.run("make excel spreadsheets with formulas", conversation_id="c-litter")
+        assert result.error is None, result
+        assert sorted(f.path for f in result.files) == ["out/summary.txt", "report.docx"]
+        assert Path(result.workspace, ".~lock.report.docx#").exists()  # left alone, only not returned
+        [tool] = result.tool_calls
+        assert "[files written to the working directory: out/summary.txt, report.docx]" in str(tool.content)
+    finally:
+        unregister_script("ws-litter")
+
+
 @needs_bwrap
 def test_a_network_tasks_result_lists_the_files_it_wrote(skills_env: Path) -> None:
     """Location transparency: the same robot as a network task (the rq job, embedded) reports

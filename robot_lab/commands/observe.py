@@ -15,7 +15,8 @@ from robot_lab.observability import metrics
 
 @click.command("metrics")
 @click.option("--port", type=int, default=9808, show_default=True, help="Port of the /metrics endpoint")
-@click.option("--addr", default="0.0.0.0", show_default=True, help="Address to listen on")
+@click.option("--addr", "--metrics-addr", "addr", default=metrics.DEFAULT_ADDR, show_default=True,
+              help="Address to listen on (0.0.0.0 to be scraped from other hosts, e.g. in a pod)")
 @click.option("--robot", "robots", multiple=True, help="Only these robots (default: every registered robot)")
 @click.option("--url", default=None, help="Redis URL (default: REDIS_URL)")
 def metrics_cmd(port: int, addr: str, robots: tuple[str, ...], url: str | None) -> None:

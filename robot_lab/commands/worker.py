@@ -29,12 +29,14 @@ from robot_lab.errors import ConfigurationError
 @click.option("--metrics-port", type=int, default=None,
               help="Serve this process's Prometheus counters on this port (robot-lab[metrics]); queue and "
                    "fleet gauges come from one `robot-lab metrics`")
-@click.option("--metrics-addr", default="0.0.0.0", show_default=True, help="Address --metrics-port listens on")
+@click.option("--metrics-addr", default=None,
+              help="Address --metrics-port listens on  [default: 127.0.0.1; 0.0.0.0 to be scraped from "
+                   "other hosts, e.g. in a pod]")
 @click.option("--metrics-gauges", is_flag=True,
               help="Also serve the Redis gauges of this worker's robots (queue depth, lag, DLQ) on --metrics-port")
 def worker(robots: tuple[str, ...], in_flight: int | None, concurrency: int, app_path: str | None,
            url: str | None, burst: bool, no_bus: bool, spawned: bool, metrics_port: int | None,
-           metrics_addr: str, metrics_gauges: bool, build: str | None) -> None:
+           metrics_addr: str | None, metrics_gauges: bool, build: str | None) -> None:
     """Run ROBOTS' tasks (rq queues robot:<name>) and serve their bus inboxes.
 
     Each process runs up to --in-flight tasks, and as many messages per robot, at once
@@ -47,11 +49,12 @@ def worker(robots: tuple[str, ...], in_flight: int | None, concurrency: int, app
         if _use_build(app_path, build):
             return
         if metrics_port is not None:
+            from robot_lab.observability.metrics import DEFAULT_ADDR
             from robot_lab.workers.fleet_gauges import start_worker_metrics
 
-            start_worker_metrics(metrics_port, list(robots), concurrency=concurrency, url=url, addr=metrics_addr,
-                                 gauges=metrics_gauges)
-        elif metrics_gauges or metrics_addr != "0.0.0.0":
+            start_worker_metrics(metrics_port, list(robots), concurrency=concurrency, url=url,
+                                 addr=metrics_addr or DEFAULT_ADDR, gauges=metrics_gauges)
+        elif metrics_gauges or metrics_addr is not None:
             raise ConfigurationError("--metrics-addr and --metrics-gauges need --metrics-port")
         run_worker(list(robots), concurrency=concurrency, app_path=app_path, url=url, burst=burst, bus=not no_bus,
                    spawned=spawned, in_flight=in_flight)

@@ -23,6 +23,10 @@ from robot_lab.errors import ConfigurationError
 
 _m: Any = None  # the metric objects once enabled, else None
 
+# Where /metrics listens unless --metrics-addr widens it: loopback, like the dashboard. The
+# counters name robots and models; a pod (deploy/k8s) passes --metrics-addr 0.0.0.0.
+DEFAULT_ADDR = "127.0.0.1"
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -199,7 +203,7 @@ class _Forward:
         return self.source.collect()
 
 
-def serve(port: int, collectors: Iterable[Any] = (), addr: str = "0.0.0.0") -> Any:
+def serve(port: int, collectors: Iterable[Any] = (), addr: str = DEFAULT_ADDR) -> Any:
     """Serve ``/metrics`` on ``port`` from a daemon thread; returns (server, thread)."""
     from prometheus_client import start_http_server  # lazy: start-up time
 

@@ -27,9 +27,11 @@ shared volume to see the same files.
 from __future__ import annotations
 
 import base64
+import fnmatch
 import hashlib
 import mimetypes
 import os
+import posixpath
 import re
 import stat
 import tempfile
@@ -231,10 +233,29 @@ def snapshot(folder: Path | None) -> dict[str, tuple[int, int]] | None:
     return seen
 
 
+# What a turn leaves beside its work and no user asked for: office lock and owner files
+# (LibreOffice's ``.~lock.<name>#``, Word's ``~$<name>``), editor backups and swap files,
+# temp files, Python bytecode. They stay in the workspace but are never returned (one docx
+# edit came back as 18 files); ``sandbox.result_ignore`` adds patterns.
+IGNORED_OUTPUTS = (".~lock.*#", "~$*", "*~", ".#*", "*.swp", "*.swo", "*.tmp", "*.temp", "*.pyc", "*.pyo",
+                   ".DS_Store", "Thumbs.db", "desktop.ini")
+
+
+def ignored_output(name: str, extra: Iterable[str] = ()) -> bool:
+    """Whether ``name`` (relative to the workspace, ``/``-separated) is litter, by glob on its
+    file name or on the whole relative path."""
+    base = posixpath.basename(name)
+    return any(fnmatch.fnmatchcase(base, pattern) or fnmatch.fnmatchcase(name, pattern)
+               for pattern in (*IGNORED_OUTPUTS, *extra))
+
+
 def changed_files(before: dict[str, tuple[int, int]] | None, after: dict[str, tuple[int, int]] | None) -> list[str]:
+    """The files written or changed between two :func:`snapshot` s, less lock and temp files."""
     if before is None or after is None:
         return []
-    return sorted(name for name, stamp in after.items() if before.get(name) != stamp)
+    extra = get_settings().sandbox.result_ignore
+    return sorted(name for name, stamp in after.items()
+                  if before.get(name) != stamp and not ignored_output(name.replace(os.sep, "/"), extra))
 
 
 def result_files(folder: Path | None, before: dict[str, tuple[int, int]] | None) -> list[ResultFile]:
@@ -276,4 +297,4 @@ def envelope_attachments(items: Iterable[Any]) -> list[dict[str, str]]:
     return out
 
 
-__all__ = ["Workspace", "changed_files", "envelope_attachments", "result_files", "snapshot", "workspace_root"]
+__all__ = ["IGNORED_OUTPUTS", "Workspace", "changed_files", "envelope_attachments", "ignored_output", "result_files", "snapshot", "workspace_root"]

@@ -76,6 +76,9 @@ class SandboxSettings(BaseModel):
     # workspace; attachments sent as bytes always work.
     attach_from: list[str] = Field(default_factory=list)
     max_attachment_bytes: int = 50 * 1024 * 1024
+    # More globs (on a file's name or its path in the workspace) of files a run wrote that
+    # are not returned, beside the built-in lock/temp ones (sandbox.workspace.IGNORED_OUTPUTS).
+    result_ignore: list[str] = Field(default_factory=list)
     # A workspace's quota: a script that makes it hold more is stopped (0 = no limit), and
     # workspaces untouched this many seconds are removed when another one is opened (0 = kept)
     workspace_max_bytes: int = Field(default=1024 * 1024 * 1024, ge=0)

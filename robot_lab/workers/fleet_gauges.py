@@ -164,7 +164,7 @@ def prepare_worker_metrics(concurrency: int) -> None:
 
 
 def serve_worker_metrics(port: int, robots: list[str], *, connection: RedisClient | None = None, keys: Keys | None = None,
-                         addr: str = "0.0.0.0", gauges: bool = False) -> Any:
+                         addr: str = metrics.DEFAULT_ADDR, gauges: bool = False) -> Any:
     """``robot-lab worker --metrics-port``: this worker's counters; with ``gauges`` also its
     robots' Redis gauges (robot-labelled). Never the fleet-wide ones: every worker would
     export the same series, and ``sum()`` over targets would count them once per worker."""
@@ -180,7 +180,7 @@ def serve_worker_metrics(port: int, robots: list[str], *, connection: RedisClien
 
 
 def start_worker_metrics(port: int, robots: list[str], *, concurrency: int, url: str | None = None,
-                         addr: str = "0.0.0.0", gauges: bool = False) -> Any:
+                         addr: str = metrics.DEFAULT_ADDR, gauges: bool = False) -> Any:
     """What ``robot-lab worker --metrics-port`` does before starting its robots."""
     prepare_worker_metrics(concurrency)
     return serve_worker_metrics(port, robots, connection=connect(url) if url else None, addr=addr, gauges=gauges)
