@@ -93,6 +93,12 @@ def test_a_request_and_a_run_across_two_processes_form_one_trace_and_are_counted
     llm = [s for s in remote if s["name"] == "llm.call" and s["trace_id"] == trace_id]
     assert len(llm) == 2 and all(by_id[s["parent_id"]]["name"] == "robot.run" for s in llm)
     assert all(s["attributes"]["gen_ai.usage.output_tokens"] > 0 for s in llm)
+    # the worker's spans carry the GenAI conventions (tests/test_observability_genai.py checks the keys)
+    assert all(s["attributes"]["gen_ai.operation.name"] == "chat" and s["attributes"]["gen_ai.provider.name"]
+               == "scripted" for s in llm)
+    agents = [s for s in remote if s["name"] == "robot.run" and s["trace_id"] == trace_id]
+    assert len(agents) == 2 and all(s["attributes"]["gen_ai.operation.name"] == "invoke_agent"
+                                    and s["attributes"]["gen_ai.agent.name"] == robot.name for s in agents)
 
     name = robot.name
     assert samples[f'robot_lab_messages_handled_total{{robot="{name}"}}'] == 1

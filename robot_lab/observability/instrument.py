@@ -4,7 +4,9 @@ Each is a decorator from :func:`otel.traced` with the attributes of its span com
 the call; ``llm_call`` also feeds the Prometheus counters. The span names, from the outside
 in: ``network.run`` > ``network.submit`` > (``task`` in a worker) > ``robot.run`` >
 ``llm.call`` / ``tool.call`` > ``mcp.call`` or ``skill.script``; ``bus.publish`` >
-(``bus.handle`` in the receiver).
+(``bus.handle`` in the receiver). ``robot.run``, ``llm.call`` and ``tool.call`` are the
+GenAI conventions' ``invoke_agent``, ``chat`` and ``execute_tool`` spans, with their
+``gen_ai.*`` attributes (and names, with the stability opt-in): see :mod:`.genai`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from robot_lab.observability import metrics, otel
+from robot_lab.observability import genai, metrics, otel
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,12 +31,45 @@ network_submit = otel.traced(
     "network.submit", lambda coord, net, *a, **k: {"network": _name(net)},
     result=lambda s, handle: s.set(run_id=getattr(handle, "run_id", None)),
 )
+def _agent_attributes(robot: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"robot": _name(robot), "task": kwargs.get("task"), "run_id": kwargs.get("run_id"),
+            genai.OPERATION: genai.INVOKE_AGENT, genai.AGENT_NAME: _name(robot),
+            genai.AGENT_DESCRIPTION: getattr(robot, "description", None) or None,
+            genai.CONVERSATION_ID: kwargs.get("conversation_id")}
+
+
+def _agent_result(s: Any, r: Any) -> None:
+    tokens_in, tokens_out = getattr(r, "input_tokens", None), getattr(r, "output_tokens", None)
+    s.set(input_tokens=tokens_in, output_tokens=tokens_out, cost=getattr(r, "cost", None),
+          **{genai.USAGE_INPUT_TOKENS: tokens_in, genai.USAGE_OUTPUT_TOKENS: tokens_out})
+
+
 robot_run = otel.traced(
-    "robot.run", lambda robot, *a, **k: {"robot": _name(robot), "task": k.get("task"), "run_id": k.get("run_id")},
-    result=lambda s, r: s.set(input_tokens=getattr(r, "input_tokens", None),
-                              output_tokens=getattr(r, "output_tokens", None), cost=getattr(r, "cost", None)),
+    lambda robot, *a, **k: genai.span_name("robot.run", genai.INVOKE_AGENT, _name(robot)),
+    _agent_attributes, result=_agent_result,
 )
-tool_call = otel.traced("tool.call", lambda tool, *a, **k: {"tool": _name(tool)})
+
+
+def agent_model(model: str | None, provider: str | None) -> None:
+    """The model and provider a robot's run resolved (its plan), on its ``robot.run`` span:
+    known only once the run's configuration layers are merged, inside the span."""
+    if otel.tracer() is not None:
+        otel.set_current(**{genai.REQUEST_MODEL: model, **genai.provider_attributes(model, provider)})
+
+
+tool_call = otel.traced(
+    lambda tool, *a, **k: genai.span_name("tool.call", genai.EXECUTE_TOOL, _name(tool)),
+    lambda tool, *a, **k: {"tool": _name(tool), genai.OPERATION: genai.EXECUTE_TOOL, genai.TOOL_NAME: _name(tool),
+                           genai.TOOL_DESCRIPTION: getattr(tool, "description", None) or None,
+                           genai.TOOL_TYPE: "function"},
+)
+
+
+def tool_failed(exc: BaseException) -> None:
+    """A tool raised and its error went back to the model as text: the ``tool.call`` span
+    still ends as failed (status ERROR, ``error.type``)."""
+    otel.mark_failed(exc)
+
 mcp_call = otel.traced("mcp.call", lambda client, tool, *a, **k: {"mcp.server": _name(client), "tool": tool},
                        kind="client")
 skill_script = otel.traced("skill.script", lambda script, *a, **k: {"tool": _name(script),
@@ -49,19 +84,27 @@ def _observing() -> bool:
 
 @contextmanager
 def _llm_observed(model: str, kwargs: dict[str, Any]) -> Iterator[list[Any]]:
-    """The ``llm.call`` span and the LLM counters around one call; the caller appends the
-    response to the yielded list."""
-    with otel.span("llm.call", {"gen_ai.request.model": model, "stream": kwargs.get("on_chunk") is not None},
+    """The ``llm.call`` span (the conventions' ``chat``) and the LLM counters around one call;
+    the caller appends the response to the yielded list. The span's attributes are computed
+    only when tracing is on (the counters alone need none of them)."""
+    tracing = otel.tracer() is not None
+    attributes = {genai.OPERATION: genai.CHAT, genai.REQUEST_MODEL: model,
+                  "stream": kwargs.get("on_chunk") is not None,
+                  **genai.request_attributes(kwargs.get("params"))} if tracing else None
+    with otel.span(genai.span_name("llm.call", genai.CHAT, model) if tracing else "llm.call", attributes,
                    kind="client") as s:
         box: list[Any] = []
         try:
             yield box
         except BaseException as exc:
             metrics.llm_call(model, None, exc)
+            if tracing:
+                s.set(**genai.provider_attributes(model, kwargs.get("provider")))
             raise
         response = box[0]
-        s.set(**{"gen_ai.usage.input_tokens": response.input_tokens,
-                 "gen_ai.usage.output_tokens": response.output_tokens, "cost": response.cost})
+        if tracing:
+            s.set(cost=response.cost, **genai.provider_attributes(model, kwargs.get("provider")),
+                  **genai.response_attributes(response))
         metrics.llm_call(model, response)
 
 

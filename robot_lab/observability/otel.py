@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from robot_lab.logging import get_logger
+from robot_lab.observability import genai
 
 log = get_logger("robot_lab.observability")
 
@@ -156,23 +157,31 @@ def flush(timeout_ms: int = 5000) -> None:
 class _Span:
     """A live span as a hook sees it: ``set(**attributes)`` after the fact."""
 
-    __slots__ = ("_manager", "span")
+    __slots__ = ("_manager", "span", "failed")
 
     def __init__(self, manager: Any) -> None:
         self._manager = manager
         self.span: Any = None
+        self.failed = False
 
     def __enter__(self) -> _Span:
         self.span = self._manager.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> Any:
+        if isinstance(exc[1], Exception) and not self.failed:
+            self.fail(exc[1])
         return self._manager.__exit__(*exc)
 
     def set(self, **attributes: Any) -> None:
         for key, value in attributes.items():
             if value is not None:
                 self.span.set_attribute(_attr_name(key), _attr_value(value))
+
+    def fail(self, exc: BaseException, error_type: str | None = None) -> None:
+        """Mark the span failed: status ERROR and ``error.type`` (see :func:`mark_failed`)."""
+        self.failed = True
+        _mark(self.span, exc, error_type)
 
     def traceparent(self) -> str | None:
         return format_traceparent(self.span.get_span_context())
@@ -183,7 +192,48 @@ def _attr_name(key: str) -> str:
 
 
 def _attr_value(value: Any) -> Any:
-    return value if isinstance(value, (str, bool, int, float)) else str(value)
+    """A value OpenTelemetry takes: a primitive, a list of strings (finish reasons, stop
+    sequences), else its text."""
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return str(value)
+
+
+def _mark(span: Any, exc: BaseException, error_type: str | None) -> None:
+    from opentelemetry.trace import Status, StatusCode  # lazy: start-up time
+
+    span.set_attribute(genai.ERROR_TYPE, error_type or genai.error_type(exc))
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+def mark_failed(exc: BaseException) -> None:
+    """The current span ended in ``exc`` although nothing propagates (a tool whose error
+    becomes text for the model): status ERROR, ``error.type`` and the exception event, as
+    the SDK records an exception that leaves a span. A no-op when tracing is off."""
+    if tracer() is None or _untraced.get():
+        return
+    from opentelemetry import trace  # lazy: start-up time
+
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.record_exception(exc)
+        _mark(span, exc, None)
+
+
+def set_current(**attributes: Any) -> None:
+    """Add attributes to the current span, once its hook learns them (a run's resolved model).
+    A no-op when tracing is off."""
+    if tracer() is None or _untraced.get():
+        return
+    from opentelemetry import trace  # lazy: start-up time
+
+    span = trace.get_current_span()
+    if span.is_recording():
+        for key, value in attributes.items():
+            if value is not None:
+                span.set_attribute(_attr_name(key), _attr_value(value))
 
 
 _untraced: contextvars.ContextVar[bool] = contextvars.ContextVar("robot_lab_untraced", default=False)
@@ -222,15 +272,19 @@ def span(name: str, attributes: Attrs | None = None, *, parent: str | None = Non
                                          attributes=attrs))
 
 
-def traced(name: str, attributes: Callable[..., Attrs] | None = None, *, kind: str = "internal",
-           result: Callable[[_Span, Any], None] | None = None) -> Callable[[F], F]:
+def traced(name: str | Callable[..., str], attributes: Callable[..., Attrs] | None = None, *,
+           kind: str = "internal", result: Callable[[_Span, Any], None] | None = None) -> Callable[[F], F]:
     """Decorator form of :func:`span`, for one-line hooks on methods.
 
-    ``attributes(*args, **kwargs)`` computes the span's attributes from the call;
+    ``name`` is the span's name, or computes it from the call (a GenAI span is named after
+    its model, tool or robot); ``attributes(*args, **kwargs)`` computes the span's attributes from the call;
     ``result(span, returned)`` may add more from the return value. With tracing off the
     wrapper calls the function straight away. A coroutine function gets an async wrapper
     (the span lasts until the awaited result).
     """
+
+    def _named(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        return name(*args, **kwargs) if callable(name) else name
 
     def decorate(fn: F) -> F:
         if inspect.iscoroutinefunction(fn):
@@ -238,7 +292,8 @@ def traced(name: str, attributes: Callable[..., Attrs] | None = None, *, kind: s
             async def awrapper(*args: Any, **kwargs: Any) -> Any:
                 if _tracer is None or tracer() is None:
                     return await fn(*args, **kwargs)
-                with span(name, attributes(*args, **kwargs) if attributes else None, kind=kind) as s:
+                with span(_named(args, kwargs), attributes(*args, **kwargs) if attributes else None,
+                          kind=kind) as s:
                     returned = await fn(*args, **kwargs)
                     if result is not None:
                         result(s, returned)  # type: ignore[arg-type]
@@ -250,7 +305,7 @@ def traced(name: str, attributes: Callable[..., Attrs] | None = None, *, kind: s
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if _tracer is None or tracer() is None:
                 return fn(*args, **kwargs)
-            with span(name, attributes(*args, **kwargs) if attributes else None, kind=kind) as s:
+            with span(_named(args, kwargs), attributes(*args, **kwargs) if attributes else None, kind=kind) as s:
                 returned = fn(*args, **kwargs)
                 if result is not None:
                     result(s, returned)  # type: ignore[arg-type]

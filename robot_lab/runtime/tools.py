@@ -139,9 +139,11 @@ class Tool:
         return format_result(result)
 
     def _error_text(self, exc: Exception) -> str:
-        """A failure as the text the model sees (or re-raised with ``raise_on_error``)."""
+        """A failure as the text the model sees (or re-raised with ``raise_on_error``); its
+        ``tool.call`` span ends as failed either way."""
         if self.raise_on_error:
             raise exc
+        observe.tool_failed(exc)
         if isinstance(exc, ToolError):
             suffix = " (retryable)" if exc.retryable else ""
             return f"Error ({self.name}): {exc}{suffix}"

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.logging import log_context
+from robot_lab.observability import instrument as observe
 from robot_lab.runtime.conversations import ConversationStore
 from robot_lab.runtime.rails.hooks import (
     HookRegistry,
@@ -62,6 +63,7 @@ async def execute(
         robot, tools=tools, mcp=mcp, network_config=network_config, task_config=task_config, run_config=config,
         memory=memory, network=network, budgets=budgets, doom_loop=doom_loop,
     )
+    observe.agent_model(plan.model, plan.provider)  # on the robot.run span, now that they are known
     per_run = HookRegistry([hooks] if hooks is not None and not isinstance(hooks, (list, tuple)) else hooks or [])
     run_ctx = TurnContext(robot=robot, memory=plan.memory, plan=plan, task=task, run_id=run_id, network=network)
     scope = (durable_id if isinstance(durable_id, DurableScope) else
