@@ -191,3 +191,26 @@ def test_default_keeps_robot_lab_names_and_the_opt_in_uses_the_conventions_names
     assert not [s.name for s in spans.get_finished_spans() if GenAI.GEN_AI_SYSTEM in (s.attributes or {})]
     [agent] = finished(spans, "invoke_agent genai-named")
     assert agent.attributes[GenAI.GEN_AI_PROVIDER_NAME] == "scripted"
+
+
+def test_arun_marks_the_same_spans(spans) -> None:
+    import asyncio
+
+    robot = build("genai-async", model="scripted/echo", local_tools=[cancel])
+    asyncio.run(robot.arun("cancel it", tools=["cancel"]))
+    [agent] = finished(spans, "robot.run")
+    [tool] = finished(spans, "tool.call")
+    assert agent.attributes[GenAI.GEN_AI_OPERATION_NAME] == Op.INVOKE_AGENT.value
+    assert agent.attributes[GenAI.GEN_AI_REQUEST_MODEL] == "scripted/echo"  # set inside the async run
+    assert tool.parent.span_id == agent.context.span_id
+    assert tool.status.status_code == StatusCode.ERROR and tool.attributes[error_attributes.ERROR_TYPE] == "ValueError"
+    assert all(s.attributes[GenAI.GEN_AI_OPERATION_NAME] == Op.CHAT.value for s in finished(spans, "llm.call"))
+
+
+def test_a_bare_model_name_gets_the_provider_litellm_infers() -> None:
+    from robot_lab.llm.gateway import litellm_module
+
+    litellm_module()  # offline-safe; a real call has loaded it by the time its span ends
+    assert genai.provider_name("gpt-4o") == Provider.OPENAI.value
+    assert genai.provider_name("claude-sonnet-4-5") == Provider.ANTHROPIC.value
+    assert genai.provider_name("no-such-model-anywhere") == genai.OTHER
