@@ -157,31 +157,25 @@ def flush(timeout_ms: int = 5000) -> None:
 class _Span:
     """A live span as a hook sees it: ``set(**attributes)`` after the fact."""
 
-    __slots__ = ("_manager", "span", "failed")
+    __slots__ = ("_manager", "span")
 
     def __init__(self, manager: Any) -> None:
         self._manager = manager
         self.span: Any = None
-        self.failed = False
 
     def __enter__(self) -> _Span:
         self.span = self._manager.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> Any:
-        if isinstance(exc[1], Exception) and not self.failed:
-            self.fail(exc[1])
+        if isinstance(exc[1], Exception):  # as the SDK: an Exception, not a BaseException, is a failure
+            _mark(self.span, exc[1])
         return self._manager.__exit__(*exc)
 
     def set(self, **attributes: Any) -> None:
         for key, value in attributes.items():
             if value is not None:
                 self.span.set_attribute(_attr_name(key), _attr_value(value))
-
-    def fail(self, exc: BaseException, error_type: str | None = None) -> None:
-        """Mark the span failed: status ERROR and ``error.type`` (see :func:`mark_failed`)."""
-        self.failed = True
-        _mark(self.span, exc, error_type)
 
     def traceparent(self) -> str | None:
         return format_traceparent(self.span.get_span_context())
@@ -201,36 +195,39 @@ def _attr_value(value: Any) -> Any:
     return str(value)
 
 
-def _mark(span: Any, exc: BaseException, error_type: str | None) -> None:
+def _mark(span: Any, exc: BaseException) -> None:
+    """Status ERROR and ``error.type`` (what the SDK does not set itself)."""
     from opentelemetry.trace import Status, StatusCode  # lazy: start-up time
 
-    span.set_attribute(genai.ERROR_TYPE, error_type or genai.error_type(exc))
+    span.set_attribute(genai.ERROR_TYPE, genai.error_type(exc))
     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+def _current_recording() -> Any:
+    """The current OpenTelemetry span when tracing is on and it records, else None."""
+    if tracer() is None or _untraced.get():
+        return None
+    from opentelemetry import trace  # lazy: start-up time
+
+    span = trace.get_current_span()
+    return span if span.is_recording() else None
 
 
 def mark_failed(exc: BaseException) -> None:
     """The current span ended in ``exc`` although nothing propagates (a tool whose error
     becomes text for the model): status ERROR, ``error.type`` and the exception event, as
     the SDK records an exception that leaves a span. A no-op when tracing is off."""
-    if tracer() is None or _untraced.get():
-        return
-    from opentelemetry import trace  # lazy: start-up time
-
-    span = trace.get_current_span()
-    if span.is_recording():
+    span = _current_recording()
+    if span is not None:
         span.record_exception(exc)
-        _mark(span, exc, None)
+        _mark(span, exc)
 
 
 def set_current(**attributes: Any) -> None:
     """Add attributes to the current span, once its hook learns them (a run's resolved model).
     A no-op when tracing is off."""
-    if tracer() is None or _untraced.get():
-        return
-    from opentelemetry import trace  # lazy: start-up time
-
-    span = trace.get_current_span()
-    if span.is_recording():
+    span = _current_recording()
+    if span is not None:
         for key, value in attributes.items():
             if value is not None:
                 span.set_attribute(_attr_name(key), _attr_value(value))
