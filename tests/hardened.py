@@ -52,11 +52,9 @@ BOOT_DIR = Path(__file__).resolve().parent / "hardened_boot"
 STATE_ENV = "RL_TEST_PROFILE_STATE"  # not ROBOT_LAB_*: settings would flag an unknown variable
 KEYS_MOUNT = "/etc/robot-lab/keys"
 PROFILES = ("default", "hardened")
-# Known holes the hardened profile shows, being fixed (tests carry them as xfail_hardened
-# reasons; delete the mark, then the constant, once the fix lands).
-SUBMIT_RACE = ("a sweep during a long submit requeues tasks whose rq job is not enqueued yet: Coordinator.sweep_run "
-               "(repair_queued, 2 s grace) does not wait for the run's `submitting` field to go, and a 1000-job "
-               "signed submit on a loaded machine takes longer (run.requeued logged before run.submitted)")
+# Known holes the hardened profile shows, being fixed, are marked xfail_hardened on their
+# tests with the reason as a constant here (delete the mark, then the constant, once the fix
+# lands). None open now.
 # senders with a key from the start: the job signer, the A2A tier, `robot-lab send`'s and
 # Bus.publish's default names, and the sender most tests use
 COMMON_SENDERS = ("coordinator", "a2a", "cli", "anonymous", "client")

@@ -27,7 +27,7 @@ from robot_lab.network.run_state import DEFAULT_LEASE_MS
 from robot_lab.network.dsl import create_network
 from robot_lab.runtime.robot import build
 from robot_lab.schemas import decode_message
-from tests.hardened import SUBMIT_RACE, sender_keys
+from tests.hardened import sender_keys
 from tests.network_helpers import fan
 from tests.redis_server import wait_for
 from tests.stopping import stopped
@@ -234,7 +234,6 @@ def test_budgets_and_max_concurrent_robots_hold_with_many_in_flight(client, real
     assert any("BudgetExceeded" in e for e in errors), "\n".join(errors)
 
 
-@pytest.mark.xfail_hardened(reason=SUBMIT_RACE)
 def test_a_thousand_tasks_in_one_worker_process_run_once_each(client, real_redis_url, key_prefix,
                                                               processes) -> None:  # noqa: F811
     """One ``robot-lab worker --in-flight 1000`` holds a 1000-task fan-out at once: while it
