@@ -3,13 +3,13 @@ real Redis, an app module written for them, and the SDK's own client."""
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.ports import free_port
 from tests.redis_server import wait_for
 from tests.worker_procs import VENV_BIN, Processes, child_env
 
@@ -58,12 +58,6 @@ app.robot("asking-caller", model="scripted/a2a-ask-remote", a2a_agents=[{remote!
 desk = app.network("asking-desk")
 desk.task("ask", "asking-caller", tools="inherit")
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_app(directory: Path, slow_ms: int = 400) -> None:
