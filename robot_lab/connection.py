@@ -23,12 +23,17 @@ Passwords never reach a log line: use :func:`redact_url` for anything printed.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import socket
 import threading
 import weakref
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 import redis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.connection import (BlockingConnectionPool, Connection, ConnectionPool, SSLConnection,
+                              UnixDomainSocketConnection)
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.redis_url import (  # noqa: F401  (re-exported: the public names live here too)
@@ -42,6 +47,7 @@ from robot_lab.redis_url import (  # noqa: F401  (re-exported: the public names 
     scrub,
     split_userinfo,
 )
+from robot_lab.settings import get_settings
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -125,8 +131,6 @@ def _defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _connect_timeout() -> float:
-    from robot_lab.settings import get_settings
-
     return float(get_settings().redis_connect_timeout)
 
 
@@ -154,8 +158,6 @@ def _driver_info() -> Any:
     that burst's CPU. ``CLIENT LIST`` shows ``lib-name=redis-py(robot-lab_v<version>)`` (Redis >= 7.2)."""
     if not _DRIVER_INFO:
         try:
-            from importlib.metadata import PackageNotFoundError, version
-
             from redis.driver_info import DriverInfo  # lazy: start-up time
         except ImportError:  # redis-py < 7: the version is read once, at import
             _DRIVER_INFO.append(None)
@@ -252,11 +254,7 @@ def _check_standalone_options(url: str, parsed: RedisURL) -> None:
     would pass it on as a keyword and fail with a TypeError at the first command."""
     if not parsed.options:  # nothing to check: no signatures walked on every connect (start-up time)
         return
-    import difflib
-    import inspect
-
-    from redis.connection import (BlockingConnectionPool, Connection, ConnectionPool, SSLConnection,
-                                  UnixDomainSocketConnection)
+    import difflib  # lazy: start-up time
 
     kind = UnixDomainSocketConnection if parsed.scheme == "unix" else SSLConnection if parsed.ssl else Connection
     known = {"db"}
@@ -276,7 +274,6 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = 
     if aio:
         import redis.asyncio as flavour  # lazy: start-up time
         from redis.asyncio.cluster import ClusterNode as AsyncClusterNode  # lazy: start-up time
-        from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
         from redis.asyncio.sentinel import Sentinel as AsyncSentinel  # lazy: start-up time
     else:
         flavour = redis  # type: ignore[assignment]

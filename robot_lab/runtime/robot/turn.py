@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from robot_lab.keys import default_keys
 from robot_lab.logging import log_context
 from robot_lab.observability import instrument as observe
 from robot_lab.runtime.conversations import ConversationStore
@@ -166,7 +167,6 @@ def read_ahead(robot: RobotParts, store: ConversationStore, conversation_id: str
     steps_key = None
     if scope_id is not None:
         from robot_lab.connection import get_redis  # lazy: start-up time
-        from robot_lab.keys import default_keys
 
         steps_key = default_keys().durable_steps(scope_id)  # local_scope's journal
 
