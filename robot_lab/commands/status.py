@@ -100,9 +100,8 @@ def status(robots: tuple[str, ...], as_json: bool, check: bool, builds: bool) ->
 def builds_status(as_json: bool, check: bool) -> None:
     """``robot-lab status --builds``: one row per build (network/builds.py); with --check,
     exit 3 while a build has runs stalled on it."""
-    from robot_lab.commands.plain import Table, use_color
-    from robot_lab.connection import get_redis
-    from robot_lab.network.builds import build_report
+    from robot_lab.connection import get_redis  # lazy: start-up time
+    from robot_lab.network.builds import build_report  # lazy: start-up time
 
     report = build_report(get_redis(), default_keys())
     if as_json:
