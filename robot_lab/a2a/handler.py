@@ -63,6 +63,7 @@ from robot_lab.errors import RobotLabError
 from robot_lab.inputs import InputStore, InvalidAnswer
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
+from robot_lab.network import human_input
 from robot_lab.network.coordinator import Coordinator, RunHandle
 from robot_lab.schemas import RobotMessage, new_id
 from robot_lab.settings import A2ASettings
@@ -391,8 +392,6 @@ def _answer_robot(backend: Backend, record: TaskRecord, request_id: str, text: s
 
 
 def _answer_run(backend: Backend, record: TaskRecord, text: str) -> str:
-    from robot_lab.network import human_input  # lazy: start-up time
-
     connection = backend.coordinator.connection
     waiting = human_input.for_run(record.run_id, connection, backend.keys)
     if not waiting:
@@ -407,8 +406,6 @@ def _answer(backend: Backend, record: TaskRecord, request: Any, text: str, conne
     denies with that reason), by ``a2a:<caller>``; the spec's errors for an answer the
     question cannot take (-32602) and one it takes no more (-32004). ``reply_to``: the
     task's reply stream, where a served robot's next reply goes."""
-    from robot_lab.network import human_input  # lazy: start-up time
-
     approve = text.lower() in APPROVALS if request.request.get("kind") == "approval" else None
     try:
         human_input.answer(request.id, None if approve is True else text, approve=approve, by=_answerer(record),

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from robot_lab import folded_writes
 from robot_lab.connection import adopt_default, get_redis, is_cluster_client
 from robot_lab.errors import ConfigurationError, InputRequired, retryable
@@ -156,7 +158,6 @@ def task_message(graph: Any, task: str, meta: dict[str, str], sources: list[str 
         if message is None:
             return ""
         return message if isinstance(message, str) else json.dumps(message)
-    import msgspec  # lazy: start-up time
 
     ran = [(p, msgspec.json.decode(raw, type=RobotResult)) for p, raw in zip(parents, sources) if raw is not None]
     if len(ran) == 1:

@@ -32,6 +32,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from robot_lab.app import load_app
 from robot_lab.bus import BusPoller
 from robot_lab.connection import adopt_default, connect
@@ -422,8 +424,6 @@ def _publish_app(app: Any, connection: RedisClient, keys: Keys) -> None:
     """Publish the app's robot specs. A worker logged in as its robot's ACL user (robot-lab
     acl) may write only its own spec: the others are refused, which is logged, not fatal
     (the pipeline has written every spec it was allowed to)."""
-    import redis  # lazy: start-up time
-
     try:
         app.publish(connection=connection, keys=keys)
     except redis.ResponseError as exc:
