@@ -50,7 +50,7 @@ def worker(robots: tuple[str, ...], in_flight: int | None, concurrency: int, app
         if _use_build(app_path, build):
             return
         if metrics_port is not None:
-            from robot_lab.observability.metrics import DEFAULT_ADDR
+            from robot_lab.observability.metrics import DEFAULT_ADDR  # lazy: start-up time
             from robot_lab.workers.fleet_gauges import start_worker_metrics  # lazy: start-up time
 
             start_worker_metrics(metrics_port, list(robots), concurrency=concurrency, url=url,
