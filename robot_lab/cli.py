@@ -75,7 +75,7 @@ class LazyGroup(click.Group):
         except Exception as exc:
             if ctx.params.get("debug"):
                 raise
-            from robot_lab.commands.error_lines import one_line
+            from robot_lab.commands.error_lines import one_line  # lazy: start-up time
 
             raise click.ClickException(one_line(exc)) from exc
 

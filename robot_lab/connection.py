@@ -23,12 +23,20 @@ Passwords never reach a log line: use :func:`redact_url` for anything printed.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import socket
 import threading
 import weakref
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 import redis
+import redis.asyncio as aredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import ClusterNode, RedisCluster
+from redis.connection import (BlockingConnectionPool, Connection, ConnectionPool, SSLConnection,
+                              UnixDomainSocketConnection)
+from redis.sentinel import Sentinel
 
 from robot_lab.errors import ConfigurationError
 from robot_lab.redis_url import (  # noqa: F401  (re-exported: the public names live here too)
@@ -42,16 +50,13 @@ from robot_lab.redis_url import (  # noqa: F401  (re-exported: the public names 
     scrub,
     split_userinfo,
 )
+from robot_lab.settings import get_settings
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
-    import redis.asyncio
-    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-    from redis.cluster import RedisCluster
-
     # What robot-lab calls a ``connection``: a redis-py client (fakeredis's FakeRedis is a
-    # subclass) or a Redis Cluster client. Typing only: nothing is imported for it at run time.
+    # subclass) or a Redis Cluster client.
     RedisClient: TypeAlias = "redis.Redis | RedisCluster"
     # Their asyncio counterparts (``aconnect``, ``async_client_for``, ``Bus.aredis``).
     AsyncRedisClient: TypeAlias = "redis.asyncio.Redis | AsyncRedisCluster"
@@ -125,8 +130,6 @@ def _defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _connect_timeout() -> float:
-    from robot_lab.settings import get_settings
-
     return float(get_settings().redis_connect_timeout)
 
 
@@ -154,9 +157,7 @@ def _driver_info() -> Any:
     that burst's CPU. ``CLIENT LIST`` shows ``lib-name=redis-py(robot-lab_v<version>)`` (Redis >= 7.2)."""
     if not _DRIVER_INFO:
         try:
-            from importlib.metadata import PackageNotFoundError, version
-
-            from redis.driver_info import DriverInfo  # lazy: start-up time
+            from redis.driver_info import DriverInfo  # redis-py >= 7 only (ImportError below)
         except ImportError:  # redis-py < 7: the version is read once, at import
             _DRIVER_INFO.append(None)
             return None
@@ -203,8 +204,6 @@ def sentinel_kwargs(parsed: RedisURL, **kwargs: Any) -> tuple[dict[str, Any], di
 
 def cluster_kwargs(parsed: RedisURL, **kwargs: Any) -> dict[str, Any]:
     """Keyword arguments for ``redis.cluster.RedisCluster`` (startup nodes, auth, TLS)."""
-    from redis.cluster import ClusterNode  # lazy: start-up time
-
     conn = _defaults({**_typed_options(parsed), **kwargs})
     conn.pop("health_check_interval", None)  # per-node pools manage their own checks
     conn.update(username=parsed.username, password=parsed.password,
@@ -252,11 +251,7 @@ def _check_standalone_options(url: str, parsed: RedisURL) -> None:
     would pass it on as a keyword and fail with a TypeError at the first command."""
     if not parsed.options:  # nothing to check: no signatures walked on every connect (start-up time)
         return
-    import difflib
-    import inspect
-
-    from redis.connection import (BlockingConnectionPool, Connection, ConnectionPool, SSLConnection,
-                                  UnixDomainSocketConnection)
+    import difflib  # lazy: start-up time
 
     kind = UnixDomainSocketConnection if parsed.scheme == "unix" else SSLConnection if parsed.ssl else Connection
     known = {"db"}
@@ -274,10 +269,9 @@ def _check_standalone_options(url: str, parsed: RedisURL) -> None:
 
 def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = False) -> Any:
     if aio:
-        import redis.asyncio as flavour  # lazy: start-up time
-        from redis.asyncio.cluster import ClusterNode as AsyncClusterNode  # lazy: start-up time
-        from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-        from redis.asyncio.sentinel import Sentinel as AsyncSentinel  # lazy: start-up time
+        import redis.asyncio as flavour  # the asyncio flavour (aio=True)
+        from redis.asyncio.cluster import ClusterNode as AsyncClusterNode  # the asyncio flavour (aio=True)
+        from redis.asyncio.sentinel import Sentinel as AsyncSentinel  # the asyncio flavour (aio=True)
     else:
         flavour = redis  # type: ignore[assignment]
     if parsed.kind == "standalone":
@@ -307,15 +301,12 @@ def _connect(url: str, parsed: RedisURL, kwargs: dict[str, Any], *, aio: bool = 
             options.setdefault("connection_class", HandshakeTimedSSLConnection)
         return flavour.Redis.from_url(f"{scheme}://{rest}", **options)
     if parsed.kind == "sentinel":
-        from redis.sentinel import Sentinel  # lazy: start-up time
-
         conn, sentinel = sentinel_kwargs(parsed, **kwargs)
         if aio:
             conn.setdefault("max_connections", ASYNC_MAX_CONNECTIONS)
             return AsyncSentinel(list(parsed.hosts), sentinel_kwargs=sentinel, **conn).master_for(parsed.service)
         conn.setdefault("max_connections", SYNC_MAX_CONNECTIONS)
         return Sentinel(list(parsed.hosts), sentinel_kwargs=sentinel, **conn).master_for(parsed.service)
-    from redis.cluster import RedisCluster  # lazy: start-up time
 
     options = cluster_kwargs(parsed, **kwargs)
     if aio:
@@ -353,7 +344,6 @@ def async_twin(client: Any) -> Any:
             f"cannot derive an asyncio client from {type(client).__name__}: build it with "
             "robot_lab.connection.connect(url), or pass the asyncio client yourself (aredis=...)"
         )
-    import redis.asyncio as aredis  # lazy: start-up time
 
     # type(v) is object: redis-py's "unset" sentinel (socket_keepalive_options)
     kwargs = {k: options[k] for k in _TWIN_OPTIONS if k in options and type(options[k]) is not object}
@@ -405,8 +395,6 @@ def mget(client: Any, keys: list[str]) -> list[Any]:
 
 def waits_for_replicas(client: Any) -> bool:
     """Whether :func:`durable` adds a WAIT for ``client``'s writes."""
-    from robot_lab.settings import get_settings  # lazy: start-up time
-
     return int(get_settings().redis_wait_replicas) > 0 and not is_cluster_client(client) \
         and not type(client).__module__.startswith("fakeredis")
 
@@ -423,8 +411,6 @@ def durable(client: Any, write: Any) -> Any:
     Off (a plain call) when the setting is 0, on the embedded fakeredis, and on Redis
     Cluster clients: redis-py's cluster pipeline sends a keyless WAIT to a node of its
     choosing, not over the connection that wrote."""
-    from robot_lab.settings import get_settings  # lazy: start-up time
-
     settings = get_settings()
     replicas = int(settings.redis_wait_replicas)
     if replicas <= 0 or is_cluster_client(client) or type(client).__module__.startswith("fakeredis"):
@@ -444,8 +430,6 @@ def durable(client: Any, write: Any) -> Any:
 def get_redis(url: str | None = None) -> redis.Redis:
     """A shared client per URL (clients are thread-safe connection pools)."""
     if url is None:
-        from robot_lab.settings import get_settings  # lazy: start-up time
-
         url = get_settings().redis_url
     key = url or "embedded"
     client = _clients.get(key)

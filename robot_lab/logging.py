@@ -140,9 +140,9 @@ def structlog_module() -> Any:
             if _structlog is None:
                 import structlog  # lazy: start-up time
                 import structlog.contextvars  # noqa: F401  (the same import, whole, under the lock)
-                import structlog.dev  # noqa: F401
-                import structlog.processors  # noqa: F401
-                import structlog.testing  # noqa: F401
+                import structlog.dev  # noqa: F401  (likewise)
+                import structlog.processors  # noqa: F401  (likewise)
+                import structlog.testing  # noqa: F401  (likewise)
 
                 _structlog = structlog
     return _structlog

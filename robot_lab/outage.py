@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import redis.exceptions as rx
 
+from robot_lab.errors import RedisOutOfMemory
 from robot_lab.logging import get_logger
 from robot_lab.settings import get_settings
 
@@ -95,7 +96,6 @@ def out_of_memory(what: str) -> Iterator[None]:
     except rx.RedisError as exc:
         if not is_oom(exc):
             raise
-        from robot_lab.errors import RedisOutOfMemory
 
         raise RedisOutOfMemory(
             f"Redis is out of memory: {what} was refused and not written ({describe(exc)}); free memory "

@@ -31,7 +31,7 @@ class ElasticPool:
     without work. ``submit`` and ``shutdown`` as ``ThreadPoolExecutor``'s, minus futures."""
 
     def __init__(self, size: int, name: str, *, warm: int = 16, idle_timeout: float = 30.0) -> None:
-        import queue
+        import queue  # lazy: start-up time
 
         self.size, self.name, self.idle_timeout = max(1, size), name, idle_timeout
         self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -90,7 +90,7 @@ class ElasticPool:
                 return
 
     def _serve(self) -> None:
-        import queue
+        import queue  # lazy: start-up time
 
         me = threading.current_thread()
         while True:

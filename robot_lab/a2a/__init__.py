@@ -14,7 +14,7 @@ __all__ = ["build_a2a_app", "AgentEntry"]
 
 def __getattr__(name: str):  # lazy: the SDK and Starlette load only when the server is built
     if name in __all__:
-        from robot_lab.a2a import asgi as server
+        from robot_lab.a2a import asgi as server  # lazy: start-up time
 
         return getattr(server, name)
     raise AttributeError(name)

@@ -35,6 +35,7 @@ from robot_lab.a2a.cards import network_card, robot_card
 from robot_lab.a2a.handler import AgentHandler, Backend
 from robot_lab.a2a.task_store import TaskStore
 from robot_lab.bus import Bus
+from robot_lab.connection import get_redis
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
@@ -110,8 +111,6 @@ def build_a2a_app(app: Any, *, base_url: str, robots: list[str] | None = None, n
             "ROBOT_LAB_A2A__TOKENS_DIR, or --anonymous on a trusted network")
     keys = keys or default_keys()
     if connection is None:
-        from robot_lab.connection import get_redis
-
         connection = get_redis()
     bus = Bus(connection, keys=keys)
     backend = Backend(bus=bus, coordinator=Coordinator(connection, keys), store=TaskStore(bus, keys,

@@ -117,7 +117,7 @@ class AuthMiddleware:
         if caller is None:
             log.warning("a2a.unauthorized", path=path, presented=secret is not None)
             return await self._deny(send, "missing credentials" if secret is None else "unknown credentials")
-        from starlette.authentication import AuthCredentials, SimpleUser
+        from starlette.authentication import AuthCredentials, SimpleUser  # lazy: start-up time
 
         scope["user"] = SimpleUser(caller)
         scope["auth"] = AuthCredentials(["authenticated"])

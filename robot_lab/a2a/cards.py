@@ -18,15 +18,15 @@ from a2a.types.a2a_pb2 import (
     AgentSkill,
 )
 
+from robot_lab import __version__
 from robot_lab.a2a.auth import security_fields
 from robot_lab.settings import A2ASettings
+from robot_lab.text.frontmatter import split_front_matter
 
 OUTPUT_MODES = ["text/plain"]
 
 
 def _version() -> str:
-    from robot_lab import __version__
-
     return __version__
 
 
@@ -72,8 +72,6 @@ def robot_card(robot: Any, url: str, settings: A2ASettings) -> AgentCard:
 def _skill_description(path: Any) -> str | None:
     """The ``description`` of an AgentSkill's SKILL.md front matter, when it can be read."""
     try:
-        from robot_lab.text.frontmatter import split_front_matter
-
         file = Path(str(path)) / "SKILL.md"
         meta, _ = split_front_matter(file.read_text(), str(file))
         value = meta.get("description") if isinstance(meta, dict) else None

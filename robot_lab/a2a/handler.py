@@ -57,10 +57,13 @@ from robot_lab.a2a.states import is_interrupted, is_terminal
 from robot_lab.a2a.task_store import TaskRecord, TaskStore
 from robot_lab.a2a.tasks import NetworkSource, RobotSource, TaskView, agent_message
 from robot_lab.bus import Bus
+from robot_lab.bus.parking import withdraw
 from robot_lab.bus.requests import REPLY_PREFIX
 from robot_lab.errors import RobotLabError
+from robot_lab.inputs import InputStore, InvalidAnswer
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
+from robot_lab.network import human_input
 from robot_lab.network.coordinator import Coordinator, RunHandle
 from robot_lab.schemas import RobotMessage, new_id
 from robot_lab.settings import A2ASettings
@@ -212,8 +215,6 @@ class AgentHandler(RequestHandler):
                 log.warning("a2a.cancel_failed", task=record.id, run_id=record.run_id, error=str(exc))
             await view.catch_up()
         elif getattr(view.source, "pending", None):  # a robot parked on a question: withdraw it
-            from robot_lab.bus.parking import withdraw
-
             await asyncio.to_thread(withdraw, self.backend.bus, record.target, view.source.pending,
                                     by=_answerer(record))
         if view.ended is None:
@@ -382,8 +383,6 @@ def _answer_robot(backend: Backend, record: TaskRecord, request_id: str, text: s
     recorded once, then the robot's parked message is woken with an ``answer`` envelope from
     the message's own sender -- the tier's -- whose reply goes into this task's stream, where
     a copy of the envelope lands first: ``bus.parking.wake``)."""
-    from robot_lab.inputs import InputStore
-
     found = InputStore(backend.bus.redis, backend.keys).get(request_id)
     if found is None:
         raise UnsupportedOperationError(message=f"task {record.id}: its question {request_id} is gone "
@@ -393,8 +392,6 @@ def _answer_robot(backend: Backend, record: TaskRecord, request_id: str, text: s
 
 
 def _answer_run(backend: Backend, record: TaskRecord, text: str) -> str:
-    from robot_lab.network import human_input  # lazy: start-up time
-
     connection = backend.coordinator.connection
     waiting = human_input.for_run(record.run_id, connection, backend.keys)
     if not waiting:
@@ -409,9 +406,6 @@ def _answer(backend: Backend, record: TaskRecord, request: Any, text: str, conne
     denies with that reason), by ``a2a:<caller>``; the spec's errors for an answer the
     question cannot take (-32602) and one it takes no more (-32004). ``reply_to``: the
     task's reply stream, where a served robot's next reply goes."""
-    from robot_lab.inputs import InvalidAnswer
-    from robot_lab.network import human_input  # lazy: start-up time
-
     approve = text.lower() in APPROVALS if request.request.get("kind") == "approval" else None
     try:
         human_input.answer(request.id, None if approve is True else text, approve=approve, by=_answerer(record),

@@ -28,9 +28,10 @@ from robot_lab.bus import stream_scripts as scripts
 from robot_lab.bus.dlq import DeadLetters
 from robot_lab.bus.names import check_robot_name
 from robot_lab.bus.outbox import Outbox
-from robot_lab.bus.inbox_stats import InboxStats
+from robot_lab.bus.inbox_stats import InboxStats, inbox_stats
 from robot_lab.bus.requests import Requests
 from robot_lab.bus.keyring import Keyring, default_keyring
+from robot_lab.bus.reply_files import fetch_file
 from robot_lab.connection import async_client_for, get_redis
 from robot_lab.errors import BusError, SchemaError
 from robot_lab.keys import Keys, default_keys
@@ -385,8 +386,6 @@ class Bus(Requests, Outbox, DeadLetters):
     def fetch_file(self, attachment: Mapping[str, Any] | str) -> bytes:
         """The bytes of a reply's attachment (inline or stored by reference; a ``ref``
         string alone works too), checked against its sha256 (:mod:`robot_lab.bus.reply_files`)."""
-        from robot_lab.bus.reply_files import fetch_file
-
         return fetch_file(self, attachment)
 
     def deliver_reply(self, reply: RobotMessage) -> str | None:
@@ -404,6 +403,4 @@ class Bus(Requests, Outbox, DeadLetters):
     # --- statistics -------------------------------------------------------------------
     def stats(self, robots: Iterable[str] | None = None) -> list[InboxStats]:
         """Per robot: length, groups, consumers, pending, lag and DLQ size (XINFO)."""
-        from robot_lab.bus.inbox_stats import inbox_stats
-
         return inbox_stats(self.redis, self.keys, list(robots) if robots is not None else self.robots())

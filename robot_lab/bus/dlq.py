@@ -36,7 +36,7 @@ class DeadLetters:
         return DeadLetter.from_entry(*entries[0])
 
     def dlq_size(self, robot: str) -> int:
-        from robot_lab.bus.inbox_stats import dlq_size
+        from robot_lab.bus.inbox_stats import dlq_size  # lazy: start-up time
 
         return dlq_size(self.redis, self.keys, robot)
 

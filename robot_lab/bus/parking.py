@@ -46,6 +46,7 @@ from robot_lab.errors import InputRequired
 from robot_lab.inputs import AlreadyAnswered, Answer, InputStore, approves
 from robot_lab.logging import get_logger
 from robot_lab.schemas import RobotMessage, decode_message, encode_message
+from robot_lab.settings import get_settings
 
 if TYPE_CHECKING:
     from robot_lab.bus.core import Bus
@@ -122,8 +123,6 @@ class Parking:
     def may_answer(self, msg: RobotMessage, parked: Parked) -> bool:
         """Is the (verified) sender allowed to answer here (``durable.answerers``; default: the
         parked message's own sender)? Asked under ``signing.verify=require`` only."""
-        from robot_lab.settings import get_settings
-
         answerers = get_settings().durable.answerers
         allowed = [*answerers.get(self.robot, []), *answerers.get("*", [])] or [parked.original.from_]
         return any(fnmatchcase(msg.from_, pattern) for pattern in allowed)
@@ -260,7 +259,7 @@ def wake(bus: Bus, robot: str, request_id: str, answer: Answer, *, from_: str, r
     first -- only into a stream that still exists -- so its reader can follow the
     conversation from the question to the answer's reply. Signed as ``from_`` when this
     process holds that sender's key (``signing.verify=require`` checks the answerer)."""
-    from robot_lab.bus.core import build_message
+    from robot_lab.bus.core import build_message  # lazy: start-up time
 
     message = bus.keyring.sign(build_message(
         robot, {"text": answer.text, "approved": answer.approved}, from_=from_, kind="answer",

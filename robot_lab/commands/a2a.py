@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from robot_lab.errors import ConfigurationError
+
 
 @click.command("a2a")
 @click.option("--app", "app_path", default=None, metavar="PKG.MOD:APP",
@@ -26,14 +28,13 @@ def a2a(app_path: str | None, host: str, port: int, robots: tuple[str, ...], net
     /robots/<name>/.well-known/agent-card.json and /networks/<name>/...; callers present a
     token from ROBOT_LAB_A2A__TOKENS / ROBOT_LAB_A2A__TOKENS_DIR as a bearer token."""
     try:
-        import uvicorn
+        import uvicorn  # lazy: start-up time
 
-        from robot_lab.a2a.asgi import build_a2a_app
+        from robot_lab.a2a.asgi import build_a2a_app  # optional extra [a2a]
     except ImportError as exc:
         raise click.ClickException(f"the A2A server needs the a2a extra: pip install 'robot-lab[a2a]' ({exc})") from None
-    from robot_lab.app import configured_app, load_app
-    from robot_lab.errors import ConfigurationError
-    from robot_lab.settings import get_settings
+    from robot_lab.app import configured_app, load_app  # lazy: start-up time
+    from robot_lab.settings import get_settings  # lazy: start-up time
 
     settings = get_settings()
     if not settings.redis_url:

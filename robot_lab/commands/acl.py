@@ -16,6 +16,7 @@ import click
 
 from robot_lab.errors import BusError, ConfigurationError
 from robot_lab.keys import default_keys
+from robot_lab.settings import get_settings
 
 
 def _robots_from(app_path: str | None) -> list[str]:
@@ -57,8 +58,7 @@ def acl(robots: tuple[str, ...], publishers: tuple[str, ...], app_path: str | No
     try:
         users = acl_users(default_keys(), names, publishers, coordinator=coordinator)
         if apply_:
-            from robot_lab.connection import get_redis
-            from robot_lab.settings import get_settings
+            from robot_lab.connection import get_redis  # lazy: start-up time
 
             if get_settings().embedded:
                 raise click.UsageError("--apply needs REDIS_URL (the Redis to create the users on)")

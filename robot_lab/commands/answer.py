@@ -18,7 +18,7 @@ from robot_lab.errors import ConfigurationError
 
 
 def _require_redis() -> None:
-    from robot_lab.settings import get_settings
+    from robot_lab.settings import get_settings  # lazy: start-up time
 
     if get_settings().embedded:
         raise click.ClickException("this needs REDIS_URL: an embedded run's requests live only in its own process")
@@ -42,10 +42,10 @@ def pending(run_id: str | None, as_json: bool) -> None:
     An index of the wrong type (written by hand) gets a problem line on stderr naming it; the
     requests are then found from their records and listed all the same (exit 0)."""
     _require_redis()
-    from robot_lab.connection import get_redis
-    from robot_lab.inputs import InputStore
-    from robot_lab.keys import default_keys
-    from robot_lab.network.human_input import pending as list_pending
+    from robot_lab.connection import get_redis  # lazy: start-up time
+    from robot_lab.inputs import InputStore  # lazy: start-up time
+    from robot_lab.keys import default_keys  # lazy: start-up time
+    from robot_lab.network.human_input import pending as list_pending  # lazy: start-up time
 
     connection, keys = get_redis(), default_keys()
     for problem in InputStore(connection, keys).index_problems():
@@ -82,10 +82,10 @@ def answer(target: str, text: str | None, approve: bool, deny: str | None, by: s
     """Answer TARGET (a request id, or a run id with one pending request) with TEXT, or
     --approve / --deny WHY an approval. The run resumes on any worker of its robot."""
     _require_redis()
-    from robot_lab.network.human_input import answer as give, for_run
-    from robot_lab.inputs import InputStore
-    from robot_lab.connection import get_redis
-    from robot_lab.keys import default_keys
+    from robot_lab.network.human_input import answer as give, for_run  # lazy: start-up time
+    from robot_lab.inputs import InputStore  # lazy: start-up time
+    from robot_lab.connection import get_redis  # lazy: start-up time
+    from robot_lab.keys import default_keys  # lazy: start-up time
 
     if approve and deny is not None:
         raise click.UsageError("give --approve or --deny, not both")

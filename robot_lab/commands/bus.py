@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
 from robot_lab.errors import AwaitTimeout, BusError, SchemaError
+from robot_lab.text.strings import as_str
 
 
 def _bus() -> Any:
@@ -105,7 +107,6 @@ def send(
     if not exists and not create:
         from robot_lab.connection import get_redis  # lazy: start-up time
         from robot_lab.keys import default_keys  # lazy: start-up time
-        from robot_lab.text.strings import as_str
 
         keys = default_keys()  # the registry Bus.robots lists
         raise _no_inbox_under(sorted(as_str(m) for m in get_redis().smembers(keys.registry())), keys.prefix, robot)
@@ -138,16 +139,15 @@ def send(
 def _attachments(paths: tuple[str, ...]) -> dict[str, Any] | None:
     if not paths:
         return None
-    from pathlib import Path
 
-    from robot_lab.sandbox.workspace import envelope_attachments
+    from robot_lab.sandbox.workspace import envelope_attachments  # lazy: start-up time
 
     return {"attachments": envelope_attachments([(Path(p).name, Path(p).read_bytes()) for p in paths])}
 
 
 def _reply_files(bus: Any, reply: Any, out: str | None) -> None:
     """List the files a reply carries (stderr); save them under ``out`` when given."""
-    from robot_lab.bus.reply_files import save_attachments
+    from robot_lab.bus.reply_files import save_attachments  # lazy: start-up time
 
     files = reply.extensions.get("attachments") or []
     for item in files:

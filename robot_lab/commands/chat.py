@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from robot_lab.errors import RobotLabError
+from robot_lab.errors import ConfigurationError, RobotLabError
 
 
 @click.command()
@@ -88,8 +88,7 @@ def chat(
                            # sandbox.attach_from (meant for paths named by remote senders) does not apply
                            attachments=[(Path(a).name, Path(a).read_bytes()) for a in attachments] or None)
     except RobotLabError as exc:  # the class name only where it says more than the message
-        from robot_lab.commands.error_lines import one_line
-        from robot_lab.errors import ConfigurationError
+        from robot_lab.commands.error_lines import one_line  # lazy: start-up time
 
         name = "" if isinstance(exc, ConfigurationError) else f"{type(exc).__name__}: "
         raise click.ClickException(name + one_line(exc)) from exc
@@ -114,7 +113,7 @@ def chat(
 
 def _copy_out(result: object, out: str | None) -> dict[str, str]:
     """Copy the run's files (``RobotResult.files``) from its workspace into ``out``."""
-    import shutil
+    import shutil  # lazy: start-up time
 
     files = getattr(result, "files", None) or []
     workspace = getattr(result, "workspace", None)
@@ -135,7 +134,7 @@ def _quiet_retries(streamed: list[str]) -> None:
     root = click.get_current_context().find_root()
     if root.params.get("verbose") or root.params.get("debug"):
         return
-    from robot_lab.llm.retry import retry_notice
+    from robot_lab.llm.retry import retry_notice  # lazy: start-up time
 
     def announce(text: str) -> None:
         sys.stdout.flush()

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
+from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, exit_for_result, timeout_line, waiting_for
 from robot_lab.errors import AwaitTimeout
 
 STYLE = {
@@ -99,7 +99,7 @@ class RunView:
 
 def network_models(network: Any) -> list[str] | None:
     """The models the network's robots call (None: not known here)."""
-    from robot_lab.settings import get_settings
+    from robot_lab.settings import get_settings  # lazy: start-up time
 
     try:
         specs = [network.robot_spec(task.robot) for task in network.spec.tasks]
@@ -157,11 +157,10 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
     from rich.console import Console  # lazy: start-up time
     from rich.panel import Panel  # lazy: start-up time
 
-    from robot_lab import demo as demo_app
-    from robot_lab.commands.waiting import exit_for_result
-    from robot_lab.memory.store import Memory
-    from robot_lab.network.coordinator import Coordinator, is_embedded
-    from robot_lab.workers.process import warm_up
+    from robot_lab import demo as demo_app  # lazy: start-up time
+    from robot_lab.memory.store import Memory  # lazy: start-up time
+    from robot_lab.network.coordinator import Coordinator, is_embedded  # lazy: start-up time
+    from robot_lab.workers.process import warm_up  # lazy: start-up time
 
     if delay_ms is not None and delay_ms < 0:
         raise click.BadParameter("must be >= 0", param_hint="--delay-ms")

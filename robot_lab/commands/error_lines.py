@@ -30,8 +30,8 @@ def _first_line(exc: BaseException) -> str:
 
 def _redis_where() -> str:
     try:
-        from robot_lab.redis_url import redact_url
-        from robot_lab.settings import get_settings
+        from robot_lab.redis_url import redact_url  # lazy: start-up time
+        from robot_lab.settings import get_settings  # lazy: start-up time
 
         url = get_settings().redis_url
     except Exception:  # settings themselves are broken: name nothing

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import click
 
+from robot_lab.commands.bus import _bus
+from robot_lab.errors import BusError
+
 
 @click.group("files")
 def files_group() -> None:
@@ -25,9 +28,6 @@ def get(ref: str, out: str | None) -> None:
       robot-lab files get 3f0a...e9 --out report.xlsx
       robot-lab files get 3f0a...e9 > report.xlsx
     """
-    from robot_lab.errors import BusError
-    from robot_lab.commands.bus import _bus
-
     ref = ref.strip()
     if len(ref) != 64 or any(c not in "0123456789abcdef" for c in ref):
         raise click.BadParameter("REF is the 64 hex digits of a reply attachment's 'ref'", param_hint="REF")

@@ -79,7 +79,7 @@ def dashboard(host: str, port: int, url: str | None, allow_actions: bool, token:
     """Robots, workers, queues, the DLQ and live network runs (DAG, streamed text, memory
     changes, tokens, cost) in a browser, updated over server-sent events."""
     try:
-        from robot_lab.dashboard.server import serve
+        from robot_lab.dashboard.server import serve  # lazy: start-up time
     except ImportError as exc:
         raise click.ClickException(f"the dashboard needs starlette and uvicorn: pip install 'robot-lab[dashboard]' "
                                    f"({exc})") from None

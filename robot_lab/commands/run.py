@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from robot_lab.commands.demo import follow_live, print_event
-from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, timeout_line, waiting_for
+from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, exit_for_result, timeout_line, waiting_for
 from robot_lab.errors import AwaitTimeout, ConfigurationError
 
 
@@ -88,8 +88,7 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
     Exit status: 0 completed; 3 completed_with_errors (a task failed, the run went on);
     1 cancelled or an error; 124 --timeout passed; 130 interrupted.
     """
-    from robot_lab.commands.waiting import exit_for_result
-    from robot_lab.network.coordinator import Coordinator, is_embedded
+    from robot_lab.network.coordinator import Coordinator, is_embedded  # lazy: start-up time
 
     if message is None and no_wait:
         raise click.UsageError("--no-wait needs a MESSAGE: the run would start on an empty message "
@@ -108,7 +107,7 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
             click.echo(f"Error: {timeout_line(run_id, timeout, [], embedded=True)}", err=True)
             sys.exit(TIMEOUT_EXIT)
     else:
-        from robot_lab.observability import otel
+        from robot_lab.observability import otel  # lazy: start-up time
 
         # the trace's root, as in Network.run: network.run > network.submit > task ...
         with otel.span("network.run", {"network": network.spec.name}):
@@ -141,7 +140,7 @@ def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None
     """Follow RUN_ID until it ends (sweeping lost tasks back to the queues meanwhile).
 
     Exit status as for `robot-lab run`: 0 completed, 3 completed_with_errors, 1 cancelled."""
-    from robot_lab.network.coordinator import Coordinator, is_embedded
+    from robot_lab.network.coordinator import Coordinator, is_embedded  # lazy: start-up time
 
     coordinator = Coordinator()
     if is_embedded(coordinator.connection):
@@ -168,8 +167,6 @@ def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None
     result = handle.result()
     _print_result(result, False)
     if result.status != "running":
-        from robot_lab.commands.waiting import exit_for_result
-
         exit_for_result(result)
 
 

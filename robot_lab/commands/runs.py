@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from robot_lab.commands.plain import Table, use_color
 from robot_lab.commands.status import EMBEDDED_NOTE
 
 
@@ -33,7 +34,6 @@ def runs(limit: int, status_filter: str | None, as_json: bool) -> None:
         if get_settings().embedded:
             click.echo(EMBEDDED_NOTE)
         return
-    from robot_lab.commands.plain import Table, use_color
 
     table = Table(f"recent runs ({len(rows)})", [
         ("run", "left"), ("network", "left"), ("status", "left"), ("started", "left"), ("duration", "right"),

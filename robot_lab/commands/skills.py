@@ -283,11 +283,11 @@ def match(message: str, roots: tuple[str, ...], threshold: float | None, embedde
     --json prints {embedder, fallback_from, floor, margin, max_selected, matched: [names],
     scores: [{name, score, matched, description}]}, best first.
     """
-    from rich.table import Table
+    from rich.table import Table  # lazy: start-up time
 
-    from robot_lab.settings import get_settings
-    from robot_lab.skills.embedding import TfidfEmbedder, load_embedder
-    from robot_lab.skills.matching import SkillMatcher, cap_selected, select
+    from robot_lab.settings import get_settings  # lazy: start-up time
+    from robot_lab.skills.embedding import TfidfEmbedder, load_embedder  # lazy: start-up time
+    from robot_lab.skills.matching import SkillMatcher, cap_selected, select  # lazy: start-up time
 
     if not message.strip():
         raise click.BadParameter("MESSAGE is empty: give the text to score", param_hint="MESSAGE")
@@ -348,7 +348,7 @@ def doctor(names: tuple[str, ...], roots: tuple[str, ...], as_json: bool, venv: 
 
     Reads the bundles without running them. Exit status 1 when something is missing.
     """
-    from robot_lab.skills.doctor import diagnose
+    from robot_lab.skills.doctor import diagnose  # lazy: start-up time
 
     catalog = _catalog(roots)
     try:
@@ -380,8 +380,8 @@ def doctor(names: tuple[str, ...], roots: tuple[str, ...], as_json: bool, venv: 
 def _make_venv(folder: Path, packages: list[str]) -> None:
     """A fresh venv (not robot-lab's packages: a bundle may need other versions, such as
     mcp-builder's mcp 1.x) holding ``packages``; says which setting points skills at it."""
-    import subprocess
-    import venv as venv_mod
+    import subprocess  # lazy: start-up time
+    import venv as venv_mod  # lazy: start-up time
 
     if not (folder / "bin" / "python").exists():
         venv_mod.EnvBuilder(with_pip=bool(packages)).create(folder)

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from robot_lab.commands.plain import Table, style, use_color
 from robot_lab.keys import default_keys
 
 
@@ -19,8 +20,6 @@ def _fmt_age(seconds: float) -> str:
 
 def render_status(data: dict[str, Any]) -> None:
     """The status document as plain lines and tables (colour on a terminal: commands/plain.py)."""
-    from robot_lab.commands.plain import Table, style, use_color
-
     color = use_color(sys.stdout)
     out: list[str] = [f"{style('robot-lab', 'bold', color)} prefix {style(data['prefix'], 'cyan', color)} "
                       f"on {data['redis']}"]
@@ -57,8 +56,6 @@ EMBEDDED_NOTE = ("embedded mode (no REDIS_URL): this command sees only its own i
 
 
 def _robots_table(data: dict[str, Any]) -> Any:
-    from robot_lab.commands.plain import Table
-
     table = Table("robots", [("robot", "left")] + [(col, "right") for col in (
         "queued", "started", "failed", "workers", "rq workers", "running", "abandoned", "bus lag", "pending", "DLQ")])
     for row in data["robots"]:
@@ -87,7 +84,7 @@ def status(robots: tuple[str, ...], as_json: bool, check: bool, builds: bool) ->
     certainly dead."""
     if builds:
         return builds_status(as_json, check)
-    from robot_lab.workers.fleet_status import collect_status
+    from robot_lab.workers.fleet_status import collect_status  # lazy: start-up time
 
     data = collect_status(robots=list(robots) or None)
     if as_json:
@@ -103,9 +100,8 @@ def status(robots: tuple[str, ...], as_json: bool, check: bool, builds: bool) ->
 def builds_status(as_json: bool, check: bool) -> None:
     """``robot-lab status --builds``: one row per build (network/builds.py); with --check,
     exit 3 while a build has runs stalled on it."""
-    from robot_lab.commands.plain import Table, use_color
-    from robot_lab.connection import get_redis
-    from robot_lab.network.builds import build_report
+    from robot_lab.connection import get_redis  # lazy: start-up time
+    from robot_lab.network.builds import build_report  # lazy: start-up time
 
     report = build_report(get_redis(), default_keys())
     if as_json:

@@ -10,6 +10,7 @@ the same sources as ``robot-lab status``.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -45,9 +46,7 @@ def failed_tasks_line(result: Any) -> str | None:
 
 def exit_for_result(result: Any) -> None:
     """Exit as :func:`run_exit_code` says, after one line on stderr naming the failed tasks."""
-    import sys
-
-    import click
+    import click  # lazy: start-up time
 
     line = failed_tasks_line(result)
     if line:

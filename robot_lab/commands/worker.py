@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import click
 
@@ -49,8 +50,8 @@ def worker(robots: tuple[str, ...], in_flight: int | None, concurrency: int, app
         if _use_build(app_path, build):
             return
         if metrics_port is not None:
-            from robot_lab.observability.metrics import DEFAULT_ADDR
-            from robot_lab.workers.fleet_gauges import start_worker_metrics
+            from robot_lab.observability.metrics import DEFAULT_ADDR  # lazy: start-up time
+            from robot_lab.workers.fleet_gauges import start_worker_metrics  # lazy: start-up time
 
             start_worker_metrics(metrics_port, list(robots), concurrency=concurrency, url=url,
                                  addr=metrics_addr or DEFAULT_ADDR, gauges=metrics_gauges)
@@ -69,10 +70,8 @@ def worker(robots: tuple[str, ...], in_flight: int | None, concurrency: int, app
 def _use_build(app_path: str | None, build: str | None) -> bool:
     """Set this worker's build (``--app``'s app, ``--build BUILD``); ``--build`` alone prints
     it instead (True: nothing to serve)."""
-    import os
-
-    from robot_lab.network.builds import process_build, serve_app
-    from robot_lab.settings import reload_settings
+    from robot_lab.network.builds import process_build, serve_app  # lazy: start-up time
+    from robot_lab.settings import reload_settings  # lazy: start-up time
 
     if build:
         if any(c.isspace() for c in build):

@@ -15,6 +15,7 @@ from robot_lab.bus import Bus
 from robot_lab.errors import BusError, ConfigurationError
 from robot_lab.keys import Keys
 from robot_lab.network.coordinator import Coordinator
+from robot_lab.network.human_input import answer, pending
 from robot_lab.network.run_state import RUN_FINISHED as FINISHED_RUN  # the run statuses that end a run (the page reads it)
 from robot_lab.text.strings import as_str as _s
 from robot_lab.workers.fleet_status import collect_status, recent_runs
@@ -143,13 +144,9 @@ class DashboardData:
 
     def pending(self) -> list[dict[str, Any]]:
         """Input requests waiting for an answer (docs/durable.md)."""
-        from robot_lab.network.human_input import pending
-
         return [r.to_dict() for r in pending(self.r, self.keys)]
 
     def answer(self, request_id: str, text: str | None, approve: bool | None, by: str) -> dict[str, Any]:
-        from robot_lab.network.human_input import answer
-
         return answer(request_id, text, approve=approve, by=by, connection=self.r, keys=self.keys).to_dict()
 
     def replay(self, robot: str, ids: list[str] | None) -> list[str]:

@@ -17,8 +17,10 @@ Redis away (a restart, a failover): every API call answers 503 with ``{"error", 
 
 from __future__ import annotations
 
+import errno
 import hmac
 import json
+import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -248,9 +250,6 @@ def serve(*, host: str, port: int, url: str | None = None, token: str | None = N
 def _check_port(host: str, port: int) -> None:
     """A busy port or an address this host lacks is the user's to fix: one clear line
     (uvicorn would log its own error and exit)."""
-    import errno
-    import socket
-
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:

@@ -24,6 +24,7 @@ from robot_lab.llm import scripted
 from robot_lab.llm.response import Assembly, Chunk, LLMResponse, ToolCallRequest, to_response
 from robot_lab.llm.retry import CallBudget, short_error
 from robot_lab.llm.scripted_provider import ascripted_direct, scripted_direct, scripted_handler_class
+from robot_lab.settings import get_settings
 
 __all__ = ["Chunk", "LLMGateway", "LLMResponse", "ToolCallRequest", "default_gateway", "is_scripted",
            "litellm_module", "short_error"]
@@ -43,7 +44,7 @@ def litellm_module() -> Any:
         if _litellm is None:
             os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
             os.environ.setdefault("LITELLM_TELEMETRY", "False")
-            import litellm
+            import litellm  # lazy: start-up time
 
             litellm.telemetry = False
             litellm.suppress_debug_info = True
@@ -83,7 +84,6 @@ def _model_requests_allowed() -> bool:
     value = os.environ.get("ROBOT_LAB_ALLOW_MODEL_REQUESTS")
     if value is not None:
         return value.strip().lower() not in {"0", "false", "no", "off"}
-    from robot_lab.settings import get_settings
 
     return get_settings().allow_model_requests
 
@@ -139,8 +139,6 @@ def _endpoint(litellm: Any, model: str, kwargs: dict[str, Any]) -> None:
             raise ConfigurationError(f"{model}: api_key_env names {key_variable}, which is not set")
         kwargs["api_key"] = os.environ[key_variable]
     if not kwargs.get("api_base") or not kwargs.get("api_key"):
-        from robot_lab.settings import get_settings
-
         configured = get_settings().endpoints.get(model)
         if configured is not None:
             if configured.api_base and not kwargs.get("api_base"):
@@ -156,7 +154,6 @@ def _names_endpoint(model: str, params: dict[str, Any] | None) -> bool:
     then the provider's usual key variable is not needed."""
     if params and any(params.get(name) for name in ("api_base", "api_key", "api_key_env")):
         return True
-    from robot_lab.settings import get_settings
 
     return model in get_settings().endpoints
 
@@ -189,8 +186,6 @@ class LLMGateway:
         sleep: Callable[[float], None] = time.sleep,
         async_sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
-        from robot_lab.settings import get_settings
-
         s = get_settings()
         self.max_retries = s.max_retries if max_retries is None else max_retries
         self.retry_interval = s.retry_interval if retry_interval is None else retry_interval

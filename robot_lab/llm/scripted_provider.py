@@ -19,7 +19,7 @@ from robot_lab.llm.response import Chunk, LLMResponse, tool_call
 
 def _scripted_response(model: str, d: scripted.Decision) -> Any:
     """A scripted decision as litellm's ModelResponse (non-streaming)."""
-    from litellm.types.utils import ModelResponse
+    from litellm.types.utils import ModelResponse  # lazy: start-up time
 
     message: dict[str, Any] = {"role": "assistant", "content": d.text or None}
     if d.tool_calls:
@@ -73,7 +73,7 @@ def _scripted_chunks(d: scripted.Decision) -> Iterator[dict[str, Any]]:
 
 
 def scripted_handler_class(litellm: Any) -> type:
-    from litellm.llms.custom_llm import CustomLLM
+    from litellm.llms.custom_llm import CustomLLM  # lazy: start-up time
 
     class ScriptedLLM(CustomLLM):  # type: ignore[misc, valid-type]
         """litellm custom provider ``scripted``: answers come from :mod:`.scripted`."""

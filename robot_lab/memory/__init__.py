@@ -19,7 +19,7 @@ __all__ = ["Memory"]
 
 def __getattr__(name: str) -> Any:
     if name == "Memory":  # lazy: start-up time (the store imports redis-py)
-        from robot_lab.memory.store import Memory
+        from robot_lab.memory.store import Memory  # lazy: start-up time
 
         return Memory
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from robot_lab.connection import async_client_for, get_redis
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
 from robot_lab.memory.feed import Feed
@@ -82,8 +83,6 @@ class Memory:
         if changes_maxlen < 1:
             raise ConfigurationError(f"memory {scope!r}: changes_maxlen must be >= 1, got {changes_maxlen}")
         if redis is None:
-            from robot_lab.connection import get_redis  # lazy: start-up time (fakeredis for embedded mode)
-
             redis = get_redis()
         self.scope = scope
         self.redis = redis
@@ -212,8 +211,6 @@ class Memory:
     def aredis(self) -> Any:
         """The asyncio client of :meth:`aget`: one to the same server as ``redis`` per event
         loop (:func:`robot_lab.connection.async_client_for`)."""
-        from robot_lab.connection import async_client_for  # lazy: start-up time
-
         return async_client_for(self.redis)
 
     def _read_args(self, keys: tuple[str, ...], wait: bool | float | None) -> tuple[list[str], bool, float | None]:

@@ -25,7 +25,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from robot_lab.keys import Keys
+from robot_lab import __version__
+from robot_lab.keys import Keys, is_wrong_type
 from robot_lab.logging import get_logger
 
 if TYPE_CHECKING:
@@ -47,8 +48,7 @@ def compute_build(source: Any) -> str:
     A tool that cannot be imported here hashes as its import error (a build that lacks it)."""
     import msgspec  # lazy: start-up time
 
-    from robot_lab import __version__
-    from robot_lab.runtime.tools import as_tool
+    from robot_lab.runtime.tools import as_tool  # lazy: start-up time
 
     digest = hashlib.sha256(f"robot-lab {__version__}\n".encode())
     names = getattr(source, "robot_names", None) or sorted(getattr(source, "specs", {}) or {})
@@ -149,8 +149,6 @@ def requeue_handed_back(connection: RedisClient, keys: Keys) -> int:
     """Re-enqueue every handed-back task whose build has a live worker (returns how many);
     the others wait. Enqueued before their note is removed: a crash in between enqueues one
     twice, which the claim makes harmless."""
-    from robot_lab.keys import is_wrong_type
-
     # a task handed back a moment ago waits REQUEUE_AFTER: while workers of both builds
     # take from one queue, a job the wrong one takes again is not bounced at sweep pace
     try:
@@ -164,8 +162,8 @@ def requeue_handed_back(connection: RedisClient, keys: Keys) -> int:
     if not raw:
         return 0
     from robot_lab.network.enqueue import enqueue_jobs  # lazy: enqueue imports rq
-    from robot_lab.network.graphs import graph_for
-    from robot_lab.network.run_state import RunStore
+    from robot_lab.network.graphs import graph_for  # lazy: start-up time
+    from robot_lab.network.run_state import RunStore  # lazy: start-up time
 
     live = set(live_builds(connection, keys))
     done = 0
@@ -232,8 +230,6 @@ def build_report(connection: RedisClient, keys: Keys) -> dict[str, dict[str, Any
 def stalled_problems(connection: RedisClient, keys: Keys) -> list[str]:
     """A ``robot-lab status`` problem line per build that open runs wait for with no live
     worker (none when an index holds another type: status names that key in its own line)."""
-    from robot_lab.keys import is_wrong_type
-
     try:
         report = build_report(connection, keys)
     except Exception as exc:

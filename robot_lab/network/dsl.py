@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from robot_lab.errors import ConfigurationError
 from robot_lab.network import dag
 from robot_lab.network.dag import OPTIONAL, GroupSpec, NetworkSpec, TaskSpec
@@ -229,8 +231,6 @@ class Network:
 
     def to_dict(self) -> dict[str, Any]:
         """The Ruby gem's ``to_h``: name, robots, tasks, optional tasks, config."""
-        import msgspec  # lazy: start-up time
-
         return {
             "name": self.name,
             "robots": sorted({t.robot for t in self._tasks}),

@@ -25,7 +25,7 @@ def _worker_class() -> type:
     from rq.timeouts import TimerDeathPenalty  # lazy: start-up time
     from rq.worker import SimpleWorker  # lazy: start-up time
 
-    from robot_lab.network.job_policy import PolicedWorker
+    from robot_lab.network.job_policy import PolicedWorker  # lazy: start-up time
 
     class ThreadWorker(PolicedWorker, SimpleWorker):
         """Runs only robot-lab's job (job_policy.py)."""

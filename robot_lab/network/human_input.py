@@ -21,15 +21,19 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from robot_lab.bus.parking import wake_parked
+from robot_lab.connection import get_redis
 from robot_lab.errors import ConfigurationError, InputRequired
-from robot_lab.keys import Keys
+from robot_lab.keys import Keys, default_keys
 from robot_lab.logging import get_logger
 from robot_lab.network import transitions
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.run_state import RUN_TTL, TERMINAL, RunStore
 from robot_lab.runtime.durable.journal import Journal
 from robot_lab.inputs import Answer, InputRequest, InputStore, approves
+from robot_lab.network.graphs import graph_for
 from robot_lab.runtime.durable.scopes import DurableScope
+from robot_lab.settings import get_settings
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
@@ -68,8 +72,6 @@ def task_scope(store: RunStore, task: str, robot: str, events: Any, preloaded: A
     tag, same TTL; ``preloaded``: read with the claim), its step events go to the run's
     stream through ``events`` (the task's DeltaBuffer: in order after the text streamed
     before them, with its next event write -- no round trip of their own)."""
-    from robot_lab.settings import get_settings
-
     scope_id = f"run:{store.run_id}:{task}"
     journal = Journal(store.r, store.keys.run_steps(store.run_id, task), RUN_TTL, scope=scope_id,
                       on_divergence=get_settings().durable.on_divergence, preloaded=preloaded,
@@ -85,8 +87,6 @@ def park(store: RunStore, task: str, job_id: str, exc: InputRequired) -> dict[st
     raw = store._eval(PARK, task, job_id, json.dumps(request, default=str), leases=(task,), critical=True)
     parked = isinstance(raw, list)  # else 0: not running, or another attempt's
     if parked and len(raw) > 1:  # the tasks its freed max_concurrent slot let through
-        from robot_lab.network.graphs import graph_for
-
         items = [tuple(v.decode() if isinstance(v, bytes) else str(v) for v in raw[i:i + 3])
                  for i in range(1, len(raw), 3)]
         enqueue_jobs(store.r, store.keys, store.run_id, items, graph_for(store))  # type: ignore[arg-type]
@@ -98,8 +98,6 @@ def resume(connection: RedisClient, keys: Keys, run_id: str, task: str, data: di
     """Move a waiting task back to the queue (a new attempt, counted as a resume: it does not
     bring the task closer to ``ROBOT_LAB_TASK_MAX_ATTEMPTS`` lost workers); ``ok``,
     ``not-waiting`` or ``cancelled``."""
-    from robot_lab.network.graphs import graph_for
-
     store = RunStore(connection, keys, run_id)
     raw = store._eval(RESUME, task, json.dumps(data, default=str))
     status = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
@@ -118,9 +116,6 @@ def answer(request_id: str, text: str | None = None, *, approve: bool | None = N
     reply goes instead of where it was sent from (the A2A task that answered it). Raises ConfigurationError for an unknown
     request, one already answered, one whose run is no longer running, or an answer the
     request cannot take (InvalidAnswer: :func:`robot_lab.inputs.check_answer`)."""
-    from robot_lab.connection import get_redis
-    from robot_lab.keys import default_keys
-
     connection = connection if connection is not None else get_redis()
     keys = keys or default_keys()
     inputs = InputStore(connection, keys)
@@ -160,8 +155,7 @@ def _wake_served(connection: RedisClient, keys: Keys, found: InputRequest, reply
     sender (bus/parking.py; the recorded answer stands, the envelope only wakes it). Where it
     waits is on the request's record: the robot's parked keys are its own (any worker's
     timeout sweep may answer here)."""
-    from robot_lab.bus import Bus
-    from robot_lab.bus.parking import wake_parked
+    from robot_lab.bus import Bus  # lazy: start-up time
 
     if found.answer is None:
         return
@@ -175,9 +169,6 @@ def owner_robot(found: InputRequest) -> Any:
 
 def pending(connection: RedisClient | None = None, keys: Keys | None = None, limit: int = 1000) -> list[InputRequest]:
     """Requests waiting for an answer, oldest first (those whose run is gone are dropped)."""
-    from robot_lab.connection import get_redis
-    from robot_lab.keys import default_keys
-
     connection = connection if connection is not None else get_redis()
     keys = keys or default_keys()
     inputs = InputStore(connection, keys)

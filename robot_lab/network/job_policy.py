@@ -29,9 +29,12 @@ import functools
 import re
 from typing import Any
 
+from robot_lab.bus.keyring import verify_mode
 from robot_lab.logging import get_logger
 from robot_lab.network.enqueue import JOB_FUNC
 from robot_lab.network.job_signing import signature_problem
+from robot_lab.network.serializer import JobSerializer
+from robot_lab.settings import get_settings
 
 log = get_logger("robot_lab.security")
 
@@ -56,9 +59,6 @@ def _verify_mode(job: Any) -> str:
     from (``taken_from``, stamped by :class:`PolicedWorker`). A job performed by no such
     worker gets the strictest mode configured for any robot: its ``origin`` is the job's
     own claim and proves nothing."""
-    from robot_lab.bus.keyring import verify_mode
-    from robot_lab.settings import get_settings
-
     taken_from = getattr(job, "taken_from", None)
     if taken_from is not None:
         return verify_mode(_queue_robot(taken_from))
@@ -134,7 +134,7 @@ def rq_timestamp(value: Any) -> datetime.datetime | None:
 @functools.cache
 def job_class() -> type:
     """The policed rq job class (built once, on first use: rq is imported lazily)."""
-    from rq.job import Job
+    from rq.job import Job  # lazy: start-up time
 
     class RobotLabJob(Job):
         """An rq job that runs only if :func:`check_job` lets it (see the module docstring)."""
@@ -208,9 +208,7 @@ class PolicedWorker:
 @functools.cache
 def plain_worker_class() -> type:
     """rq's forking worker with the job policy, for ``rq worker -w``."""
-    from rq.worker import Worker
-
-    from robot_lab.network.serializer import JobSerializer
+    from rq.worker import Worker  # lazy: start-up time
 
     class RobotLabWorker(PolicedWorker, Worker):
         """``rq worker -w robot_lab.network.job_policy.RobotLabWorker robot:billing``: jobs

@@ -5,12 +5,15 @@ task's life (claim, run, record, advance) without the I/O plumbing.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from robot_lab.connection import is_cluster_client
 from robot_lab.logging import get_logger
+from robot_lab.network import transitions
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.network.run_state import DEFAULT_LEASE_MS, RunStore
 
@@ -229,8 +232,6 @@ _keeper = _LeaseKeeper()
 
 
 def _encoded(data: dict[str, Any] | None) -> str:
-    import json
-
     return json.dumps(data) if data else ""
 
 
@@ -303,9 +304,6 @@ class DeltaBuffer:
     def _emit_all(self, events: list[tuple[str, dict[str, Any] | None]]) -> None:
         """The events in order, in one round trip (one pipeline of EMIT scripts; on a cluster
         client, which refuses scripts in pipelines, one by one)."""
-        from robot_lab.connection import is_cluster_client
-        from robot_lab.network import transitions
-
         store = self.store
         if len(events) == 1 or is_cluster_client(store.r):
             for event, data in events:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
 from robot_lab.network.transitions import RUN_KEY_SUFFIXES
+from robot_lab.rq_connection import rq_connection
 
 if TYPE_CHECKING:
     from robot_lab.connection import RedisClient
@@ -42,10 +43,9 @@ def discard(connection: RedisClient, keys: Keys, run_id: str, job_ids: list[str]
     pipe.zrem(keys.runs_index(), run_id)
     pipe.execute()
     if job_ids:
-        from rq.job import Job
+        from rq.job import Job  # lazy: start-up time
 
-        from robot_lab.network.serializer import JobSerializer
-        from robot_lab.rq_connection import rq_connection
+        from robot_lab.network.serializer import JobSerializer  # lazy: start-up time
 
         rq = rq_connection(connection)
         for job in Job.fetch_many(job_ids, connection=rq, serializer=JobSerializer):

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from robot_lab import folded_writes
 from robot_lab.connection import adopt_default, get_redis, is_cluster_client
 from robot_lab.errors import ConfigurationError, InputRequired, retryable
@@ -32,6 +34,7 @@ from robot_lab.memory.store import Memory
 from robot_lab.memory.values import local_writes
 from robot_lab.network import human_input as waiting
 from robot_lab.network.builds import hand_back, wrong_build
+from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.enqueue import enqueue_jobs
 from robot_lab.network.graphs import cached_graph, graph_for
 from robot_lab.network.lease import DeltaBuffer, LeaseHeartbeat, task_lease_ms
@@ -40,7 +43,7 @@ from robot_lab.network.run_state import RunStore
 from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, caused_by_outage
 from robot_lab.rq_connection import data_connection
-from robot_lab.runtime.rails.budget import BudgetHolder, RedisLedger
+from robot_lab.runtime.rails.budget import BudgetHolder, RedisLedger, release_holder
 from robot_lab.runtime.rails.doom_loop import DEFAULT_THRESHOLD, RedisDoomLoopDetector
 from robot_lab.runtime.rails.hooks import HookRegistry, TaskHookContext, hook_scope, run_hooks
 from robot_lab.runtime.registry import robot_source
@@ -155,7 +158,6 @@ def task_message(graph: Any, task: str, meta: dict[str, str], sources: list[str 
         if message is None:
             return ""
         return message if isinstance(message, str) else json.dumps(message)
-    import msgspec  # lazy: start-up time
 
     ran = [(p, msgspec.json.decode(raw, type=RobotResult)) for p, raw in zip(parents, sources) if raw is not None]
     if len(ran) == 1:
@@ -546,8 +548,6 @@ def _release_budget_holds(store: RunStore, job_id: str) -> None:
     """Whatever the attempt still holds once the robot is done (a reconcile that failed, an
     exception between reserve and settle) goes back now, not when the budget expires."""
     try:
-        from robot_lab.runtime.rails.budget import release_holder
-
         released = release_holder(store.r, store.budget_holds_key(job_id))
         if released:
             log.warning("task.budget_released", released=released)
@@ -576,8 +576,6 @@ def _sweep_soon(connection: RedisClient, keys: Keys) -> None:
         return
     _last_sweep = now
     try:
-        from robot_lab.network.coordinator import Coordinator
-
         Coordinator(connection=connection, keys=keys).sweep()
     except Exception as exc:
         log.warning("worker.sweep_failed", error=f"{type(exc).__name__}: {exc}")

@@ -17,6 +17,7 @@ import msgspec
 
 from robot_lab import coalesce
 from robot_lab.keys import Keys, default_keys
+from robot_lab.settings import get_settings
 
 
 
@@ -27,7 +28,6 @@ class ConversationStore:
             from robot_lab.connection import get_redis  # lazy: start-up time
 
             redis = get_redis()
-        from robot_lab.settings import get_settings
 
         settings = get_settings()
         self.redis = redis

@@ -99,7 +99,7 @@ def _request(bus: Any, to: str, content: Any, *, delegated_by: str, timeout: flo
 def _ask(to: str, asked: dict[str, Any], conversation: str | None, delegated_by: str) -> Any:
     """The delegatee's question as this robot's own: its answer, or InputRequired parking the
     step (with the delegatee's request as the request's context)."""
-    from robot_lab.runtime.durable import human
+    from robot_lab.runtime.durable import human  # lazy: start-up time
 
     question = str(asked.get("question") or "(no question given)")
     context = {"delegatee": to, "delegatee_request": asked.get("request_id"), "conversation_id": conversation}
@@ -123,7 +123,7 @@ def _send_answer(bus: Any, to: str, request_id: Any, answer: Any, conversation: 
 def _resumed(bus: Any, to: str, delegated_by: str, timeout: float) -> Any:
     """On a resumed attempt of the step that delegated: the delegatee's reply to the answer of
     the question it asked before the step parked (None on a first attempt)."""
-    from robot_lab.runtime.durable import human
+    from robot_lab.runtime.durable import human  # lazy: start-up time
 
     recorded = human.recorded_requests()
     ours = [r for r in recorded if (r.get("context") or {}).get("delegatee") == to]
@@ -132,7 +132,7 @@ def _resumed(bus: Any, to: str, delegated_by: str, timeout: float) -> Any:
     human.skip_recorded(len(recorded) - 1)  # the questions settled before are passed over
     last = ours[-1]
     context = last["context"]
-    from robot_lab.bus.parking import is_parked
+    from robot_lab.bus.parking import is_parked  # lazy: start-up time
 
     if not is_parked(bus, to, str(context.get("delegatee_request"))):
         raise InferenceError(f"Delegation to '{to}': its question {last.get('question')!r} was answered before this "

@@ -107,7 +107,7 @@ def import_user_module(module_name: str, what: str) -> Any:
     except ImportError as exc:
         raise ConfigurationError(f"cannot import {what}: {exc} (is it on PYTHONPATH?)") from exc
     except Exception as exc:  # user code raised while being imported
-        import traceback
+        import traceback  # lazy: start-up time
 
         where = ""
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename]

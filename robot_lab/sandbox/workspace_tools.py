@@ -39,6 +39,7 @@ from robot_lab.sandbox.sandbox import Outcome, run_script
 from robot_lab.sandbox.sandbox import python_executable
 from robot_lab.sandbox.workspace import changed_files, snapshot
 from robot_lab.sandbox.tool_shape import ToolShape
+from robot_lab.settings import get_settings
 
 log = get_logger("robot_lab.sandbox.workspace_tools")
 
@@ -168,8 +169,6 @@ class WorkspaceTool(ToolShape):
     # --- how every call runs ------------------------------------------------------------------
     def _skills_settings(self) -> Any:
         if self.settings is None:
-            from robot_lab.settings import get_settings
-
             self.settings = get_settings()
         return getattr(self.settings, "skills", None)
 
@@ -177,8 +176,6 @@ class WorkspaceTool(ToolShape):
         if self.sandbox is None:
             self.sandbox = getattr(self.settings, "sandbox", None) if self.settings is not None else None
         if self.sandbox is None:
-            from robot_lab.settings import get_settings
-
             self.sandbox = get_settings().sandbox
         return self.sandbox
 

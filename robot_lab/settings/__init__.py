@@ -176,7 +176,7 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[tuple[st
              and not is_other_variable(name) and name.upper() not in core]
     if not names:
         return []
-    import difflib
+    import difflib  # lazy: start-up time
 
     from robot_lab.settings.models import Settings, setting_paths  # lazy: start-up time
 

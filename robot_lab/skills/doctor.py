@@ -20,6 +20,7 @@ install -g`` lines that provide it (``robot-lab skills doctor``).
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -177,8 +178,6 @@ def _find_specs(names: list[str], python: str) -> dict[str, bool]:
     if not names:
         return {}
     if os.path.realpath(python) == os.path.realpath(sys.executable):
-        import importlib.util
-
         out: dict[str, bool] = {}
         for name in names:
             try:

@@ -18,11 +18,11 @@ __all__ = ["RobotPool", "run_task"]
 def __getattr__(name: str) -> Any:
     # lazy: start-up time -- `robot-lab status` imports workers.status, not the robot runtime
     if name == "run_task":
-        from robot_lab.network.task_job import run_task
+        from robot_lab.network.task_job import run_task  # lazy: start-up time
 
         return run_task
     if name == "RobotPool":
-        from robot_lab.workers.inflight import RobotPool
+        from robot_lab.workers.inflight import RobotPool  # lazy: start-up time
 
         return RobotPool
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -68,7 +68,7 @@ SHARED_CHANNELS = ("{p}:mem:*", "{rq}:*")
 
 def _rq_glob() -> str:
     """rq's key prefix as an ACL glob (``rq``, or ``{rq}`` on Redis Cluster)."""
-    from robot_lab.rq_connection import rq_prefix
+    from robot_lab.rq_connection import rq_prefix  # lazy: start-up time
 
     return _glob(rq_prefix())
 

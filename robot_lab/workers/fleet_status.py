@@ -24,6 +24,7 @@ import datetime as dt
 import json
 import socket
 import time
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.connection import get_redis, mget, redact_url
@@ -371,10 +372,8 @@ def stalled_conversation_problems(connection: RedisClient, keys: Keys, robots: l
 
     if not robots:
         return []
-    from types import SimpleNamespace
 
     from robot_lab.bus.stalls import stalled_conversations  # lazy: start-up time
-    from robot_lab.settings import get_settings
 
     # what stalled_conversations reads of a Bus, without building one (schemas, signing)
     bus = SimpleNamespace(redis=connection, keys=keys, settings=get_settings().bus)
@@ -406,7 +405,7 @@ def shared_index_problems(connection: RedisClient, keys: Keys) -> list[str]:
 
 def wrong_type_problems(connection: RedisClient, keys: Keys, robots: list[str]) -> list[str]:
     """One line per bus key of the wrong type (each stops its robot's poller)."""
-    from robot_lab.bus.key_types import wrong_typed_keys
+    from robot_lab.bus.key_types import wrong_typed_keys  # lazy: `runs` loads no bus package
 
     return [f"{robot}: {problem} (its bus poller cannot serve until the key is deleted or renamed)"
             for robot in robots for problem in wrong_typed_keys(connection, keys, robot)]

@@ -38,14 +38,24 @@ every entry in hand. A Robot object holds the conversation of the run in hand, s
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
+import os
+import platform
+import sys
 import threading
 import time
+import typing
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from robot_lab.keys import Keys
 from robot_lab.logging import get_logger
 from robot_lab.outage import is_outage
+from robot_lab.rq_connection import data_connection
+from robot_lab.settings import get_settings
 from robot_lab.threads import PoolShare
 from robot_lab.workers.health import JOB_SLACK, LOOP_SLACK
 from robot_lab.workers.supervision import RidesOutages
@@ -248,7 +258,7 @@ def in_flight_worker_class() -> type:
         def _hold(self, jobs: list[Any]) -> None:
             """Mark network task jobs as in this live worker's hands (``R:held:<task>``, one
             round trip), so no sweeper takes one waiting here for a thread for stranded."""
-            from robot_lab.network.lease import hold_jobs, task_lease_ms
+            from robot_lab.network.lease import hold_jobs, task_lease_ms  # lazy: start-up time
 
             holds = [(job.id, key) for job in jobs if job.id not in self._holds
                      for key in [_held_key(job)] if key is not None]
@@ -263,14 +273,12 @@ def in_flight_worker_class() -> type:
                 self._holds[job_id] = hold
 
         def _data_connection(self) -> Any:
-            from robot_lab.rq_connection import data_connection
-
             return data_connection(self.connection)
 
         def _give_back_taken(self) -> None:
             """Jobs popped by a batch that a stop left unstarted go back to the head of their
             queue (and out of the intermediate list), in order."""
-            from robot_lab.network.lease import release_holds
+            from robot_lab.network.lease import release_holds  # lazy: start-up time
 
             release_holds([self._holds.pop(job.id) for job, _ in self._taken if job.id in self._holds], ran=False)
             while self._taken:
@@ -338,7 +346,7 @@ def in_flight_worker_class() -> type:
             except BaseException as exc:  # noqa: BLE001 - a pool thread never dies silently
                 log.error("worker.job_thread_failed", job_id=job.id, error=f"{type(exc).__name__}: {exc}")
             finally:
-                from robot_lab.network.lease import release_holds
+                from robot_lab.network.lease import release_holds  # lazy: start-up time
 
                 hold = self._holds.pop(job.id, None)
                 if hold is not None:
@@ -457,8 +465,6 @@ def tune_switch_interval(slots: int) -> float:
     blocks (Redis, the model, a sleep) still lets go at once; only a thread computing pure
     Python for longer than the interval is asked to yield later, which is why it grows with
     the slots rather than being long for every worker."""
-    import sys
-
     interval = min(SWITCH_MAX, max(sys.getswitchinterval(), slots * SWITCH_PER_SLOT))
     sys.setswitchinterval(interval)
     return interval
@@ -480,12 +486,8 @@ def cap_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     environment (read by glibc at start-up) is the operator's choice and is left alone;
     elsewhere than glibc (musl, macOS) nothing is done. Called before the worker starts its
     threads: arenas already made stay."""
-    import os
-
     if os.environ.get("MALLOC_ARENA_MAX"):
         return False
-    import ctypes
-    import platform
 
     if platform.libc_ver()[0] != "glibc":
         return False
@@ -502,8 +504,6 @@ def tune_gc() -> None:
     moves to the permanent generation (``gc.freeze``: full collections no longer walk it),
     and young collections run every ``GC_YOUNG`` allocations, not 700. Cycles among a task's
     objects are still collected, later. Done once per process."""
-    import gc
-
     global _gc_tuned
     if _gc_tuned:
         return
@@ -526,10 +526,6 @@ def remember_protocol_members() -> None:
     in hand (yappi, bench/concurrency.py). The member names of a class do not change once
     it is made, so the worker computes them once per class (a frozenset: typing only reads
     them)."""
-    import sys
-    import typing
-    import weakref
-
     compute = getattr(typing, "_get_protocol_attrs", None)
     if sys.version_info >= (3, 12) or compute is None or getattr(compute, "remembered", False):
         return
@@ -549,13 +545,11 @@ def remember_protocol_members() -> None:
 def _held_key(job: Any) -> str | None:
     """``R:held:<task>`` of a network task job (the Ruby gem's job function and its plain-data
     arguments), else None."""
-    from robot_lab.network.enqueue import JOB_FUNC
+    from robot_lab.network.enqueue import JOB_FUNC  # lazy: start-up time
 
     args = job.args
     if job.func_name != JOB_FUNC or len(args) != 4 or not all(isinstance(a, str) for a in args):
         return None
-    from robot_lab.keys import Keys
-    from robot_lab.settings import get_settings
 
     prefix, run_id, task, _ = args
     return Keys(prefix=prefix, cluster=get_settings().cluster_keys).run_held(run_id, task)

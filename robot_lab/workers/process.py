@@ -32,15 +32,19 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from robot_lab.app import load_app
 from robot_lab.bus import BusPoller
 from robot_lab.connection import adopt_default, connect
 from robot_lab.errors import ConfigurationError
 from robot_lab.keys import Keys, default_keys
+from robot_lab.llm import gateway as llm
 from robot_lab.logging import get_logger
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.enqueue import DEFAULT_JOB_TIMEOUT, queue_name
 from robot_lab.network.serializer import JobSerializer
+from robot_lab.observability import otel
 from robot_lab.outage import Backoff, is_outage
 from robot_lab.rq_connection import rq_connection
 from robot_lab.runtime.registry import check_importable, published_spec
@@ -95,14 +99,11 @@ def warm_up(models: Iterable[str] | None = None, *, background: bool = False) ->
     ``models`` needs it (None: not known, so yes) -- with ``background``, on a thread of its
     own, so the worker serves its inbox and queues (and beats its health) while it loads; a
     provider call before it is loaded waits for it. See docs/operations.md, "Memory"."""
-    from robot_lab.llm import gateway as llm  # lazy: start-up time
-
     if models is None or not all(llm.is_scripted(model) for model in models):
         if background:
             threading.Thread(target=_load_litellm, name="litellm-import", daemon=True).start()
         else:
             llm.litellm_module()
-    from robot_lab.observability import otel
 
     try:
         with otel.untraced():  # a warm-up is no request: no one-span trace per worker start
@@ -115,8 +116,6 @@ def warm_up(models: Iterable[str] | None = None, *, background: bool = False) ->
 
 
 def _load_litellm() -> None:
-    from robot_lab.llm import gateway as llm
-
     started = time.monotonic()
     try:
         llm.litellm_module()
@@ -231,7 +230,7 @@ def _child_main(url: str | None, queues: list[str], name: str, burst: bool, in_f
     try:
         _rq_loop(url, queues, name, burst, in_flight=in_flight)
     finally:
-        from robot_lab.runtime.mcp.pool import close_shared
+        from robot_lab.runtime.mcp.pool import close_shared  # lazy: start-up time
 
         close_shared()
 
@@ -390,7 +389,7 @@ def run_worker(robots: list[str], *, concurrency: int = 1, app_path: str | None 
         stop.set()
         _join_loops(threads, pollers)
         heartbeat.stop()
-        from robot_lab.runtime.mcp.pool import close_shared
+        from robot_lab.runtime.mcp.pool import close_shared  # lazy: start-up time
 
         close_shared()  # the MCP servers its runs shared stop with the worker
         log.info("worker.stopped", robots=robots)
@@ -425,8 +424,6 @@ def _publish_app(app: Any, connection: RedisClient, keys: Keys) -> None:
     """Publish the app's robot specs. A worker logged in as its robot's ACL user (robot-lab
     acl) may write only its own spec: the others are refused, which is logged, not fatal
     (the pipeline has written every spec it was allowed to)."""
-    import redis  # lazy: start-up time
-
     try:
         app.publish(connection=connection, keys=keys)
     except redis.ResponseError as exc:

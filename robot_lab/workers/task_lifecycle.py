@@ -6,6 +6,7 @@ entry point of every network task a ``robot-lab worker`` runs (one at a time or 
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
@@ -25,16 +26,19 @@ def task_job_lifecycle(base: type) -> type:
     the registries and ``job.latest_result()`` read the same; a job that raises (or times
     out) before its result goes to rq's own failure handling (retries, failed registry). A plain ``rq worker robot:<name>`` runs the same jobs with rq's
     lifecycle."""
-    from rq.executions import Execution
-    from rq.job import JobStatus
-    from rq.results import Result
-    from rq.timeouts import JobTimeoutException
-    from rq.utils import now, utcformat
-    from rq.worker import WorkerStatus
+    import uuid  # lazy: start-up time
 
-    from robot_lab.network.enqueue import JOB_FUNC
-    from robot_lab.logging import get_logger
-    from robot_lab.rq_connection import data_connection
+    from rq.executions import Execution, ExecutionRegistry  # lazy: start-up time
+    from rq.job import JobStatus  # lazy: start-up time
+    from rq.results import Result  # lazy: start-up time
+    from rq.timeouts import JobTimeoutException  # lazy: start-up time
+    from rq.utils import now, utcformat  # lazy: start-up time
+    from rq.worker import WorkerStatus  # lazy: start-up time
+
+    from robot_lab.network.enqueue import JOB_FUNC  # lazy: start-up time
+    from robot_lab.logging import get_logger  # lazy: start-up time
+    from robot_lab.randomness import random_bytes  # lazy: start-up time
+    from robot_lab.rq_connection import data_connection  # lazy: start-up time
 
     log = get_logger("robot_lab.worker")
 
@@ -44,12 +48,6 @@ def task_job_lifecycle(base: type) -> type:
         worker's execution index), with its uuid4 id from robot_lab.randomness: rq's
         ``uuid4()`` is an ``os.urandom`` system call, which hands the interpreter lock to
         another of a thousand threads and queues this one behind them."""
-        import uuid
-
-        from rq.executions import ExecutionRegistry
-
-        from robot_lab.randomness import random_bytes
-
         execution = Execution(id=uuid.UUID(bytes=random_bytes(16), version=4).hex, job_id=job.id,
                               connection=job.connection, worker_name=worker_name)
         execution._job = job
@@ -85,8 +83,6 @@ def task_job_lifecycle(base: type) -> type:
                 with self.death_penalty_class(timeout, JobTimeoutException, job_id=job.id):
                     value = job.perform()  # the job function, with rq's current job set
             except BaseException:  # noqa: BLE001 - rq's failure handling: retries, failed registry
-                import sys
-
                 info = sys.exc_info()
                 finish = getattr(job, "rq_finish", None)
                 if finish is not None and finish.written:  # the task's result and rq's end are recorded

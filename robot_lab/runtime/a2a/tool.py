@@ -27,9 +27,10 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from robot_lab.errors import ConfigurationError, ToolError
+from robot_lab.errors import ConfigurationError, InputRequired, ToolError
 from robot_lab.logging import get_logger
 from robot_lab.runtime.tools import Tool
+from robot_lab.settings import get_settings
 
 log = get_logger("robot_lab.a2a.client")
 
@@ -95,8 +96,6 @@ class A2AAgentTool(Tool):
 
     # --- settings ------------------------------------------------------------------------
     def _settings(self) -> Any:
-        from robot_lab.settings import get_settings
-
         return get_settings().a2a
 
     def _token(self) -> str | None:
@@ -112,10 +111,10 @@ class A2AAgentTool(Tool):
 
     # --- the call -----------------------------------------------------------------------
     async def execute(self, message: str) -> str:  # type: ignore[override]
-        import httpx
+        import httpx  # lazy: start-up time
 
-        from a2a.client import ClientConfig, ClientFactory
-        from a2a.types.a2a_pb2 import TaskState
+        from a2a.client import ClientConfig, ClientFactory  # optional extra [a2a]
+        from a2a.types.a2a_pb2 import TaskState  # optional extra [a2a]
 
         settings = self._settings()
         timeout = float(self.entry.get("timeout") or settings.client_timeout)
@@ -142,8 +141,7 @@ class A2AAgentTool(Tool):
     def _ask(self, task: Any) -> str:
         """The remote agent's question, asked as this robot's own; the remote task is recorded
         with the request, so a resumed step (on any worker) goes on with that task."""
-        from robot_lab.errors import InputRequired
-        from robot_lab.runtime.durable import human
+        from robot_lab.runtime.durable import human  # lazy: start-up time
 
         question = question_of(task)
         context = {"a2a_agent": self.url, "a2a_task": task.id, "a2a_context": task.context_id,
@@ -160,9 +158,9 @@ class A2AAgentTool(Tool):
         (None on a first attempt). The questions settled on earlier attempts are passed over;
         the last one is asked again -- answered now -- unless the remote task has moved on
         (the answer was sent before a crash), in which case what it does now stands."""
-        from a2a.types.a2a_pb2 import GetTaskRequest, TaskState
+        from a2a.types.a2a_pb2 import GetTaskRequest, TaskState  # optional extra [a2a]
 
-        from robot_lab.runtime.durable import human
+        from robot_lab.runtime.durable import human  # lazy: start-up time
 
         recorded = human.recorded_requests()
         ours = [r for r in recorded if (r.get("context") or {}).get("a2a_agent") == self.url]
@@ -184,9 +182,9 @@ class A2AAgentTool(Tool):
         return task
 
     async def _send(self, client: Any, text: str, *, task_id: str = "", context_id: str = "") -> Any:
-        from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
+        from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest  # optional extra [a2a]
 
-        from robot_lab.schemas import new_id
+        from robot_lab.schemas import new_id  # lazy: start-up time
 
         request = SendMessageRequest(message=Message(message_id=new_id(), role=Role.ROLE_USER, parts=[Part(text=text)],
                                                      task_id=task_id, context_id=context_id))
@@ -201,7 +199,7 @@ class A2AAgentTool(Tool):
         cached = _cards.get(self.url)
         if cached is not None and time.monotonic() - cached[0] < CARD_TTL:
             return cached[1]
-        from a2a.client import A2ACardResolver
+        from a2a.client import A2ACardResolver  # optional extra [a2a]
 
         base = self.url[: -len(CARD_SUFFIX)] if self.url.endswith(CARD_SUFFIX) else self.url
         card = await A2ACardResolver(http, base, CARD_SUFFIX).get_agent_card()
@@ -211,7 +209,7 @@ class A2AAgentTool(Tool):
     @staticmethod
     async def _settled(client: Any, task: Any) -> Any:
         """Poll a task the server stopped waiting on (SUBMITTED / WORKING) until it moves."""
-        from a2a.types.a2a_pb2 import GetTaskRequest
+        from a2a.types.a2a_pb2 import GetTaskRequest  # optional extra [a2a]
 
         while task.status.state in (1, 2):
             await asyncio.sleep(0.5)
@@ -219,7 +217,7 @@ class A2AAgentTool(Tool):
         return task
 
     async def _retrying(self, call: Any, retries: int, what: str) -> Any:
-        from a2a.client import AgentCardResolutionError
+        from a2a.client import AgentCardResolutionError  # optional extra [a2a]
 
         for attempt in range(retries + 1):
             try:
@@ -234,7 +232,7 @@ class A2AAgentTool(Tool):
         raise AssertionError("unreachable")
 
     def _answer(self, result: Any) -> str:
-        from a2a.types.a2a_pb2 import Message, TaskState
+        from a2a.types.a2a_pb2 import Message, TaskState  # optional extra [a2a]
 
         if isinstance(result, Message):
             return _text_of(result)

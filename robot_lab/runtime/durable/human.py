@@ -17,10 +17,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from robot_lab.errors import InputRequired
+from robot_lab.errors import InputRequired, ToolLoopError
 from robot_lab.inputs import Answer, approves
 from robot_lab.runtime.durable.scopes import _step, current_runner, on_input_handler
 from robot_lab.runtime.tools import Tool
+from robot_lab.settings import get_settings
 
 
 def request_input(question: str, *, choices: list[str] | None = None, default: str | None = None,
@@ -124,9 +125,6 @@ def _prompt(request: InputRequired, robot: str) -> Answer:
 
 def denied(tool: str, answer: Answer) -> str:
     """The refusal the model sees for a denied call (``durable.on_deny=fail``: the run fails)."""
-    from robot_lab.errors import ToolLoopError
-    from robot_lab.settings import get_settings
-
     why = f": {answer.text}" if answer.text and answer.text != "denied" else ""
     if get_settings().durable.on_deny == "fail":
         raise ToolLoopError(f"the call of {tool} was denied{why}")

@@ -19,6 +19,8 @@ from typing import Any
 from robot_lab.errors import ConfigurationError
 from robot_lab.runtime.durable.journal import Journal
 from robot_lab.inputs import InputStore
+from robot_lab.keys import default_keys
+from robot_lab.settings import get_settings
 
 Emit = Callable[[str, dict[str, Any]], None]
 
@@ -146,9 +148,7 @@ def local_scope(durable_id: str, preloaded: Any = None) -> DurableScope:
     (embedded fakeredis without ``REDIS_URL``), 7 days. Ids starting ``bus:`` are served bus
     messages, whose requests are answered by ``answer`` envelopes (bus/parking.py).
     ``preloaded``: the journal's hash, read by the caller with other reads (Journal)."""
-    from robot_lab.connection import get_redis
-    from robot_lab.keys import default_keys
-    from robot_lab.settings import get_settings
+    from robot_lab.connection import get_redis  # lazy: start-up time
 
     redis, keys = get_redis(), default_keys()
     ttl = 7 * 86_400

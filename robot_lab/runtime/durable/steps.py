@@ -25,6 +25,7 @@ from robot_lab.runtime.durable import human
 from robot_lab.runtime.durable.journal import request_hash
 from robot_lab.runtime.durable.scopes import Asks, DurableScope, StepInfo, _runner, _step, take_scope
 from robot_lab.llm.gateway import LLMResponse, ToolCallRequest
+from robot_lab.settings import get_settings
 
 log = get_logger("robot_lab.durable")
 # LLMResponse's fields in order; those other than tool_calls hold str / int / float / bool /
@@ -201,8 +202,6 @@ class StepRunner:
         assert scope is not None and scope.inputs is not None
         timeout = exc.timeout if exc.timeout is not None else self.input_timeout
         if timeout is None:
-            from robot_lab.settings import get_settings
-
             timeout = get_settings().durable.input_timeout
         now = time.time()
         waiting = step.asks.next_recorded()  # a re-run of a still-unanswered request keeps it

@@ -31,6 +31,7 @@ from typing import Any
 
 from robot_lab.logging import get_logger
 from robot_lab.runtime.mcp.servers import MCPManager
+from robot_lab.settings import get_settings
 
 _log = get_logger("robot_lab.mcp")
 
@@ -132,8 +133,6 @@ def shared_pool() -> MCPPool:
     global _pool
     with _pool_lock:
         if _pool is None:
-            from robot_lab.settings import get_settings
-
             settings = get_settings()
             _pool = MCPPool(settings.mcp_pool_size, settings.mcp_idle_timeout)
         return _pool

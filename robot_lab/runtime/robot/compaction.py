@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from robot_lab.llm.gateway import litellm_module
 from robot_lab.logging import get_logger
 from robot_lab.runtime.rails.hooks import CompactionHookContext, call_point_hook, hook_scope, run_hooks
 
@@ -73,8 +74,6 @@ def context_window(model: str) -> int | None:
     if model.startswith("scripted"):
         return None
     try:
-        from robot_lab.llm.gateway import litellm_module
-
         info = litellm_module().get_model_info(model)
         return int(info.get("max_input_tokens") or info.get("max_tokens") or 0) or None
     except Exception:

@@ -4,6 +4,7 @@ Redis, so every worker of the robot shares them) and prepended to each later req
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -94,7 +95,6 @@ class Learning:
         in-process server starts, with no memory opened and nothing learned here."""
         if self._memory is not None or self.learnings:
             return False
-        import sys
 
         # lazy: start-up time -- robot_lab.connection imports redis-py; not imported yet
         # means no embedded store exists yet either

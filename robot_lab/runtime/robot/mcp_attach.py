@@ -62,7 +62,7 @@ class MCPAttachment:
         if not self.servers:
             yield
             return
-        from robot_lab.runtime.mcp.pool import shared_pool
+        from robot_lab.runtime.mcp.pool import shared_pool  # lazy: start-up time
 
         own = self._manager
         with shared_pool().lease(self.owner, self.servers) as manager:

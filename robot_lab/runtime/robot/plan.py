@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from robot_lab.errors import ConfigurationError
+from robot_lab.runtime.robot.own_memory import own_memory
 from robot_lab.runtime.run_config import RunConfig
 from robot_lab.settings import get_settings
 
@@ -161,8 +162,6 @@ def resolve_plan(
 def bind_memory(robot: RobotParts, memory: Any, network: Any = None) -> Any:
     """the Ruby gem's ``run_memory``: the argument, else the network's, else the robot's own
     (opened when first used: :mod:`.own_memory`)."""
-    from robot_lab.runtime.robot.own_memory import own_memory
-
     default = getattr(network, "memory", None) if network is not None else None
     if default is not None:
         from robot_lab.memory.store import Memory  # lazy: start-up time (redis-py)

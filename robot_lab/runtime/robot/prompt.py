@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.runtime.run_config import RunConfig
-from robot_lab.runtime.templates import Template, expand_skills, load_template
+from robot_lab.runtime.templates import Template, expand_skills, find_template, load_template, template_dirs
 from robot_lab.runtime.tools import Tool, as_tool
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class AppliedSkills:
         self.workspace = workspace
         self._before: Any = None
         if workspace is not None:
-            from robot_lab.sandbox.workspace import snapshot
+            from robot_lab.sandbox.workspace import snapshot  # lazy: start-up time
 
             self._before = snapshot(workspace)
 
@@ -69,7 +69,7 @@ class AppliedSkills:
     def finish(self, result: Any) -> Any:
         """``result`` with the files the run wrote or changed in the workspace."""
         if self.workspace is not None and hasattr(result, "files"):
-            from robot_lab.sandbox.workspace import result_files
+            from robot_lab.sandbox.workspace import result_files  # lazy: start-up time
 
             result.files = result_files(self.workspace, self._before)
             result.workspace = str(self.workspace)
@@ -129,7 +129,6 @@ class PromptAssembly:
         catalog = default_catalog()
         self.agent_skills = catalog.select(names)
         rest = [n for n in names if catalog.find(n) is None]
-        from robot_lab.runtime.templates import find_template, template_dirs
 
         dirs = self.template_dirs if self.template_dirs is not None else template_dirs()
         unknown = [n for n in rest if find_template(n, dirs) is None]
@@ -183,8 +182,8 @@ class PromptAssembly:
             if attachments:
                 log.warning("robot.attachments_ignored", robot=robot_name, reason="the robot has no AgentSkills")
             return AppliedSkills(selected)
-        from robot_lab.skills import default_catalog
-        from robot_lab.skills.session import session_for
+        from robot_lab.skills import default_catalog  # lazy: start-up time
+        from robot_lab.skills.session import session_for  # lazy: start-up time
 
         if self._own_skill_scope is None:
             self._own_skill_scope = f"robot-{robot_name}-{uuid.uuid4().hex[:12]}"

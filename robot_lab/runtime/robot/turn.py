@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from robot_lab import coalesce
+from robot_lab.keys import default_keys
 from robot_lab.logging import log_context
 from robot_lab.observability import instrument as observe
 from robot_lab.runtime.conversations import ConversationStore
@@ -156,8 +158,6 @@ def read_ahead(robot: RobotParts, store: ConversationStore, conversation_id: str
     per message. A read of another client (a memory or journal elsewhere) is left to the run,
     and so is a read answered with an error: the run's own read raises it where it did; the
     history's error raises here, as the plain read did."""
-    from robot_lab import coalesce  # lazy: start-up time
-
     redis = store.redis
     pipe = coalesce.pipeline(redis)
     pipe.get(store.keys.conversation(robot.name, conversation_id))
@@ -166,7 +166,6 @@ def read_ahead(robot: RobotParts, store: ConversationStore, conversation_id: str
     steps_key = None
     if scope_id is not None:
         from robot_lab.connection import get_redis  # lazy: start-up time
-        from robot_lab.keys import default_keys
 
         steps_key = default_keys().durable_steps(scope_id)  # local_scope's journal
 
