@@ -98,9 +98,8 @@ def test_every_link_of_a_doc_lands(doc: Path) -> None:
 
 # Dotted words that start like a robot_lab name and are not one, each with the reason.
 NOT_PYTHON_NAMES = {"robot_lab.yml": "the name of a configuration file",
-                    **dict.fromkeys(["robot_lab.cost", "robot_lab.input_tokens", "robot_lab.output_tokens",
-                                     "robot_lab.robot", "robot_lab.stream", "robot_lab.tool", "robot_lab.task",
-                                     "robot_lab.run_id"],
+                    **dict.fromkeys(["robot_lab.cost", "robot_lab.input_tokens",
+                                     "robot_lab.robot", "robot_lab.stream"],
                                     "a span attribute robot-lab writes (docs/observability.md), not a Python name")}
 
 
