@@ -176,9 +176,12 @@ def test_the_dashboard_shows_routes_tool_calls_running_tasks_failures_and_re_run
 
     keys = Keys(prefix=key_prefix)
     router = build(f"router-{uid()}", model="scripted/route:billing")
-    billing = build(f"billing-{uid()}", model="scripted/fail:card processor down")
+    # a provider's error is one long line: the failed-tasks table still fits 1200 px
+    billing = build(f"billing-{uid()}", model="scripted/fail:card processor down"
+                    + " (the gateway answered 503 Service Unavailable to every retry)" * 4)
     calc = build(f"calc-{uid()}", model="scripted/sleep:1500", local_tools=[add])
-    robots = [router, billing, calc]
+    closer = build(f"closer-{uid()}", model="scripted/text:Case closed.")
+    robots = [router, billing, calc, closer]
     publish_specs([r.to_spec() for r in robots], connection=client, keys=keys)
     env = child_env(real_redis_url, key_prefix)
     processes.start([str(VENV_BIN / "robot-lab"), "worker", *(r.name for r in robots), "--no-bus"], env, "worker")
@@ -190,6 +193,7 @@ def test_the_dashboard_shows_routes_tool_calls_running_tasks_failures_and_re_run
     net.task("billing", billing, depends_on="optional", retries=0)
     net.task("general", router, depends_on="optional")
     net.task("sum", calc, depends_on="classify", tools=["add"])
+    net.task("close", closer, depends_on="billing")  # runs after the failure, and again on its re-run
     handle = Coordinator(connection=client, keys=keys).submit(net, "refund my card")
 
     page = browser.new_page(viewport={"width": 1200, "height": 800})
@@ -205,6 +209,8 @@ def test_the_dashboard_shows_routes_tool_calls_running_tasks_failures_and_re_run
     # tool calls: name and arguments, then the result
     page.wait_for_selector("#task-sum li.call", timeout=60_000)
     assert 'add({"a":0,"b":0})' in page.locator("#task-sum li.call").inner_text()
+    page.wait_for_function("document.querySelector('#task-sum li.call').innerText.includes('→')", timeout=60_000)
+    assert page.locator("#task-sum li.call").inner_text().endswith("→ 0")  # the result, not [object Object]
     page.wait_for_selector("#run-view[data-live='ended']", timeout=90_000)
     assert page.locator("#run-status").inner_text() == "completed_with_errors"
     assert "1 failed" in page.locator("#run-totals").inner_text()
@@ -217,10 +223,20 @@ def test_the_dashboard_shows_routes_tool_calls_running_tasks_failures_and_re_run
     row = page.wait_for_selector(f"#failed-tasks tr:has(a[href='#/run/{handle.run_id}'])", timeout=30_000)
     assert "card processor down" in row.inner_text() and "billing" in row.inner_text()
     page.fill("#token", token)
-    page.click(f"#failed-tasks tr:has(a[href='#/run/{handle.run_id}']) button:text('Re-run')")
+    button = page.locator(f"#failed-tasks tr:has(a[href='#/run/{handle.run_id}']) button:text('Re-run')")
+    box = button.bounding_box()
+    assert box and box["x"] + box["width"] <= 1200, box  # in view, not past the right edge
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1200
+    button.click()
     wait_for(lambda: handle.store.attempts().get("billing") == 2, timeout=60)
     page.wait_for_selector("#run-view[data-live='ended']", timeout=90_000)  # followed the re-run to its end
     assert page.locator("#run-status").inner_text() == "completed_with_errors"  # the card processor is still down
+    assert handle.store.attempts().get("close") == 2
+    assert page.locator("#task-close pre.text").inner_text() == "Case closed."  # this attempt's text, once
+    page.reload()
+    page.wait_for_selector("#run-view[data-live='ended']", timeout=30_000)
+    assert page.locator("#task-close pre.text").inner_text() == "Case closed."
+    assert page.locator("#task-sum li.call").inner_text().endswith("→ 0")
     screenshot(page, "dashboard-failed.png", tmp_path)
     page.close()
 

@@ -55,6 +55,8 @@ def test_failed_tasks_are_listed_and_one_can_be_re_run_with_the_token(redis_clie
         assert tasks["billing"]["activators"] == ["classify"] and tasks["billing"]["deps"] == []  # a routing edge
         assert tasks["billing"]["input"] == "refund please"  # what its robot received
         assert tasks["general"]["state"] == "skipped"
+        assert tasks["classify"]["reply"] == handle.result().context["classify"].reply  # computed, not stored
+        assert tasks["classify"]["reply"] == "routed to billing"
 
         rerun = f"/api/runs/{handle.run_id}/tasks/billing/rerun"
         assert TestClient(create_app(redis_client, keys)).post(rerun).status_code == 403  # read-only

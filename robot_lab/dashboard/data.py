@@ -99,7 +99,8 @@ class DashboardData:
                 "input": _s(inputs[name.encode()]) if name.encode() in inputs else None,
                 "state": _s(states.get(name.encode(), b"pending")),
                 "attempt": int(_s(attempts.get(name.encode(), b"0")) or 0),
-                "reply": (result or {}).get("reply"), "error": (result or {}).get("error"),
+                "reply": _reply(results.get(name.encode()) or results.get(name)),
+                "error": (result or {}).get("error"),
                 "input_tokens": (result or {}).get("input_tokens", 0),
                 "output_tokens": (result or {}).get("output_tokens", 0), "cost": (result or {}).get("cost", 0.0),
                 "duration": (result or {}).get("duration"),
@@ -154,6 +155,21 @@ class DashboardData:
             return Bus(redis=self.r, keys=self.keys).replay_dead_letters(robot, ids or None)
         except BusError as exc:
             raise ConfigurationError(str(exc)) from exc
+
+
+def _reply(raw: Any) -> str | None:
+    """A recorded result's reply: ``RobotResult.reply`` is computed from its output, not
+    stored, so the page read none and showed the task's streamed text (every attempt's)."""
+    if raw is None:
+        return None
+    import msgspec  # lazy: start-up time
+
+    from robot_lab.schemas.messages import RobotResult
+
+    try:
+        return msgspec.json.decode(raw, type=RobotResult).reply
+    except msgspec.DecodeError:
+        return None
 
 
 def _json(raw: Any) -> Any:

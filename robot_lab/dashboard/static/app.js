@@ -106,6 +106,16 @@ async function deadLetters(robot) {
 }
 
 // --- one run, live -----------------------------------------------------------------------
+// A tool result's content is {data: ...} on success, {error: "..."} on failure
+// (ToolResultMessage): show the value or the error, never "[object Object]".
+function toolOutput(out) {
+  if (out && typeof out === "object" && !Array.isArray(out)) {
+    if ("error" in out) return "error: " + (typeof out.error === "string" ? out.error : JSON.stringify(out.error));
+    if ("data" in out) out = out.data;
+  }
+  return (typeof out === "string" ? out : JSON.stringify(out) ?? "").slice(0, 200);
+}
+
 const run = { tasks: new Map(), text: new Map(), calls: new Map(), id: null };
 
 // an optional task hangs off the tasks that can route to it (its activators), not off nothing
@@ -180,7 +190,7 @@ function drawTasks(status) {
         + (t.duration ? ` · ${Number(t.duration).toFixed(2)}s` : "") + (t.attempt > 1 ? ` · attempt ${t.attempt}` : "")),
       t.input ? el("details", { class: "input" }, el("summary", {}, "input"), el("pre", {}, t.input)) : "",
       calls.length ? el("ul", { class: "calls" }, ...calls.map((c) => el("li", { class: "call" },
-        el("code", {}, `${c.name}(${JSON.stringify(c.input ?? {})})`), c.output != null ? ` → ${String(c.output).slice(0, 200)}` : " …"))) : "",
+        el("code", {}, `${c.name}(${JSON.stringify(c.input ?? {})})`), c.output != null ? ` → ${toolOutput(c.output)}` : " …"))) : "",
       t.error ? el("pre", { class: "error" }, t.error) : "",
       t.state === "waiting" && t.asks ? asking(t.asks) : "",
       text ? el("pre", { class: "text" }, text) : ""));
@@ -238,8 +248,18 @@ function onEvent(ev) {
   if (t && ev.event === "usage.updated") Object.assign(t, { input_tokens: d.input_tokens, output_tokens: d.output_tokens, cost: d.cost });
   if (t && ev.event === "task.completed") Object.assign(t, { reply: d.reply, duration: d.duration });
   if (t && ev.event === "task.failed") t.error = d.error;
-  if (t && ev.event === "task.started") Object.assign(t, { started: ev.ts, worker: d.worker, attempt: d.attempt, error: null });
-  if (t && ev.event === "task.rerun") { run.calls.clear(); for (const n of d.reset || []) Object.assign(run.tasks.get(n) || {}, { state: "pending", error: null, reply: null }); }
+  // streamed text and tool calls belong to one attempt: a new attempt (a retry, a re-run and
+  // the tasks after it) starts them afresh, also when a reload replays every attempt's events
+  if (t && ev.event === "task.started") {
+    Object.assign(t, { started: ev.ts, worker: d.worker, attempt: d.attempt, error: null, reply: null });
+    run.text.delete(t.name);
+    run.calls.delete(t.name);
+  }
+  if (t && ev.event === "task.rerun") for (const n of d.reset || []) {
+    Object.assign(run.tasks.get(n) || {}, { state: "pending", error: null, reply: null });
+    run.text.delete(n);
+    run.calls.delete(n);
+  }
   if (t && ev.event === "tool_call.started") (run.calls.get(t.name) || run.calls.set(t.name, []).get(t.name)).push({ id: d.id, name: d.name, input: d.input });
   if (t && ev.event === "tool_call.completed") {
     const call = (run.calls.get(t.name) || []).find((c) => c.id === d.id);
