@@ -106,6 +106,9 @@ def test_a_request_and_a_run_across_two_processes_form_one_trace_and_are_counted
     assert samples[f'robot_lab_messages_in_flight{{robot="{name}"}}'] == 0
     assert samples[f'robot_lab_tasks_total{{outcome="done",robot="{name}"}}'] == 1
     assert samples[f'robot_lab_llm_calls_total{{model="scripted/echo",outcome="ok",robot="{name}"}}'] == 2
+    # the worker's warm-up call at start is no model call of anyone's: not counted
+    assert [k for k in samples if k.startswith("robot_lab_llm_calls_total")] == [
+        f'robot_lab_llm_calls_total{{model="scripted/echo",outcome="ok",robot="{name}"}}']
     assert samples[f'robot_lab_llm_tokens_total{{direction="output",model="scripted/echo",robot="{name}"}}'] > 0
     assert samples[f'robot_lab_queue_depth{{queue="tasks",robot="{name}"}}'] == 0
     assert samples[f'robot_lab_stream_lag{{robot="{name}"}}'] == 0
@@ -154,6 +157,8 @@ def test_the_standalone_exporter_reads_queues_dead_letters_and_budgets(client, r
     assert samples[f'robot_lab_stream_lag{{robot="{name}"}}'] == 3
     assert samples[f'robot_lab_queue_depth{{queue="tasks",robot="{name}"}}'] == 1
     assert samples[f'robot_lab_dlq_size{{robot="{name}"}}'] == 1
+    # per robot, so "work queued and no worker" is one alert rule: queue_depth > 0 and workers_live == 0
+    assert samples[f'robot_lab_workers_live{{robot="{name}"}}'] == 0
     assert samples['robot_lab_budget_remaining{dimension="tokens",scope="tenant:acme"}'] == 900
     assert samples["robot_lab_runs_active"] >= 1
     assert not any(k.startswith("robot_lab_messages_handled") for k in samples)  # no process counters here
@@ -229,5 +234,6 @@ def test_metrics_endpoints_listen_on_loopback_unless_widened(client, real_redis_
     assert listening_hosts(worker_port) == {"127.0.0.1"}, processes.logs()
     assert listening_hosts(exporter_port) == {"127.0.0.1"}, processes.logs()
     assert listening_hosts(wide_port) == {"0.0.0.0"}, processes.logs()
-    assert "robot_lab_redis_up 1.0" in urllib.request.urlopen(
-        f"http://127.0.0.1:{exporter_port}/metrics", timeout=10).read().decode()
+    # the exporter counts the worker's heartbeat under its robot
+    wait_for(lambda: scrape(exporter_port).get(f'robot_lab_workers_live{{robot="{robot.name}"}}') == 1,
+             timeout=60, interval=0.2)

@@ -13,10 +13,12 @@ grow the series without bound.
 
 from __future__ import annotations
 
+import contextvars
 import importlib.util
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from robot_lab.errors import ConfigurationError
@@ -153,9 +155,23 @@ def task_finished(robot: str, failed: bool, seconds: float | None = None) -> Non
             _m.task_seconds.labels(robot, outcome).observe(seconds)
 
 
+_uncounted: contextvars.ContextVar[bool] = contextvars.ContextVar("robot_lab_uncounted", default=False)
+
+
+@contextmanager
+def uncounted() -> Iterator[None]:
+    """No model call inside this block is counted: a worker's warm-up call at start is no
+    one's call, and would add one ``robot="-"`` call per worker start."""
+    token = _uncounted.set(True)
+    try:
+        yield
+    finally:
+        _uncounted.reset(token)
+
+
 def llm_call(model: str, response: Any, error: BaseException | None = None) -> None:
     """Count a model call; ``response`` is an LLMResponse (tokens and cost) or None."""
-    if _m is None:
+    if _m is None or _uncounted.get():
         return
     robot = _robot_label()
     _m.llm_calls.labels(robot, model, "error" if error is not None else "ok").inc()

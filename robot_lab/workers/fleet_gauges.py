@@ -98,8 +98,10 @@ class RedisCollector:
         yield from (depth, lag, pending, dlq)
         if not self.fleet:
             return
-        live = GaugeMetricFamily("robot_lab_workers_live", "robot-lab workers with a live heartbeat")
-        live.add_metric([], len(workers))
+        live = GaugeMetricFamily("robot_lab_workers_live", "robot-lab workers with a live heartbeat serving the "
+                                 "robot (a worker of several robots counts for each)", labels=["robot"])
+        for robot in robots:  # 0 included: work queued for a robot with no worker is an alert
+            live.add_metric([robot], sum(robot in (w.get("robots") or []) for w in workers))
         runs = GaugeMetricFamily("robot_lab_runs_active", "Network runs not finished yet")
         runs.add_metric([], active)
         finished = GaugeMetricFamily("robot_lab_runs_recent", "Network runs started in the last hour, by status "

@@ -44,7 +44,7 @@ from robot_lab.logging import get_logger
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.enqueue import DEFAULT_JOB_TIMEOUT, queue_name
 from robot_lab.network.serializer import JobSerializer
-from robot_lab.observability import otel
+from robot_lab.observability import metrics, otel
 from robot_lab.outage import Backoff, is_outage
 from robot_lab.rq_connection import rq_connection
 from robot_lab.runtime.registry import check_importable, published_spec
@@ -106,7 +106,8 @@ def warm_up(models: Iterable[str] | None = None, *, background: bool = False) ->
             llm.litellm_module()
 
     try:
-        with otel.untraced():  # a warm-up is no request: no one-span trace per worker start
+        # a warm-up is no request: no one-span trace, no counted model call per worker start
+        with otel.untraced(), metrics.uncounted():
             llm.LLMGateway(max_retries=0).complete("scripted/text:ok", [{"role": "user", "content": "warm up"}])
     except Exception as exc:  # warming up is an optimisation only
         log.warning("worker.warm_up_failed", error=f"{type(exc).__name__}: {exc}")
