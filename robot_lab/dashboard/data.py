@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from robot_lab.bus import Bus
 from robot_lab.errors import BusError, ConfigurationError
 from robot_lab.keys import Keys
 from robot_lab.network.coordinator import Coordinator
 from robot_lab.network.human_input import answer, pending
 from robot_lab.network.run_state import RUN_FINISHED as FINISHED_RUN  # the run statuses that end a run (the page reads it)
+from robot_lab.schemas.messages import RobotResult
 from robot_lab.text.strings import as_str as _s
 from robot_lab.workers.fleet_status import collect_status, recent_runs
 
@@ -162,10 +165,6 @@ def _reply(raw: Any) -> str | None:
     stored, so the page read none and showed the task's streamed text (every attempt's)."""
     if raw is None:
         return None
-    import msgspec  # lazy: start-up time
-
-    from robot_lab.schemas.messages import RobotResult
-
     try:
         return msgspec.json.decode(raw, type=RobotResult).reply
     except msgspec.DecodeError:
