@@ -63,6 +63,8 @@ def _starts(store: RunStore) -> list[tuple[str, int]]:
             for _, e in store.events() if e.event == "task.started"]
 
 
+# three worker starts, a stop and sweeps a lease apart: minutes on a loaded machine, each wait bounded itself
+@pytest.mark.timeout(600)
 def test_pinned_runs_stall_on_their_build_and_resume_when_it_returns(  # noqa: F811
         real_client, real_redis_url, key_prefix, processes, tmp_path, monkeypatch):
     client = real_client
