@@ -194,10 +194,14 @@ def show(name: str, roots: tuple[str, ...], as_json: bool) -> None:
 
 
 def _bundles(path: Path) -> list[Path]:
-    if path.is_file() or (path / "SKILL.md").exists():
+    """``path`` itself when it is a bundle (or a file), else the bundles directly inside it.
+    A bundle has ``SKILL.md`` or ``skill.md``: the lowercase one is reported, never passed over."""
+    from robot_lab.skills.conformance import skill_file  # lazy: start-up time
+
+    if path.is_file() or skill_file(path) is not None:
         return [path]
     if path.is_dir():
-        found = sorted(p for p in path.iterdir() if p.is_dir() and (p / "SKILL.md").exists())
+        found = sorted(p for p in path.iterdir() if p.is_dir() and skill_file(p) is not None)
         if found:
             return found
     return [path]
@@ -205,40 +209,71 @@ def _bundles(path: Path) -> list[Path]:
 
 @skills.command("validate")
 @click.option("--strict", is_flag=True,
-              help="agentskills.io rules, and requests beyond the operator's ceiling, are errors.")
+              help="agentskills.io rules, duplicate keys, and requests beyond the operator's ceiling are errors; "
+                   "robot-lab's own keys (timeout, network, ...) stay allowed.")
+@click.option("--spec", is_flag=True,
+              help="Only the agentskills.io specification, read as skills-ref reads it: robot-lab's own keys "
+                   "are errors, operator grants are not checked.")
 @click.option("--json", "as_json", is_flag=True, help="Print each bundle's issues and grants as JSON.")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-def validate_cmd(strict: bool, as_json: bool, paths: tuple[str, ...]) -> None:
+def validate_cmd(strict: bool, spec: bool, as_json: bool, paths: tuple[str, ...]) -> None:
     """Check skill bundles (a skill folder, its SKILL.md, or a folder of skills), and what
-    each asks for against what this operator's settings grant."""
-    from robot_lab.skills.skill import validate  # lazy: start-up time
-    from robot_lab.sandbox.trust import describe  # lazy: start-up time
-
+    each asks for against what this operator's settings grant; with --spec, only whether
+    the bundle meets the agentskills.io specification (the verdict skills-ref gives)."""
+    if strict and spec:
+        raise click.UsageError("--strict and --spec answer different questions; give one")
+    check = _spec_check if spec else _lenient_check
     failed = 0
     report = []
     for given in paths:
         for bundle in _bundles(Path(given)):
-            skill, issues = validate(bundle, strict=strict)
-            errors = [i for i in issues if i.level == "error"]
-            failed += bool(errors)
+            ok, entry, lines = check(bundle, strict)
+            failed += not ok
             if as_json:
-                checked = skill.review() if skill else None
-                report.append({"path": str(bundle), "name": skill.name if skill else None, "ok": not errors,
-                               "issues": [{"level": i.level, "message": i.message} for i in issues],
-                               "asked": describe(checked.asked) if checked else None,
-                               "granted": describe(checked.grant) if checked else None,
-                               "decisions": [d.as_dict() for d in checked.decisions] if checked else []})
+                report.append(entry)
                 continue
-            label = skill.name if skill else bundle
-            click.echo(f"{'FAIL' if errors else 'ok'}  {label}  ({bundle})")
-            for issue in issues:
-                click.echo(f"  {issue}")
+            for line in lines:
+                click.echo(line)
     if as_json:
-        _echo_json({"strict": strict, "failed": failed, "bundles": report})
+        _echo_json({"strict": strict, "spec": spec, "failed": failed, "bundles": report})
     elif failed:
-        click.echo(f"{failed} bundle(s) failed validation", err=True)
+        what = "do not meet the agentskills.io specification" if spec else "failed validation"
+        click.echo(f"{failed} bundle(s) {what}", err=True)
     if failed:
         sys.exit(1)
+
+
+def _lenient_check(bundle: Path, strict: bool) -> tuple[bool, dict[str, Any], list[str]]:
+    """One bundle as robot-lab loads it, and what it asks for against this operator's grants:
+    (ok, its JSON entry, its text lines)."""
+    from robot_lab.skills.skill import validate  # lazy: start-up time
+    from robot_lab.sandbox.trust import describe  # lazy: start-up time
+
+    skill, issues = validate(bundle, strict=strict)
+    ok = not any(i.level == "error" for i in issues)
+    checked = skill.review() if skill else None
+    entry = {"path": str(bundle), "name": skill.name if skill else None, "ok": ok,
+             "issues": [{"level": i.level, "message": i.message} for i in issues],
+             "asked": describe(checked.asked) if checked else None,
+             "granted": describe(checked.grant) if checked else None,
+             "decisions": [d.as_dict() for d in checked.decisions] if checked else []}
+    label = skill.name if skill else bundle
+    return ok, entry, [f"{'ok' if ok else 'FAIL'}  {label}  ({bundle})", *(f"  {issue}" for issue in issues)]
+
+
+def _spec_check(bundle: Path, strict: bool) -> tuple[bool, dict[str, Any], list[str]]:
+    """``validate --spec`` on one bundle (:mod:`robot_lab.skills.conformance`, skills-ref's rules;
+    ``strict`` is never set with it). A valid bundle that robot-lab would still not load (a
+    lowercase skill.md) gets a note."""
+    from robot_lab.skills.conformance import spec_errors  # lazy: start-up time
+    from robot_lab.skills.skill import lowercase_hint  # lazy: start-up time
+
+    errors = spec_errors(bundle)
+    hint = lowercase_hint(bundle.parent if bundle.is_file() else bundle)
+    notes = [f"robot-lab skips this bundle{hint}"] if hint else []
+    entry = {"path": str(bundle), "ok": not errors, "errors": errors, "notes": notes}
+    return not errors, entry, [f"{'FAIL' if errors else 'ok'}  {bundle}", *(f"  error: {e}" for e in errors),
+                               *(f"  note: {n}" for n in notes)]
 
 
 @skills.command()

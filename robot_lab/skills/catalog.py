@@ -11,7 +11,9 @@ skipped with a warning naming both bundles):
    (its ``skills/`` sub-folder if it has one, else its own folder), or a callable
    returning one path or a list of paths.
 
-A missing root is an empty root. A directory without ``SKILL.md`` is skipped silently; a
+A missing root is an empty root. A directory without ``SKILL.md`` is skipped silently, unless
+it has a lowercase ``skill.md`` (which skills-ref accepts): that one is skipped as a problem
+saying to rename it, so it never vanishes from ``skills list`` unexplained. A
 bad bundle is skipped with a warning naming it (and kept in :attr:`SkillCatalog.problems`),
 and never stops the others. ``find(name)`` looks up the front-matter name, then the same
 name with ``_``/``-`` and case folded (``find("check_style")`` finds ``check-style``).
@@ -31,7 +33,7 @@ from typing import Any
 from robot_lab.errors import ConfigurationError
 from robot_lab.logging import get_logger
 from robot_lab.settings import get_settings
-from robot_lab.skills.skill import SKILL_FILE, AgentSkill
+from robot_lab.skills.skill import SKILL_FILE, AgentSkill, lowercase_hint
 
 log = get_logger("robot_lab.skills.catalog")
 
@@ -176,6 +178,10 @@ class SkillCatalog:
                 if entry.name.startswith(".") or not entry.is_dir():
                     continue
                 if not (entry / SKILL_FILE).exists() and not (entry / SKILL_FILE).is_symlink():
+                    hint = lowercase_hint(entry)
+                    if hint:
+                        problems.append(Problem(entry, f"{entry}: no {SKILL_FILE}{hint}"))
+                        log.warning("skills.bundle_skipped", bundle=str(entry), root=root.label, error=hint[2:])
                     continue
                 try:
                     skill = AgentSkill(entry, root=root.label, settings=self._settings, root_path=root.path)

@@ -34,6 +34,9 @@ from robot_lab.sandbox.trust import TrustReview, review
 log = get_logger("robot_lab.skills")
 
 SKILL_FILE = "SKILL.md"
+# skills-ref (the reference validator) also accepts this name; robot-lab loads only SKILL_FILE
+# and names a bundle that has only this one as skipped, so it never vanishes silently.
+LOWERCASE_SKILL_FILE = "skill.md"
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024
@@ -87,7 +90,7 @@ class AgentSkill:
         given = Path(path).expanduser()
         skill_md = given / SKILL_FILE if given.is_dir() else given
         if not skill_md.exists() and not skill_md.is_symlink():
-            raise ConfigurationError(f"{skill_md}: no {SKILL_FILE} here")
+            raise ConfigurationError(f"{skill_md}: no {SKILL_FILE} here" + lowercase_hint(skill_md.parent))
         self.path = Path(os.path.realpath(skill_md.parent))  # the skill directory
         self.skill_md = self.path / skill_md.name
         self.root = root
@@ -150,6 +153,9 @@ class AgentSkill:
     def spec_issues(self) -> list[Issue]:
         """Everything that breaks the agentskills.io specification (warnings when loading)."""
         issues: list[Issue] = []
+        for key in self._head.duplicates:
+            issues.append(Issue("warning", f"front-matter key {key!r} is given more than once; "
+                                           "the last value is used"))
         name = self.name
         if len(name) > MAX_NAME:
             issues.append(Issue("warning", f"name is {len(name)} characters; the limit is {MAX_NAME}"))
@@ -348,6 +354,18 @@ class AgentSkill:
 
     def __repr__(self) -> str:
         return f"<AgentSkill {self.name} {self.path}>"
+
+
+def lowercase_hint(folder: Path) -> str:
+    """``"; it has skill.md: rename it to SKILL.md"`` when ``folder`` holds only the lowercase
+    file (on a case-sensitive file system), else ``""``: the one fix, named where it is refused."""
+    try:
+        names = set(os.listdir(folder))
+    except OSError:
+        return ""
+    if LOWERCASE_SKILL_FILE in names and SKILL_FILE not in names:
+        return f"; it has {LOWERCASE_SKILL_FILE}: rename it to {SKILL_FILE} (robot-lab loads only {SKILL_FILE})"
+    return ""
 
 
 def validate(path: str | os.PathLike[str], *, strict: bool = False, settings: Any = None) -> tuple[AgentSkill | None, list[Issue]]:

@@ -30,6 +30,7 @@ class SkillHead:
     body_offset: int  # byte offset of the first body byte
     body_line: int  # 1-based line number of the first body line
     file_size: int
+    duplicates: tuple[str, ...] = ()  # front-matter keys given twice (the last value was kept)
 
 
 def read_head(path: Path) -> SkillHead:
@@ -46,7 +47,7 @@ def read_head(path: Path) -> SkillHead:
     parsed = parse(head[:MAX_FRONT_MATTER_BYTES], str(path), required=True,
                    truncated=len(head) > MAX_FRONT_MATTER_BYTES)
     return SkillHead(front_matter=parsed.data, body_offset=parsed.body_offset, body_line=parsed.body_line,
-                     file_size=size)
+                     file_size=size, duplicates=parsed.duplicates)
 
 
 def read_body(path: Path, offset: int, max_chars: int) -> tuple[str, bool]:
