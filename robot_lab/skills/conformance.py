@@ -81,6 +81,8 @@ def parse_front_matter(text: str) -> dict[str, Any]:
     data = _strict_load(parts[1])
     if not isinstance(data, dict):
         raise SpecError("SKILL.md front matter must be a YAML mapping")
+    if isinstance(data.get("metadata"), dict):  # skills-ref keeps metadata as string -> string
+        data["metadata"] = {str(k): str(v) for k, v in data["metadata"].items()}
     return data
 
 
