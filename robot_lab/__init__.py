@@ -81,7 +81,8 @@ _EXPORTS: dict[str, str] = {
     # runtime
     "Robot": "robot_lab.runtime.robot",
     "build": "robot_lab.runtime.robot",
-    "current_run": "robot_lab.runtime.robot.context",
+    "current_turn": "robot_lab.runtime.robot.context",
+    "current_run": "robot_lab.runtime.robot.context",  # current_turn's first name, kept as an alias
     "current_memory": "robot_lab.runtime.robot.context",
     "current_step": "robot_lab.runtime.durable",  # durable runs and human input (docs/durable.md)
     "ask_user": "robot_lab.runtime.durable",

@@ -1,5 +1,5 @@
 """The memory a robot runs with: the run's shared memory in a network task,
-``task(memory=...)``, ``run(memory=...)``; tools reach it through ``current_memory()`` and
+``task(memory=...)``, ``run(memory=...)``; tools reach it through ``current_memory()`` (``current_turn()``) and
 hooks through ``ctx.memory``, always writing as the robot."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
+import robot_lab
 from robot_lab import connection
 from robot_lab.errors import ConfigurationError
 from robot_lab.memory.store import Memory
@@ -66,9 +67,23 @@ def test_run_memory_argument_in_process() -> None:
     assert shared.current_writer is None  # the writer is set for the run only
 
 
-def test_current_memory_outside_a_run_is_a_clear_error() -> None:
-    with pytest.raises(ConfigurationError, match=r"only available inside a robot's run"):
-        current_memory()
+def test_a_tool_reaches_its_turn_through_current_turn_or_its_first_name_current_run() -> None:
+    seen: list[tuple[str, str, bool]] = []
+
+    def probe() -> str:
+        """Report the turn in progress."""
+        turn = robot_lab.current_turn()
+        seen.append((type(turn).__name__, turn.robot.name, robot_lab.current_run() is turn))
+        return "ok"
+
+    build("prober", model="scripted/echo", local_tools=[probe]).run("a", tools="inherit")
+    assert seen == [("TurnContext", "prober", True)]
+
+
+def test_current_memory_outside_a_turn_is_a_clear_error() -> None:
+    for outside in (current_memory, robot_lab.current_turn, robot_lab.current_run):
+        with pytest.raises(ConfigurationError, match=r"^current_turn\(\) is only available inside a robot's turn"):
+            outside()
 
 
 def test_task_memory_and_mcp_in_yaml_form_and_bad_values() -> None:

@@ -412,9 +412,9 @@ def test_aruns_on_the_default_conversation_take_turns() -> None:
 
 async def ask_myself(question: str) -> str:
     """Ask the robot that is running (an async tool calling arun on its own robot)."""
-    from robot_lab.runtime.robot.context import current_run
+    from robot_lab.runtime.robot.context import current_turn
 
-    return (await current_run().robot.arun(f"inner {question}")).reply
+    return (await current_turn().robot.arun(f"inner {question}")).reply
 
 
 def test_a_nested_arun_of_the_same_robot_does_not_wait_for_itself() -> None:

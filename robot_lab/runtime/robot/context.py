@@ -1,12 +1,13 @@
-"""The context of the run in progress, for tools: ``current_run()``.
+"""The context of the turn in progress, for tools: ``current_turn()``.
 
 A tool is a plain function with JSON arguments from the model, so it cannot be handed live
-objects as parameters. Instead the robot's run publishes a :class:`TurnContext` in a
-contextvar while its tool loop runs: ``current_run().memory`` is the run's active Memory
-(a network run's shared memory, ``task(memory=...)``'s scope, ``run(memory=...)``, else
-the robot's own), already writing as the robot. It works the same in-process, on the bus
-and in a worker running a network task, because every one of those runs goes through
-``Robot.run``. Outside a run ``current_run()`` raises a clear error.
+objects as parameters. Instead the robot's turn (one ``robot.run()`` call) publishes a
+:class:`TurnContext` in a contextvar while its tool loop runs: ``current_turn().memory`` is
+the turn's active Memory (a network run's shared memory, ``task(memory=...)``'s scope,
+``run(memory=...)``, else the robot's own), already writing as the robot. It works the same
+in-process, on the bus and in a worker running a network task, because every one of those
+turns goes through ``Robot.run``. Outside a turn ``current_turn()`` raises a clear error.
+``current_run`` is the same function under its first name (docs/architecture.md, Words).
 """
 
 from __future__ import annotations
@@ -37,20 +38,26 @@ class TurnContext:
     network: Any = None
 
 
-_current: ContextVar[TurnContext | None] = ContextVar("robot_lab_current_run", default=None)
+_current: ContextVar[TurnContext | None] = ContextVar("robot_lab_current_turn", default=None)
 
 
-def current_run() -> TurnContext:
-    """The run in progress in this thread (or task); a tool calls this to reach memory."""
+def current_turn() -> TurnContext:
+    """The turn in progress in this thread (or task); a tool calls this to reach memory."""
     ctx = _current.get()
     if ctx is None:
-        raise ConfigurationError("current_run() is only available inside a robot's run (e.g. from a tool)")
+        raise ConfigurationError("current_turn() is only available inside a robot's turn "
+                                 "(a robot.run() call, e.g. from a tool)")
     return ctx
 
 
+# The first name of current_turn, from before a robot.run() call was called a turn; kept as
+# an alias because tools and examples outside this repository call it.
+current_run = current_turn
+
+
 def current_memory() -> Any:
-    """Shorthand for ``current_run().memory``."""
-    return current_run().memory
+    """Shorthand for ``current_turn().memory``."""
+    return current_turn().memory
 
 
 class turn_scope:  # noqa: N801 - a context manager used as a function; a class: it runs once per turn
