@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -102,6 +103,25 @@ def test_status_cli_json_and_table(redis_client, key_prefix):
         f"(start one: robot-lab worker {robot})"]
     table = CliRunner().invoke(main, ["status", robot], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and robot in table.output and "no active runs" in table.output
+
+
+def test_status_bus_pending_column_counts_entries_delivered_and_not_acked(redis_client, key_prefix):
+    """The table's "bus pending" column (JSON ``bus_pending``) is the inbox's XPENDING, apart
+    from "bus lag" (entries not delivered yet)."""
+    robot = f"pend-{uid()}"
+    keys = Keys(prefix=key_prefix)
+    bus = Bus(redis=redis_client, keys=keys)
+    bus.register(robot)
+    bus.publish(robot, "one")
+    bus.publish(robot, "two")
+    redis_client.xreadgroup(robot, "reader", {keys.inbox(robot): ">"}, count=1)  # delivered, never acked
+    row = _row(json.loads(CliRunner().invoke(main, ["status", "--json"]).stdout), robot)
+    assert (row["bus_pending"], row["bus_lag"]) == (1, 1)
+    lines = CliRunner().invoke(main, ["status", robot], env={"COLUMNS": "200"}).output.splitlines()
+    columns = re.split(r"\s{2,}", next(line for line in lines if line.startswith("robot ")).strip())
+    [cells] = [line.split() for line in lines if line.startswith(robot)]
+    shown = dict(zip(columns, cells, strict=True))
+    assert (shown["bus lag"], shown["bus pending"]) == ("1", "1")
 
 
 def test_runs_lists_tokens_cost_and_duration(redis_client, key_prefix, monkeypatch):

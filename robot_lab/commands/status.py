@@ -56,8 +56,12 @@ EMBEDDED_NOTE = ("embedded mode (no REDIS_URL): this command sees only its own i
 
 
 def _robots_table(data: dict[str, Any]) -> Any:
+    # "bus pending", not "pending": beside the queue's counts a bare "pending" read as the task
+    # state or as `robot-lab pending`'s input requests; it is the inbox's XPENDING (Words,
+    # docs/architecture.md), as the JSON key `bus_pending` says
     table = Table("robots", [("robot", "left")] + [(col, "right") for col in (
-        "queued", "started", "failed", "workers", "rq workers", "running", "abandoned", "bus lag", "pending", "DLQ")])
+        "queued", "started", "failed", "workers", "rq workers", "running", "abandoned", "bus lag", "bus pending",
+        "DLQ")])
     for row in data["robots"]:
         workers = ("0", "red") if not row["workers"] and (row["queued"] or row["running"]) else str(row["workers"])
         abandoned = (str(row["abandoned"]), "bold red") if row["abandoned"] else "0"
