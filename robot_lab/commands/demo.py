@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, exit_for_result, timeout_line, waiting_for
+from robot_lab.commands.run_wait import TIMEOUT_EXIT, WorkerNotes, exit_for_result, outstanding, timeout_line
 from robot_lab.errors import AwaitTimeout
 
 STYLE = {
@@ -193,7 +193,7 @@ def demo(message: str | None, delay_ms: int | None, plain: bool, timeout: float)
         else:
             follow_live(handle, title=f"network support (run {handle.run_id})", timeout=timeout)
     except AwaitTimeout:
-        phrases = [] if embedded else waiting_for(handle)
+        phrases = [] if embedded else outstanding(handle)
         if notes is not None:
             notes.stop()
         click.echo(f"Error: {timeout_line(handle.run_id, timeout, phrases, embedded=embedded)}", err=True)

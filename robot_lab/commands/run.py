@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from robot_lab.commands.demo import follow_live, print_event
-from robot_lab.commands.waiting import TIMEOUT_EXIT, WorkerNotes, exit_for_result, timeout_line, waiting_for
+from robot_lab.commands.run_wait import TIMEOUT_EXIT, WorkerNotes, exit_for_result, outstanding, timeout_line
 from robot_lab.errors import AwaitTimeout, ConfigurationError
 
 
@@ -120,7 +120,7 @@ def run(target: str, message: str | None, context: tuple[str, ...], no_wait: boo
                 try:
                     result = handle.wait(timeout=timeout)  # rides out a Redis outage, result included
                 except AwaitTimeout:
-                    click.echo(f"Error: {timeout_line(handle.run_id, timeout, waiting_for(handle))}", err=True)
+                    click.echo(f"Error: {timeout_line(handle.run_id, timeout, outstanding(handle))}", err=True)
                     sys.exit(TIMEOUT_EXIT)
                 except KeyboardInterrupt:
                     click.echo(f"\nstopped waiting; run {handle.run_id} goes on: `robot-lab watch {handle.run_id}` "
@@ -162,7 +162,7 @@ def watch(run_id: str | None, all_runs: bool, plain: bool, timeout: float | None
         else:
             follow_live(handle, title=f"run {handle.run_id}", timeout=timeout)
     except AwaitTimeout:
-        click.echo(f"Error: {timeout_line(handle.run_id, timeout, waiting_for(handle))}", err=True)
+        click.echo(f"Error: {timeout_line(handle.run_id, timeout, outstanding(handle))}", err=True)
         sys.exit(TIMEOUT_EXIT)
     result = handle.result()
     _print_result(result, False)

@@ -1,6 +1,8 @@
-"""What a waiting ``run`` / ``demo`` tells its user: which queue has no live worker, and,
-when the wait times out, one line with the run id, what the run still waits for and what to
-do next.
+"""What ``run`` / ``demo`` / ``watch`` tell their user while they wait on a run
+(``RunHandle.wait``) and when it ends: which queue has no live worker, and, when the wait
+times out, one line with the run id, what the run still waits on and what to do next; the
+exit status of its end. (The verb, not the state ``waiting`` of a parked task:
+docs/architecture.md, Words.)
 
 Why: a newcomer who forgot to start workers saw nothing for two minutes and then a 30-line
 ``AwaitTimeout`` traceback. The facts come from the run's own state in Redis (tasks queued or
@@ -70,8 +72,9 @@ def serving(connection: RedisClient, keys: Any, robots: list[str]) -> dict[str, 
     return {r: r in served or bool(registered.get(queue_name(r), {}).get("live")) for r in robots}
 
 
-def waiting_for(handle: Any) -> list[str]:
-    """What the run of ``handle`` waits for now, one phrase per robot queue."""
+def outstanding(handle: Any) -> list[str]:
+    """What the run of ``handle`` waits on now, one phrase per robot queue: its queued and
+    running tasks."""
     from robot_lab.network.graphs import graph_for  # lazy: start-up time
 
     store = handle.store
@@ -99,7 +102,7 @@ def waiting_for(handle: Any) -> list[str]:
 def missing_workers(handle: Any) -> list[str]:
     """Robots with queued tasks of this run and no live worker."""
     return sorted(phrase.split("robot:", 1)[1].split(",", 1)[0]
-                  for phrase in waiting_for(handle) if "no live worker" in phrase)
+                  for phrase in outstanding(handle) if "no live worker" in phrase)
 
 
 def timeout_line(run_id: str, timeout: float | None, phrases: list[str], *, embedded: bool = False) -> str:
