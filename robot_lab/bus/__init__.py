@@ -21,7 +21,7 @@ _EXPORTS: dict[str, str] = {
     "REPLY_PREFIX": "robot_lab.bus.requests",
     "Delivery": "robot_lab.bus.delivery",
     "BusPoller": "robot_lab.bus.poller",
-    "default_consumer_name": "robot_lab.bus.poller",
+    "default_consumer_name": "robot_lab.bus.state",
     "flatten_content": "robot_lab.bus.responder",
     "DeadLetter": "robot_lab.bus.records",
     "InboxStats": "robot_lab.bus.inbox_stats",
@@ -52,7 +52,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from robot_lab.bus.delivery import Delivery  # noqa: F401
     from robot_lab.bus.keyring import Keyring  # noqa: F401
     from robot_lab.bus.names import check_robot_name  # noqa: F401
-    from robot_lab.bus.poller import BusPoller, default_consumer_name  # noqa: F401
+    from robot_lab.bus.poller import BusPoller  # noqa: F401
+    from robot_lab.bus.state import default_consumer_name  # noqa: F401
     from robot_lab.bus.responder import flatten_content  # noqa: F401
     from robot_lab.bus.inbox_stats import InboxStats  # noqa: F401
     from robot_lab.bus.records import DeadLetter, OutboxEntry  # noqa: F401

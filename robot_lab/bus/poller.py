@@ -13,7 +13,8 @@ the robot's consumer group, so Redis spreads the entries between them. The polle
 * dead-letters entries that fail validation (at once), whose deadline passed, or that were
   delivered ``max_deliveries`` times; the worker carries on with the next entry.
 
-This module holds the settings, the handler styles and the loop. Usable embedded
+This module holds the handler styles and the loop (the settings and the rest of the
+state are :class:`~.state.PollerState`'s). Usable embedded
 (``poll()`` / ``run_once()`` for deterministic tests, ``start()``/``stop()`` for a
 background thread) and as the long-running loop of ``robot-lab worker``
 (``run_forever(stop_event)``; a graceful stop lets the handlers in hand finish and hands
@@ -30,45 +31,26 @@ polling thread, as in robot_lab. With N > 1 handlers run on N pool threads (see
 from __future__ import annotations
 
 import inspect
-import os
-import socket
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis as _redis
 
-from robot_lab.connection import is_cluster_client
-from robot_lab.errors import BusError
 from robot_lab.logging import get_logger
 from robot_lab.observability import metrics
 from robot_lab.outage import OutageTracker, is_outage
 from robot_lab.threads import PoolShare
 from robot_lab.schemas import RobotMessage
-from robot_lab.bus.stalls import sweep_interval
-from robot_lab.bus.core import Bus
-from robot_lab.bus.names import check_robot_name
 from robot_lab.bus.delivery import Delivery
-from robot_lab.bus.parking import Parking
 from robot_lab.bus.handling import Handling
 from robot_lab.bus.intake import Intake
 from robot_lab.bus.key_types import is_wrong_type, wrong_typed_keys
 from robot_lab.bus.reclaim import Reclaim
 from robot_lab.bus.responder import Responder, ServedRobot, robot_runner
-from robot_lab.bus.keyring import VERIFY_MODES, verify_mode
-
-if TYPE_CHECKING:
-    from robot_lab.connection import RedisClient
 
 log = get_logger("robot_lab.bus.poller")
-
-Handler = Callable[[Delivery], Any]
-
-
-def default_consumer_name() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 def _positional_arity(fn: Callable[..., Any]) -> int:
@@ -83,74 +65,8 @@ def _positional_arity(fn: Callable[..., Any]) -> int:
 
 
 class BusPoller(Intake, Handling, Reclaim):
-    """Consume ``robot``'s inbox as consumer ``consumer`` of the group named ``robot``."""
-
-    def __init__(
-        self,
-        robot: str,
-        bus: Bus | None = None,
-        *,
-        redis: RedisClient | None = None,
-        consumer: str | None = None,
-        batch_size: int | None = None,
-        block_ms: int | None = None,
-        visibility_timeout: float | None = None,
-        max_deliveries: int | None = None,
-        retry_delay: float | None = None,
-        claim_interval: float | None = None,
-        register: bool = True,
-        verify: str | None = None,
-        in_flight: int | None = None,
-    ) -> None:
-        self.robot = check_robot_name(robot)
-        self.bus = bus or Bus(redis)
-        self.redis = self.bus.redis
-        cfg = self.bus.settings
-        self.consumer = consumer or default_consumer_name()
-        self.batch_size = int(batch_size or cfg.batch_size)
-        self.block_ms = int(cfg.block_ms if block_ms is None else block_ms)
-        self.visibility_timeout = float(visibility_timeout or cfg.visibility_timeout)
-        self.max_deliveries = int(max_deliveries or cfg.max_deliveries)
-        self.retry_delay = float(cfg.retry_delay if retry_delay is None else retry_delay)
-        self.claim_interval = float(claim_interval or sweep_interval(self.visibility_timeout))
-        self.heartbeat_interval = max(0.02, self.visibility_timeout / 3)
-        self.in_flight = max(1, int(in_flight or 1))
-        self.max_held = max(self.batch_size * 4, self.in_flight * 2)
-        self._register = register
-        self.verify = verify or verify_mode(robot)
-        if self.verify not in VERIFY_MODES:
-            raise BusError(f"verify must be one of {', '.join(VERIFY_MODES)}, not {self.verify!r}")
-        self.parking = Parking(self.bus, self.robot)
-        self.inbox = self.bus.keys.inbox(robot)
-        self.dlq = self.bus.keys.dlq(robot)
-        # the keys the conversation scripts take after the inbox (READ/ACQUIRE/COMPLETE/DEAD_LETTER)
-        self.conv_keys = [self.inbox, self.bus.keys.conversation_queue(robot), self.bus.keys.conversation_heads(robot)]
-        self._vis_ms = max(1, int(self.visibility_timeout * 1000))
-        self._cluster = is_cluster_client(self.redis)
-
-        self._handler: Handler = lambda d: None  # robot_lab: an incoming message never runs the LLM by default
-        self._auto_ack = True
-        self._held: OrderedDict[str, Delivery] = OrderedDict()
-        self._lost: set[str] = set()
-        self._running: dict[str, Delivery] = {}
-        self._run_since: dict[str, float] = {}
-        self._lock = threading.RLock()
-        self._wake = threading.Event()
-        self._pool = None
-        self._handler_errors: list[BaseException] = []
-        self._finished = 0
-        self._waiting_ready = 0
-        self._cursor = "0-0"
-        self._drained = False
-        self._ack_queue: list[str] = []
-        self._started = False
-        self._last_claim = 0.0
-        self._last_beat = 0.0
-        self._thread: threading.Thread | None = None
-        self._stop_event = threading.Event()
-        self.counts = {"acked": 0, "dead": 0, "retried": 0, "reclaimed": 0}
-        self.key_problems: list[str] = []  # this robot's keys of the wrong type (bus/key_types.py)
-        self._orphans_due = False  # a round failed on such a key: read this consumer's pending back
+    """Consume ``robot``'s inbox as consumer ``consumer`` of the group named ``robot``.
+    Its constructor and the attributes it sets are :class:`~.state.PollerState`'s."""
 
     # --- handler styles ---------------------------------------------------------------
     def on_message(self, fn: Callable[..., Any], *, manual: bool | None = None) -> BusPoller:
