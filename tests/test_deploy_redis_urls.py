@@ -74,9 +74,9 @@ def test_cluster_connect_passes_startup_nodes(monkeypatch):
         def __init__(self, **kw):
             seen.update(kw)
 
-    import redis.cluster
+    from robot_lab import connection
 
-    monkeypatch.setattr(redis.cluster, "RedisCluster", FakeCluster)
+    monkeypatch.setattr(connection, "RedisCluster", FakeCluster)  # the name connect() calls
     connect("redis+cluster://c1:7000")
     assert [(n.host, n.port) for n in seen["startup_nodes"]] == [("c1", 7000)]
 
