@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from robot_lab.network import human_input as waiting
 from robot_lab.llm.recording import clear_recorded_calls, recorded_calls
 from robot_lab.llm.scripted import register_script
 from robot_lab.runtime.robot import build
-from robot_lab.schemas import decode_message
+from robot_lab.schemas import RobotMessage, decode_message
 
 CLIENT_KEY = "client-key-0001-0123456789abcdef"
 OTHER_KEY = "other-key-00001-0123456789abcdef"
@@ -113,14 +114,21 @@ def test_a_message_without_a_conversation_parks_and_resumes_on_the_robots_own_hi
     assert bus.dead_letters(robot.name) == []
 
 
-def test_an_answer_from_the_cli_wakes_the_served_message(redis_client) -> None:
-    bus = Bus(redis_client)
+def _served_question(bus: Bus, conversation_id: str) -> tuple[Any, BusPoller, RobotMessage]:
+    """A served robot that asked ``client`` which order (choices A1, B2) in
+    ``conversation_id``: the robot, its poller and the question the client received."""
     bus.register("client")
     robot = _robot(f"desk-{uuid.uuid4().hex[:6]}")
     poller = _serve(bus, robot)
-    bus.publish(robot.name, "refund please", from_="client", conversation_id="c-2")
+    bus.publish(robot.name, "refund please", from_="client", conversation_id=conversation_id)
     _drain(poller)
     [question] = _inbox(bus, "client")
+    return robot, poller, question
+
+
+def test_an_answer_from_the_cli_wakes_the_served_message(redis_client) -> None:
+    bus = Bus(redis_client)
+    _robot_, poller, question = _served_question(bus, "c-2")
     [listed] = [r for r in waiting.pending(redis_client) if r.id == question.content["request_id"]]
     assert listed.owner["kind"] == "message"
     waiting.answer(listed.id, "A1", by="ops", connection=redis_client)
@@ -142,12 +150,7 @@ def test_a_message_parked_by_an_older_release_is_still_answered(redis_client, an
     """A rolling upgrade: the message parked under the inbox before it is still run again by
     its answer -- a bus ``answer`` from its sender, or ``robot-lab answer`` -- and forgotten."""
     bus = Bus(redis_client)
-    bus.register("client")
-    robot = _robot(f"desk-{uuid.uuid4().hex[:6]}")
-    poller = _serve(bus, robot)
-    bus.publish(robot.name, "refund please", from_="client", conversation_id="c-old")
-    _drain(poller)
-    [question] = _inbox(bus, "client")
+    robot, poller, question = _served_question(bus, "c-old")
     request_id = question.content["request_id"]
     _park_as_an_older_release(bus, robot.name, request_id)
     if answered_by == "bus":
@@ -323,14 +326,8 @@ def test_a_delegatees_question_parks_the_delegating_run_and_the_answer_goes_on_t
 
 
 def _asked(bus: Bus, conversation: str) -> tuple[BusPoller, str]:
-    """A served robot that asked ``client`` which order (choices A1, B2): its poller and the
-    request id."""
-    bus.register("client")
-    robot = _robot(f"desk-{uuid.uuid4().hex[:6]}")
-    poller = _serve(bus, robot)
-    bus.publish(robot.name, "refund please", from_="client", conversation_id=conversation)
-    _drain(poller)
-    [question] = _inbox(bus, "client")
+    """:func:`_served_question`'s poller and request id."""
+    _robot_, poller, question = _served_question(bus, conversation)
     return poller, question.content["request_id"]
 
 
